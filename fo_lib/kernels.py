@@ -1,0 +1,175 @@
+"""Run-time compilation of the CUDA sources in ``fo_lib/cuda`` through NVRTC.
+
+Kernels are ``.cuh`` templates. A host module generates a tiny source that includes one header and
+instantiates one specialization behind an ``extern "C"`` entry point (every tile constant is a
+template argument, so each specialization is its own cache entry). This module compiles such a
+source to a cubin and loads it with CuPy.
+
+* :func:`compile_cubin` needs only NVRTC (no driver, no GPU): CI compiles every kernel with it for
+  every target in :data:`ARCHS`.
+* :func:`get_kernel` compiles for the current device, caches the cubin on disk and returns a
+  ``cupy.RawKernel``.
+
+NOTES: every header under ``fo_lib/cuda`` is handed to NVRTC in memory and hashed into the cache
+key (CuPy's own cache ignores included headers, so an edited header would reuse a stale binary).
+``sm_90a`` is chosen only on a 9.0 device: its cubin runs nowhere else.
+
+Environment: ``FO_CACHE_DIR`` (default ``~/.cache/fo_lib``), ``FO_JIT_DEBUG=1`` prints each
+generated source and the full NVRTC log.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from functools import lru_cache
+from pathlib import Path
+
+CUDA_DIR = Path(__file__).resolve().parent / "cuda"
+ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90a")
+
+_BASE_OPTIONS = ("-std=c++17", "-DNDEBUG", "--use_fast_math", "-default-device")
+
+
+class KernelCompileError(RuntimeError):
+    """NVRTC rejected a source; the message carries the full log."""
+
+
+class CudaUnavailableError(RuntimeError):
+    """A GPU path was asked for where CuPy, NVRTC or a GPU is missing."""
+
+
+def _nvrtc():
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise CudaUnavailableError(
+            "compiling kernels needs CuPy with NVRTC: pip install 'fo_lib[cuda12]' (or [cuda13])") from exc
+    return nvrtc
+
+
+def nvrtc_version() -> tuple[int, int]:
+    return tuple(_nvrtc().getVersion())
+
+
+def nvrtc_options(arch: str) -> tuple[str, ...]:
+    if arch not in ARCHS:
+        raise ValueError(f"unknown target {arch!r}; choose one of {ARCHS}")
+    return (*_BASE_OPTIONS, f"-arch={arch}", f"-DFO_ARCH={arch[3:5]}")
+
+
+@lru_cache(maxsize=1)
+def _headers() -> tuple[tuple[str, ...], tuple[bytes, ...]]:
+    names = sorted(p.name for p in CUDA_DIR.glob("*.cuh"))
+    return tuple(names), tuple((CUDA_DIR / n).read_bytes() for n in names)
+
+
+def reload_headers() -> None:
+    """Forget the header snapshot (after editing ``fo_lib/cuda`` in a live session)."""
+    _headers.cache_clear()
+
+
+def source_key(source: str, arch: str) -> str:
+    """Cache key over the source, every header, the options and the NVRTC version."""
+    h = hashlib.sha256()
+    for part in (source.encode(), *_headers()[1], " ".join(nvrtc_options(arch)).encode(),
+                 repr(nvrtc_version()).encode(), *[n.encode() for n in _headers()[0]]):
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()[:32]
+
+
+def _debug() -> bool:
+    return os.environ.get("FO_JIT_DEBUG", "") not in ("", "0")
+
+
+def compile_cubin(source: str, arch: str, name: str = "fo_kernel.cu") -> bytes:
+    """Compile a generated source for ``arch``; raise :class:`KernelCompileError` with the log."""
+    nvrtc = _nvrtc()
+    names, contents = _headers()
+    options = nvrtc_options(arch)
+    if _debug():
+        print(f"--- fo_lib JIT source ({arch}) ---\n{source}")
+    prog = nvrtc.createProgram(source, name, list(contents), [n.encode() for n in names])
+    try:
+        try:
+            nvrtc.compileProgram(prog, list(options))
+        except nvrtc.NVRTCError as exc:
+            log = nvrtc.getProgramLog(prog)
+            raise KernelCompileError(f"NVRTC failed for {name} ({arch}, options {' '.join(options)}):\n"
+                                     f"{log}\n--- source ---\n{source}") from exc
+        if _debug():
+            print(f"--- NVRTC log ---\n{nvrtc.getProgramLog(prog)}")
+        return nvrtc.getCUBIN(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+def cache_dir() -> Path:
+    path = Path(os.environ.get("FO_CACHE_DIR", Path.home() / ".cache" / "fo_lib"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _cupy():
+    try:
+        import cupy
+    except ImportError as exc:
+        raise CudaUnavailableError("GPU kernels need CuPy: pip install 'fo_lib[cuda12]' (or [cuda13])") from exc
+    try:
+        if cupy.cuda.runtime.getDeviceCount() == 0:
+            raise CudaUnavailableError("no CUDA GPU is visible")
+    except cupy.cuda.runtime.CUDARuntimeError as exc:
+        raise CudaUnavailableError(f"no usable CUDA GPU: {exc}") from exc
+    return cupy
+
+
+def current_arch() -> str:
+    """The NVRTC target for the current device (sm_90a on 9.0, else sm_XY)."""
+    cupy = _cupy()
+    cc = cupy.cuda.Device().compute_capability
+    return "sm_90a" if cc == "90" else f"sm_{cc}"
+
+
+_lock = threading.Lock()
+_loaded: dict[tuple[str, str, int], object] = {}
+
+
+def get_kernel(source: str, kernel_name: str):
+    """Compile (or fetch from the disk cache) ``source`` for this device; return the RawKernel."""
+    cupy = _cupy()
+    arch = current_arch()
+    device = cupy.cuda.Device().id
+    key = source_key(source, arch)
+    with _lock:
+        hit = _loaded.get((key, kernel_name, device))
+        if hit is not None:
+            return hit
+        path = cache_dir() / f"{key}_{arch}.cubin"
+        if not path.exists():
+            cubin = compile_cubin(source, arch, name=f"{kernel_name}.cu")
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_bytes(cubin)
+            tmp.replace(path)  # atomic: concurrent processes never read a half-written file
+        module = cupy.RawModule(path=str(path))
+        kernel = module.get_function(kernel_name)
+        _loaded[(key, kernel_name, device)] = kernel
+        return kernel
+
+
+# --- compile-check registry (CI compiles every registered source for every target) -------------
+_compile_checks: list[Callable[[], Iterable[tuple[str, str]]]] = []
+
+
+def register_compile_check(fn: Callable[[], Iterable[tuple[str, str]]]):
+    """Decorator: ``fn()`` yields ``(label, source)`` pairs that must compile for every arch."""
+    _compile_checks.append(fn)
+    return fn
+
+
+def compile_check_sources() -> Iterator[tuple[str, str]]:
+    # Importing the host modules registers their generators.
+    from . import gemm, postops  # noqa: F401
+    for fn in _compile_checks:
+        yield from fn()

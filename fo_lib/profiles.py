@@ -1,0 +1,261 @@
+"""Offline tuning artifacts: a GEMM's wave profile and a collective's latency curve.
+
+Both are versioned JSON documents (``format``/``version`` keys) validated on load, so a stale or
+hand-edited file fails with a message that names the problem instead of mis-tuning silently.
+A bare ``{"points": [[bytes, ms], ...]}`` is accepted as a bandwidth curve (the CLI's synthetic form).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+GEMM_PROFILE_FORMAT = "fo_lib.gemm_profile"
+BANDWIDTH_CURVE_FORMAT = "fo_lib.bandwidth_curve"
+SCHEMA_VERSION = 1
+PRIMITIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
+
+
+class ProfileError(ValueError):
+    """A profile or curve is malformed or does not fit the question asked of it."""
+
+
+def _read_json(path: str | Path) -> dict[str, Any]:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ProfileError(f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProfileError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}") from exc
+    if not isinstance(doc, dict):
+        raise ProfileError(f"{path}: expected a JSON object at top level, got {type(doc).__name__}")
+    return doc
+
+
+def _check_format(doc: dict[str, Any], fmt: str, where: str) -> None:
+    if doc.get("format") != fmt:
+        raise ProfileError(f"{where}: 'format' is {doc.get('format')!r}, expected {fmt!r}")
+    if doc.get("version") != SCHEMA_VERSION:
+        raise ProfileError(f"{where}: schema version {doc.get('version')!r} is not supported "
+                           f"(this fo_lib reads version {SCHEMA_VERSION})")
+
+
+def _positive_finite(name: str, value: Any, where: str, allow_zero: bool = False) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ProfileError(f"{where}: {name} must be a number, got {value!r}") from None
+    if not math.isfinite(x) or x < 0 or (x == 0 and not allow_zero):
+        raise ProfileError(f"{where}: {name} must be {'non-negative' if allow_zero else 'positive'} "
+                           f"and finite, got {value!r}")
+    return x
+
+
+@dataclass(frozen=True)
+class BandwidthCurve:
+    """Latency of one collective against message size, sampled on one link.
+
+    ``points`` are ``(bytes, ms)`` pairs, bytes strictly increasing. ``bytes`` is the size of the
+    buffer handed to the collective (for ReduceScatter the full input, for All-to-All what one rank
+    sends).
+    """
+
+    points: tuple[tuple[float, float], ...]
+    primitive: str = "all_reduce"
+    world_size: int = 2
+    link: str = "synthetic"
+    meta: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        where = f"bandwidth curve ({self.primitive}, world {self.world_size}, {self.link})"
+        pts = tuple((float(b), float(t)) for b, t in self.points)
+        object.__setattr__(self, "points", pts)
+        if len(pts) < 2:
+            raise ProfileError(f"{where}: needs at least two points, got {len(pts)}")
+        for i, (b, t) in enumerate(pts):
+            _positive_finite(f"bytes of point {i}", b, where)
+            _positive_finite(f"ms of point {i}", t, where)
+        sizes = [b for b, _ in pts]
+        if any(b2 <= b1 for b1, b2 in zip(sizes, sizes[1:])):
+            raise ProfileError(f"{where}: points must be sorted by strictly increasing bytes")
+        if self.primitive not in PRIMITIVES:
+            raise ProfileError(f"{where}: unknown primitive {self.primitive!r}; one of {PRIMITIVES}")
+        if not isinstance(self.world_size, int) or self.world_size < 1:
+            raise ProfileError(f"{where}: world_size must be a positive integer")
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.array([b for b, _ in self.points])
+
+    @property
+    def times(self) -> np.ndarray:
+        return np.array([t for _, t in self.points])
+
+    def covers(self, nbytes: float) -> bool:
+        return self.points[0][0] <= nbytes <= self.points[-1][0]
+
+    def interp_ms(self, nbytes):
+        """Piecewise-linear latency (scalar or array); raises if a size lies outside the samples."""
+        x = np.asarray(nbytes, dtype=np.float64)
+        lo, hi = self.points[0][0], self.points[-1][0]
+        bad = (x < lo) | (x > hi)
+        if np.any(bad):
+            first = float(x[bad].flat[0]) if x.ndim else float(x)
+            raise ProfileError(
+                f"message of {first:.0f} bytes is outside the sampled range [{lo:.0f}, {hi:.0f}] bytes "
+                f"of the {self.primitive} curve; sample a wider curve (the 'paper' model does not "
+                f"extrapolate)")
+        t = np.interp(x, self.sizes, self.times)
+        return float(t) if t.ndim == 0 else t
+
+    def alpha_beta(self) -> tuple[float, float]:
+        """Least-squares ``t = alpha + bytes / beta`` over the points: (alpha ms, beta bytes/ms)."""
+        slope, alpha = np.polyfit(self.sizes, self.times, 1)
+        slope = max(float(slope), 1e-30)
+        return max(float(alpha), 0.0), 1.0 / slope
+
+    def latency_ms(self, nbytes):
+        """Latency for any size (scalar or array): interpolated inside the sampled range, the
+        ``alpha + bytes/beta`` line above it, and below it the smallest sample's bandwidth but never
+        less than ``alpha`` (the small-message floor). Zero bytes cost nothing."""
+        x = np.asarray(nbytes, dtype=np.float64)
+        alpha, beta = self.alpha_beta()
+        (b0, t0), (b1, t1) = self.points[0], self.points[-1]
+        inside = np.interp(x, self.sizes, self.times)
+        below = np.maximum(alpha, t0 * x / b0)
+        above = t1 + (x - b1) / beta
+        t = np.where(x < b0, below, np.where(x > b1, above, inside))
+        t = np.where(x <= 0, 0.0, t)
+        return float(t) if t.ndim == 0 else t
+
+    def bus_bandwidth_gbps(self) -> np.ndarray:
+        """NCCL-style bus bandwidth of each point (GB/s), for plots."""
+        w = self.world_size
+        factor = {"all_reduce": 2 * (w - 1) / w, "reduce_scatter": (w - 1) / w,
+                  "all_gather": (w - 1) / w, "all_to_all": (w - 1) / w}[self.primitive]
+        return self.sizes * factor / (self.times * 1e-3) / 1e9
+
+    # --- JSON ---------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": BANDWIDTH_CURVE_FORMAT, "version": SCHEMA_VERSION, "primitive": self.primitive,
+                "world_size": self.world_size, "link": self.link,
+                "points": [list(p) for p in self.points], "meta": self.meta}
+
+    def save(self, path: str | Path) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any], where: str = "bandwidth curve") -> "BandwidthCurve":
+        if "format" in doc:
+            _check_format(doc, BANDWIDTH_CURVE_FORMAT, where)
+        points = doc.get("points")
+        if not isinstance(points, list) or not all(isinstance(p, (list, tuple)) and len(p) == 2
+                                                     for p in points):
+            raise ProfileError(f"{where}: 'points' must be a list of [bytes, ms] pairs")
+        try:
+            return cls(points=tuple(tuple(p) for p in points),
+                       primitive=doc.get("primitive", "all_reduce"),
+                       world_size=int(doc.get("world_size", 2)), link=doc.get("link", "synthetic"),
+                       meta=doc.get("meta", {}))
+        except ProfileError as exc:
+            raise ProfileError(f"{where}: {exc}") from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> "BandwidthCurve":
+        return cls.from_dict(_read_json(path), where=str(path))
+
+
+@dataclass(frozen=True)
+class GemmProfile:
+    """Measured wave timing of one GEMM configuration.
+
+    ``wave_ms[i]`` is the duration of wave ``i`` when the GEMM runs on ``ctas`` persistent CTAs
+    (``sm_count - comm_sms`` with one CTA per SM). ``full_ms`` is the plain GEMM on every SM (what
+    a non-overlapped run costs). ``wave_bytes[i]`` is the output bytes wave ``i`` produces.
+    """
+
+    M: int
+    N: int
+    K: int
+    dtype: str
+    config: dict[str, Any]
+    sm_count: int
+    comm_sms: int
+    ctas: int
+    wave_ms: tuple[float, ...]
+    wave_bytes: tuple[int, ...]
+    full_ms: float
+    gpu: str = "unknown"
+    meta: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        where = f"GEMM profile {self.M}x{self.N}x{self.K}"
+        for name in ("M", "N", "K", "sm_count", "ctas"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v <= 0:
+                raise ProfileError(f"{where}: {name} must be a positive integer, got {v!r}")
+        if not 0 <= self.comm_sms < self.sm_count:
+            raise ProfileError(f"{where}: comm_sms must be in [0, {self.sm_count})")
+        object.__setattr__(self, "wave_ms", tuple(_positive_finite("wave_ms", w, where) for w in self.wave_ms))
+        object.__setattr__(self, "wave_bytes", tuple(int(_positive_finite("wave_bytes", b, where))
+                                                     for b in self.wave_bytes))
+        if not self.wave_ms:
+            raise ProfileError(f"{where}: no waves")
+        if len(self.wave_ms) != len(self.wave_bytes):
+            raise ProfileError(f"{where}: {len(self.wave_ms)} wave durations but "
+                               f"{len(self.wave_bytes)} wave sizes")
+        _positive_finite("full_ms", self.full_ms, where)
+
+    @property
+    def num_waves(self) -> int:
+        return len(self.wave_ms)
+
+    @property
+    def total_ms(self) -> float:
+        return float(sum(self.wave_ms))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["wave_ms"], d["wave_bytes"] = list(self.wave_ms), list(self.wave_bytes)
+        return {"format": GEMM_PROFILE_FORMAT, "version": SCHEMA_VERSION, **d}
+
+    def save(self, path: str | Path) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any], where: str = "GEMM profile") -> "GemmProfile":
+        _check_format(doc, GEMM_PROFILE_FORMAT, where)
+        fields = {k: doc[k] for k in cls.__dataclass_fields__ if k in doc}
+        missing = [k for k in ("M", "N", "K", "dtype", "config", "sm_count", "comm_sms", "ctas",
+                               "wave_ms", "wave_bytes", "full_ms") if k not in fields]
+        if missing:
+            raise ProfileError(f"{where}: missing keys {missing}")
+        try:
+            return cls(**fields)
+        except ProfileError as exc:
+            raise ProfileError(f"{where}: {exc}") from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> "GemmProfile":
+        return cls.from_dict(_read_json(path), where=str(path))
+
+    @classmethod
+    def synthetic(cls, num_waves: int, wave_ms: float, bytes_per_wave: int, **kw) -> "GemmProfile":
+        """A uniform profile from three numbers (what ``fo_lib tune --waves`` builds)."""
+        if not isinstance(num_waves, int) or num_waves < 1:
+            raise ProfileError(f"--waves must be a positive integer, got {num_waves!r}")
+        _positive_finite("--wave-ms", wave_ms, "synthetic profile")
+        _positive_finite("--bytes-per-wave", bytes_per_wave, "synthetic profile")
+        defaults = dict(M=1, N=1, K=1, dtype="bf16", config={}, sm_count=132, comm_sms=0, ctas=132,
+                        full_ms=wave_ms * num_waves, gpu="synthetic")
+        defaults.update(kw)
+        return cls(wave_ms=(float(wave_ms),) * num_waves, wave_bytes=(int(bytes_per_wave),) * num_waves,
+                   **defaults)

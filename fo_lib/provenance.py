@@ -1,0 +1,53 @@
+"""Measured data with a provenance sidecar: ``data/<gpu>/<name>.csv`` + ``<name>.meta.json``."""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DATA_DIR = REPO_ROOT / "data"
+
+
+def git_sha() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def gpu_tag(name: str | None = None) -> str:
+    """Short folder name for a GPU: 'NVIDIA H200' -> 'h200'."""
+    if name is None:
+        import torch
+        name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    return name.lower().replace("nvidia", "").strip().split()[0].replace("-", "")
+
+
+def provenance(*, world_size: int = 1, link: str = "none", command: str | None = None, **extra) -> dict:
+    from .cli import environment_info
+
+    info = environment_info()
+    gpu = info["gpus"][0] if info.get("gpus") else {}
+    return {
+        "gpu": gpu.get("name", "none"), "sm_count": gpu.get("sm_count"),
+        "cuda_driver": info.get("cuda_driver"), "cuda_runtime": info.get("cuda_runtime"),
+        "nccl": info.get("nccl"), "torch": info.get("torch"), "cupy": info.get("cupy"),
+        "nvrtc": info.get("nvrtc"), "python": info.get("python"), "git_sha": git_sha(),
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "world_size": world_size, "link": link,
+        "command": command if command is not None else " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        **extra,
+    }
+
+
+def write_result(df, path: str | Path, **meta) -> Path:
+    """Write ``df`` as CSV at ``path`` and its sidecar ``<stem>.meta.json``; return the CSV path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(path, index=False)
+    path.with_suffix(".meta.json").write_text(json.dumps(provenance(**meta), indent=1) + "\n")
+    return path

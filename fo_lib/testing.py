@@ -1,0 +1,76 @@
+"""Correctness and benchmark helpers shared by tests, scripts and notebooks.
+
+* :func:`calc_diff`: relative Frobenius error against a float64 reference (NaN never passes).
+* :func:`bench_interleaved`: time several variants in interleaved rounds (A, B, C, A, B, C, ...)
+  with CUDA events and report per-variant samples, so a power-capped GPU's clock drift hits every
+  variant alike. Compare medians only within one call.
+"""
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+
+def calc_diff(x, ref) -> float:
+    """``||x - ref|| / ||ref||`` in float64; ``inf`` if ``x`` holds NaN/Inf or shapes differ."""
+    x = _to_numpy(x)
+    ref = _to_numpy(ref)
+    if x.shape != ref.shape:
+        raise ValueError(f"shape mismatch: {x.shape} vs reference {ref.shape}")
+    if not np.all(np.isfinite(x)):
+        return float("inf")
+    denom = np.linalg.norm(ref)
+    num = np.linalg.norm(x - ref)
+    return float(num / denom) if denom > 0 else float(num)
+
+
+def _to_numpy(x) -> np.ndarray:
+    if hasattr(x, "detach"):  # torch tensor, any device/dtype
+        return x.detach().to("cpu").double().numpy()
+    if hasattr(x, "get"):  # cupy array
+        x = x.get()
+    return np.asarray(x, dtype=np.float64)
+
+
+def median(samples) -> float:
+    return float(statistics.median(samples))
+
+
+def bench_interleaved(fns: Mapping[str, Callable[[int], object]], *, rounds: int = 30,
+                      inner: int = 5, warmup: int = 3, stream=None) -> dict[str, list[float]]:
+    """Time ``fns`` (each called as ``fn(i)``, ``i`` the call index for input rotation).
+
+    Each round runs every variant ``inner`` times back to back between two CUDA events and records
+    the mean per call in ms; variants alternate within a round. Returns ``{name: [ms per round]}``.
+    """
+    import torch
+
+    stream = stream or torch.cuda.current_stream()
+    names = list(fns)
+    calls = 0
+    for _ in range(warmup):
+        for name in names:
+            for _ in range(inner):
+                fns[name](calls)
+                calls += 1
+    torch.cuda.synchronize()
+    out: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        order = names if r % 2 == 0 else names[::-1]  # alternate who goes first
+        for name in order:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            for _ in range(inner):
+                fns[name](calls)
+                calls += 1
+            end.record(stream)
+            end.synchronize()
+            out[name].append(start.elapsed_time(end) / inner)
+    return out
+
+
+def summarize(samples: Mapping[str, list[float]]) -> dict[str, float]:
+    """Median ms per variant."""
+    return {name: median(v) for name, v in samples.items()}

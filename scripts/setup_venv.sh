@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Create or update the project's virtual environment in ./.venv (sourced by run_tests.sh and run_all.sh).
+# Re-installs only when pyproject.toml changed since the last successful install.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${FO_VENV:-$root/.venv}"
+py="${PYTHON:-python3}"
+extras="${FO_EXTRAS:-test,nvrtc,notebooks}"
+if [ ! -x "$venv/bin/python" ]; then
+  echo "[setup] creating virtual environment $venv"
+  "$py" -m venv "$venv"
+fi
+stamp="$venv/.fo_lib-installed"
+want="$(sha256sum "$root/pyproject.toml" | cut -c1-16) $extras"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "[setup] installing fo_lib[$extras] into $venv"
+  "$venv/bin/python" -m pip install -q --upgrade pip
+  # torch first, pinned: on CPU machines 2.13.0 is the CPU build on local disk; the project's own
+  # requirement is a range so that a GPU machine keeps its CUDA build.
+  "$venv/bin/python" -c "import torch" 2>/dev/null || "$venv/bin/python" -m pip install -q "torch==2.13.0"
+  "$venv/bin/python" -m pip install -q -e "$root[$extras]"
+  "$venv/bin/python" -m ipykernel install --user --name fo_lib --display-name "fo_lib (.venv)" >/dev/null 2>&1 || true
+  echo "$want" > "$stamp"
+fi
+export PATH="$venv/bin:$PATH"
