@@ -1,0 +1,442 @@
+"""The portable tensor-core GEMM ``C = A @ B^T`` and its FlashOverlap epilogues (host side).
+
+Device code: ``fo_lib/cuda/gemm_mma.cuh`` (mma.sync + ldmatrix + cp.async, sm_80 .. sm_90) and
+``fo_lib/cuda/tile_schedule.cuh`` (the raster order of :func:`fo_lib.tiling.raster_tile`). This module
+picks a tile config, generates the tiny instantiation source, and launches on a torch stream.
+
+* ``A`` is ``M x K`` row-major, ``B`` is the ``nn.Linear`` weight ``N x K`` row-major ("NT"); bf16 or
+  fp16, fp32 accumulation, output in the input type. ``K`` must be a multiple of 8 (16-byte rows for
+  ``cp.async``); ``M`` and ``N`` are free (tails are predicated).
+* The kernel is persistent: ``ctas`` CTAs (default: one per SM) walk the schedule ``s = b, b + P, ...``
+  so tile ``s`` runs in wave ``s // P``, exactly what :class:`fo_lib.tiling.TileGrid` predicts for the
+  same ``(BM, BN, order, swizzle, ctas)``.
+* Epilogues: ``plain`` stores ``C``; ``signal`` stores row ``i`` of tile column ``tn`` at
+  ``comm_buf[row_offset[i, tn] + c]`` and then adds 1 to ``group_counter[tile_group[tile_id]]``
+  (release, never reset: the waiter compares against epoch targets); ``probe`` stores ``C`` and records
+  per tile ``(start ns, end ns, smid, cta)``.
+
+``import fo_lib.gemm`` needs neither torch nor CuPy; they are imported when a kernel is launched.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from functools import lru_cache
+
+from . import kernels
+from .tiling import RASTER_ORDERS
+
+DTYPES = ("bf16", "f16")
+EPILOGUES = ("plain", "signal", "probe")
+_EPILOGUE_ID = {"plain": 0, "signal": 1, "probe": 2}
+_DTYPE_TAG = {"bf16": "fo::bf16_tag", "f16": "fo::f16_tag"}
+_MAX_SMEM = 227 * 1024  # H100/H200 opt-in limit per block; the device's own limit is checked at launch
+
+
+class GemmError(ValueError):
+    """A GEMM call or config that cannot run (bad dtype, shape, stride, table, ...)."""
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """One tile configuration. ``order``/``swizzle`` are run-time arguments (no recompile)."""
+
+    BM: int = 128
+    BN: int = 256
+    BK: int = 32
+    warps_m: int = 2
+    warps_n: int = 4
+    stages: int = 4
+    order: str = "row"
+    swizzle: int = 1
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps_m * self.warps_n
+
+    @property
+    def smem_bytes(self) -> int:
+        """Operand ring (``stages`` x (BM + BN) x BK) + the separate C staging tile (2-byte elements)
+        + BM int64 row offsets (signal epilogue)."""
+        return 2 * (self.stages * (self.BM + self.BN) * self.BK + self.BM * self.BN) + 8 * self.BM
+
+    @property
+    def warp_tile(self) -> tuple[int, int]:
+        return self.BM // self.warps_m, self.BN // self.warps_n
+
+    @property
+    def tile_name(self) -> str:
+        """Identifies the compiled specialization (everything but the run-time raster)."""
+        return f"m{self.BM}n{self.BN}k{self.BK}_w{self.warps_m}x{self.warps_n}_s{self.stages}"
+
+    def with_raster(self, order: str | None = None, swizzle: int | None = None) -> "GemmConfig":
+        from dataclasses import replace
+        return replace(self, order=self.order if order is None else order,
+                       swizzle=self.swizzle if swizzle is None else swizzle)
+
+    def validate(self) -> "GemmConfig":
+        def bad(msg: str):
+            raise GemmError(f"GemmConfig {self.tile_name}: {msg}")
+
+        for name in ("BM", "BN", "BK", "warps_m", "warps_n", "stages", "swizzle"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                bad(f"{name} must be a positive int, got {v!r}")
+        if self.BK not in (32, 64):
+            bad(f"BK must be 32 or 64, got {self.BK}")
+        if self.BN % 64:
+            bad(f"BN must be a multiple of 64 (C staging swizzle), got {self.BN}")
+        if self.BM % 16:
+            bad(f"BM must be a multiple of 16, got {self.BM}")
+        if self.BM % self.warps_m or self.BN % self.warps_n:
+            bad(f"tile {self.BM}x{self.BN} does not split over {self.warps_m}x{self.warps_n} warps")
+        wm, wn = self.warp_tile
+        if wm % 16 or wn % 16:
+            bad(f"warp tile {wm}x{wn} must be a multiple of 16x16")
+        if self.threads > 1024:
+            bad(f"{self.threads} threads per CTA exceeds 1024")
+        cpr = self.BK // 8
+        if (self.BM * cpr) % self.threads or (self.BN * cpr) % self.threads or (self.threads // cpr) % 8:
+            bad(f"{self.threads} threads cannot split the {self.BM}/{self.BN} x {self.BK} operand loads evenly")
+        if (self.BM * self.BN // 8) % self.threads:
+            bad(f"{self.threads} threads cannot split the C tile stores evenly")
+        if self.BM > self.threads:
+            bad(f"BM={self.BM} exceeds {self.threads} threads (one thread per row fetches row offsets)")
+        if not 2 <= self.stages <= 8:
+            bad(f"stages must be in [2, 8], got {self.stages}")
+        if self.smem_bytes > _MAX_SMEM:
+            bad(f"needs {self.smem_bytes} B of shared memory, more than {_MAX_SMEM}")
+        if self.order not in RASTER_ORDERS:
+            bad(f"order must be one of {RASTER_ORDERS}, got {self.order!r}")
+        # Accumulators (fp32) + double-buffered fragments must fit the 255-register budget.
+        if (wm * wn) // 32 + 2 * (wm // 16 * 4 + wn // 8 * 2) > 200:
+            bad(f"warp tile {wm}x{wn} needs too many registers")
+        return self
+
+
+CONFIGS: dict[str, GemmConfig] = {
+    "128x256x32": GemmConfig(128, 256, 32, 2, 4, 4),
+    "256x128x32": GemmConfig(256, 128, 32, 4, 2, 4),
+    "128x256x64": GemmConfig(128, 256, 64, 2, 4, 3),
+    "256x128x64": GemmConfig(256, 128, 64, 4, 2, 3),
+    "128x128x32": GemmConfig(128, 128, 32, 2, 4, 4),
+    "64x64x32": GemmConfig(64, 64, 32, 2, 2, 3),
+}
+for _c in CONFIGS.values():
+    _c.validate()
+
+# Relative throughput of a full tile per unit area (mainloop efficiency), used only to trade tile
+# size against last-wave fill in default_config. Bigger warp tiles reuse fragments better.
+# Relative full-tile throughput, measured on an H200 (bf16, K >= 4096, interleaved medians from
+# scripts/bench_gemm.py): 256x128x64 ~375, 128x256x64 ~365, x32 variants ~345, 128x128x32 ~280,
+# 64x64x32 ~95 TFLOP/s. Only used to trade tile size against wave count in default_config.
+_TILE_SPEED = {"256x128x64": 1.0, "128x256x64": 0.97, "256x128x32": 0.93, "128x256x32": 0.93,
+               "128x128x32": 0.75, "64x64x32": 0.25}
+# Preference order (ties go to the earlier); the x32 variants are the fallbacks for GPUs with less
+# shared memory (A100: 164 KB, sm_86/89: 99 KB per block).
+_DEFAULT_CANDIDATES = ("256x128x64", "128x256x64", "256x128x32", "128x256x32", "128x128x32", "64x64x32")
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@lru_cache(maxsize=1024)
+def default_config(M: int, N: int, K: int, sm_count: int = 132, smem_limit: int = _MAX_SMEM) -> GemmConfig:
+    """Pick a config by a wave-count model (pure; DeepGEMM-style).
+
+    Estimated time = waves x padded tile area / tile speed, over the configs that fit ``smem_limit``:
+    the big tiles win unless their last wave is badly underfilled or they leave SMs idle (small M,
+    N), where a smaller tile spreads better; a smaller tile must win by 3 %. Raster: row order, bands
+    of up to 8 tile rows (L2 reuse of A and B inside a wave); swizzle 1 when everything fits in one
+    wave.
+    """
+    for name, v in (("M", M), ("N", N), ("K", K), ("sm_count", sm_count), ("smem_limit", smem_limit)):
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise GemmError(f"{name} must be a positive int, got {v!r}")
+    best, best_cost = None, math.inf
+    for name in _DEFAULT_CANDIDATES:
+        cfg = CONFIGS[name]
+        if cfg.smem_bytes > smem_limit:
+            continue
+        tiles = _ceil_div(M, cfg.BM) * _ceil_div(N, cfg.BN)
+        waves = _ceil_div(tiles, sm_count)
+        # Tile work is spent on the padding past M/N (tails) too, so use the padded area.
+        cost = waves * cfg.BM * cfg.BN / _TILE_SPEED[name]
+        if cost < best_cost * 0.97:
+            best, best_cost = cfg, cost
+    if best is None:
+        raise GemmError(f"no GEMM config fits {smem_limit} B of shared memory per block")
+    tiles_m = _ceil_div(M, best.BM)
+    tiles = tiles_m * _ceil_div(N, best.BN)
+    swizzle = 1 if tiles <= sm_count else min(8, tiles_m)
+    return best.with_raster("row", swizzle)
+
+
+# --- source generation --------------------------------------------------------------------------
+def kernel_name(cfg: GemmConfig, dtype: str, epilogue: str) -> str:
+    return f"fo_gemm_nt_{cfg.tile_name}_{dtype}_{epilogue}"
+
+
+def generate_source(cfg: GemmConfig, dtype: str, epilogue: str) -> tuple[str, str]:
+    """The instantiation source of one (tile config, dtype, epilogue) and its kernel name."""
+    cfg.validate()
+    if dtype not in DTYPES:
+        raise GemmError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    if epilogue not in EPILOGUES:
+        raise GemmError(f"epilogue must be one of {EPILOGUES}, got {epilogue!r}")
+    name = kernel_name(cfg, dtype, epilogue)
+    targs = (f"{cfg.BM}, {cfg.BN}, {cfg.BK}, {cfg.warps_m}, {cfg.warps_n}, {cfg.stages}, "
+             f"{_DTYPE_TAG[dtype]}, {_EPILOGUE_ID[epilogue]}")
+    source = f"""#include "gemm_mma.cuh"
+
+extern "C" __global__ void __launch_bounds__({cfg.threads}, 1)
+{name}(const fo::bits16* A, const fo::bits16* B, fo::bits16* C, int M, int N, int K,
+       long long lda, long long ldb, long long ldc, int order, int swizzle,
+       fo::bits16* comm_buf, const long long* row_offset, const int* tile_group,
+       unsigned int* group_counter, unsigned long long* probe) {{
+    fo::gemm_nt_body<{targs}>(A, B, C, M, N, K, lda, ldb, ldc, order, swizzle,
+                              comm_buf, row_offset, tile_group, group_counter, probe);
+}}
+"""
+    return source, name
+
+
+def raster_check_source() -> tuple[str, str]:
+    """A tiny kernel writing ``fo::raster_tile(s)`` for ``s < tiles`` (``out[2s] = tm, out[2s+1] = tn``):
+    the GPU test compares it with :func:`fo_lib.tiling.raster_tile`."""
+    name = "fo_raster_tile_check"
+    source = f"""#include "tile_schedule.cuh"
+
+extern "C" __global__ void {name}(int* out, int tiles_m, int tiles_n, int order, int swizzle) {{
+    const int tiles = tiles_m * tiles_n;
+    for (int s = blockIdx.x * blockDim.x + threadIdx.x; s < tiles; s += gridDim.x * blockDim.x) {{
+        int tm, tn;
+        fo::raster_tile(s, tiles_m, tiles_n, order, swizzle, tm, tn);
+        out[2 * s] = tm;
+        out[2 * s + 1] = tn;
+    }}
+}}
+"""
+    return source, name
+
+
+@kernels.register_compile_check
+def compile_check_sources():
+    """Every config x dtype x epilogue (CI compiles each for every arch in kernels.ARCHS)."""
+    for cname, cfg in CONFIGS.items():
+        for dtype in DTYPES:
+            for epi in EPILOGUES:
+                src, name = generate_source(cfg, dtype, epi)
+                yield f"gemm {cname} {dtype} {epi}", src
+    yield "raster_tile check", raster_check_source()[0]
+
+
+# --- launch -------------------------------------------------------------------------------------
+@lru_cache(maxsize=16)
+def _device_info(device_index: int) -> tuple[int, int]:
+    """(SM count, opt-in shared memory per block) of a device."""
+    import cupy
+    with cupy.cuda.Device(device_index):
+        sms = cupy.cuda.runtime.deviceGetAttribute(cupy.cuda.runtime.cudaDevAttrMultiProcessorCount,
+                                                   device_index)
+        smem = cupy.cuda.runtime.deviceGetAttribute(
+            cupy.cuda.runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin, device_index)
+    return int(sms), int(smem)
+
+
+def sm_count(device=None) -> int:
+    import torch
+    dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    return _device_info(dev.index if dev.index is not None else torch.cuda.current_device())[0]
+
+
+def _dtype_name(t) -> str:
+    import torch
+    if t.dtype == torch.bfloat16:
+        return "bf16"
+    if t.dtype == torch.float16:
+        return "f16"
+    raise GemmError(f"only bfloat16 and float16 are supported, got {t.dtype}")
+
+
+def _check_matrix(t, name: str, rows: int | None = None) -> None:
+    import torch
+    if not isinstance(t, torch.Tensor):
+        raise GemmError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if not t.is_cuda:
+        raise GemmError(f"{name} must be on a CUDA device, got {t.device}")
+    if t.dim() != 2:
+        raise GemmError(f"{name} must be 2-D, got shape {tuple(t.shape)}")
+    if t.stride(1) != 1:
+        raise GemmError(f"{name} must have unit stride in its last dimension, got strides {t.stride()}")
+    if t.size(0) > 1 and t.stride(0) < t.size(1):
+        raise GemmError(f"{name} rows overlap (stride {t.stride(0)} < {t.size(1)} columns)")
+    if t.data_ptr() % 16:
+        raise GemmError(f"{name} must be 16-byte aligned (data_ptr % 16 = {t.data_ptr() % 16})")
+    if rows is not None and t.size(0) != rows:
+        raise GemmError(f"{name} must have {rows} rows, got {t.size(0)}")
+
+
+def _check_operands(a, b, config: GemmConfig | None, ctas: int | None):
+    _check_matrix(a, "a")
+    _check_matrix(b, "b")
+    dtype = _dtype_name(a)
+    if b.dtype != a.dtype:
+        raise GemmError(f"a and b must have the same dtype, got {a.dtype} and {b.dtype}")
+    if a.device != b.device:
+        raise GemmError(f"a and b must be on the same device, got {a.device} and {b.device}")
+    M, K = a.shape
+    N, Kb = b.shape
+    if K != Kb:
+        raise GemmError(f"K mismatch: a is {tuple(a.shape)} (M x K), b is {tuple(b.shape)} (N x K)")
+    if M == 0 or N == 0 or K == 0:
+        raise GemmError(f"empty GEMM M={M} N={N} K={K} is not supported")
+    if K % 8:
+        raise GemmError(f"K must be a multiple of 8 (16-byte cp.async rows), got K={K}")
+    for t, name in ((a, "a"), (b, "b")):
+        if t.size(0) > 1 and t.stride(0) % 8:
+            raise GemmError(f"{name} row stride must be a multiple of 8 elements, got {t.stride(0)}")
+    dev_index = a.device.index
+    sms, smem_limit = _device_info(dev_index)
+    cfg = default_config(M, N, K, sms, smem_limit) if config is None else config
+    cfg.validate()
+    if cfg.smem_bytes > smem_limit:
+        raise GemmError(f"config {cfg.tile_name} needs {cfg.smem_bytes} B of shared memory; "
+                        f"{a.device} allows {smem_limit} B per block")
+    if ctas is None:
+        ctas = sms
+    if not isinstance(ctas, int) or isinstance(ctas, bool) or ctas <= 0:
+        raise GemmError(f"ctas must be a positive int, got {ctas!r}")
+    return dtype, M, N, K, cfg, ctas
+
+
+def _check_out(out, M: int, N: int, a, name: str = "out"):
+    _check_matrix(out, name, rows=M)
+    if out.size(1) != N:
+        raise GemmError(f"{name} must be {M} x {N}, got {tuple(out.shape)}")
+    if out.dtype != a.dtype or out.device != a.device:
+        raise GemmError(f"{name} must be {a.dtype} on {a.device}, got {out.dtype} on {out.device}")
+
+
+_streams: dict[tuple[int, int], object] = {}
+_kernel_cache: dict[tuple[str, str, str, int], object] = {}
+
+
+def _cupy_stream(torch_stream, device_index: int):
+    import cupy
+    key = (int(torch_stream.cuda_stream), device_index)
+    s = _streams.get(key)
+    if s is None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # ExternalStream: deprecated in CuPy 14
+            s = cupy.cuda.ExternalStream(key[0], device_index)
+        _streams[key] = s
+    return s
+
+
+def _launch(cfg: GemmConfig, dtype: str, epilogue: str, a, b, c_ptr: int, ldc: int, ctas: int,
+            stream, comm_ptr: int = 0, row_offset_ptr: int = 0, tile_group_ptr: int = 0,
+            counter_ptr: int = 0, probe_ptr: int = 0) -> None:
+    import cupy
+    import numpy as np
+    import torch
+
+    M, K = a.shape
+    N = b.shape[0]
+    tiles = _ceil_div(M, cfg.BM) * _ceil_div(N, cfg.BN)
+    dev = a.device.index
+    with cupy.cuda.Device(dev):
+        key = (cfg.tile_name, dtype, epilogue, dev)
+        kernel = _kernel_cache.get(key)
+        if kernel is None:
+            src, name = generate_source(cfg, dtype, epilogue)
+            kernel = kernels.get_kernel(src, name)
+            if cfg.smem_bytes > 48 * 1024:
+                kernel.max_dynamic_shared_size_bytes = cfg.smem_bytes
+            _kernel_cache[key] = kernel
+        if stream is None:
+            stream = torch.cuda.current_stream(a.device)
+        # NOTES: CTAs past the last tile would only exit; launching min(ctas, tiles) keeps the
+        # schedule (tile s -> CTA s % ctas) unchanged.
+        grid = min(ctas, tiles)
+        u64, i32, i64 = np.uint64, np.int32, np.int64
+        args = (u64(a.data_ptr()), u64(b.data_ptr()), u64(c_ptr), i32(M), i32(N), i32(K),
+                i64(a.stride(0)), i64(b.stride(0)), i64(ldc), i32(RASTER_ORDERS.index(cfg.order)),
+                i32(cfg.swizzle), u64(comm_ptr), u64(row_offset_ptr), u64(tile_group_ptr),
+                u64(counter_ptr), u64(probe_ptr))
+        with _cupy_stream(stream, dev):
+            kernel((grid,), (cfg.threads,), args, shared_mem=cfg.smem_bytes)
+
+
+def gemm_nt(a, b, out=None, *, config: GemmConfig | None = None, ctas: int | None = None, stream=None):
+    """``out = a @ b.T`` (``a``: M x K, ``b``: N x K); returns ``out``."""
+    import torch
+    dtype, M, N, K, cfg, ctas = _check_operands(a, b, config, ctas)
+    if out is None:
+        out = torch.empty(M, N, dtype=a.dtype, device=a.device)
+    else:
+        _check_out(out, M, N, a)
+    _launch(cfg, dtype, "plain", a, b, out.data_ptr(), out.stride(0), ctas, stream)
+    return out
+
+
+def gemm_nt_signal(a, b, comm_buf, row_offset, tile_group, group_counter, *, config: GemmConfig,
+                   ctas: int | None = None, stream=None) -> None:
+    """``a @ b.T`` stored through the row table into ``comm_buf``, signalling a counter per tile group.
+
+    Element ``C[i, tn * BN + c]`` (``c < min(BN, N - tn * BN)``) goes to ``comm_buf.flatten()[row_offset[i,
+    tn] + c]``; after a tile is stored, ``group_counter[tile_group[tile_id]] += 1`` (release, gpu scope).
+    Counters are never reset. ``config`` is required: the tables depend on its tile shape.
+    """
+    import torch
+    if config is None:
+        raise GemmError("gemm_nt_signal needs an explicit config (the tables are built for its tiles)")
+    dtype, M, N, K, cfg, ctas = _check_operands(a, b, config, ctas)
+    tiles_m, tiles_n = _ceil_div(M, cfg.BM), _ceil_div(N, cfg.BN)
+    if not isinstance(comm_buf, torch.Tensor) or not comm_buf.is_cuda:
+        raise GemmError("comm_buf must be a CUDA torch.Tensor")
+    if comm_buf.dtype != a.dtype or comm_buf.device != a.device:
+        raise GemmError(f"comm_buf must be {a.dtype} on {a.device}, got {comm_buf.dtype} on {comm_buf.device}")
+    if not comm_buf.is_contiguous():
+        raise GemmError("comm_buf must be contiguous (row_offset indexes its flat storage)")
+    if comm_buf.numel() < M * N:
+        raise GemmError(f"comm_buf holds {comm_buf.numel()} elements, fewer than M*N = {M * N}")
+    for t, name, dt, shape in ((row_offset, "row_offset", (torch.int64,), (M, tiles_n)),
+                               (tile_group, "tile_group", (torch.int32,), (tiles_m * tiles_n,)),
+                               (group_counter, "group_counter", (torch.int32, torch.uint32), None)):
+        if not isinstance(t, torch.Tensor):
+            raise GemmError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.device != a.device:
+            raise GemmError(f"{name} must be on {a.device}, got {t.device}")
+        if t.dtype not in dt:
+            raise GemmError(f"{name} must be {' or '.join(map(str, dt))}, got {t.dtype}")
+        if not t.is_contiguous():
+            raise GemmError(f"{name} must be contiguous")
+        if shape is not None and tuple(t.shape) != shape:
+            raise GemmError(f"{name} must have shape {shape} for {M}x{N} in {cfg.BM}x{cfg.BN} tiles "
+                            f"({tiles_m}x{tiles_n}), got {tuple(t.shape)}")
+    if group_counter.dim() != 1 or group_counter.numel() == 0:
+        raise GemmError(f"group_counter must be a non-empty 1-D tensor, got shape {tuple(group_counter.shape)}")
+    _launch(cfg, dtype, "signal", a, b, 0, 0, ctas, stream, comm_ptr=comm_buf.data_ptr(),
+            row_offset_ptr=row_offset.data_ptr(), tile_group_ptr=tile_group.data_ptr(),
+            counter_ptr=group_counter.data_ptr())
+
+
+def gemm_nt_probe(a, b, out=None, *, config: GemmConfig, ctas: int | None = None, stream=None):
+    """``a @ b.T`` plus a per-tile probe: returns ``(out, probe)``, ``probe`` int64 ``[tiles, 4]`` =
+    (start globaltimer ns, end ns, smid, CTA index), indexed by row-major tile id."""
+    import torch
+    if config is None:
+        raise GemmError("gemm_nt_probe needs an explicit config")
+    dtype, M, N, K, cfg, ctas = _check_operands(a, b, config, ctas)
+    if out is None:
+        out = torch.empty(M, N, dtype=a.dtype, device=a.device)
+    else:
+        _check_out(out, M, N, a)
+    tiles = _ceil_div(M, cfg.BM) * _ceil_div(N, cfg.BN)
+    probe = torch.zeros(tiles, 4, dtype=torch.int64, device=a.device)
+    _launch(cfg, dtype, "probe", a, b, out.data_ptr(), out.stride(0), ctas, stream,
+            probe_ptr=probe.data_ptr())
+    return out, probe

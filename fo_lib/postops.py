@@ -1,0 +1,619 @@
+"""Post-communication reorder fused with the element-wise epilogue, and the counting-table wait.
+
+Two kernels families live here (CUDA sources in ``fo_lib/cuda``):
+
+* ``post_reorder.cuh``: gathers the communication buffer back into row-major order through an
+  int64 table and applies, in this order (fp32, each 16-bit result rounded once)::
+
+      v = buf[src_offset[r, j // BN] + j % BN]
+      v += bias[j]                      (PostOps.bias)
+      v = activation(v)                 (PostOps.activation)
+      v += residual[r, j]               (PostOps.residual)
+      residual_out[r, j] = v            (PostOps.residual_out; may alias residual)
+      out[r, j] = v * rsqrt(mean_j(v^2) + eps) * weight[j]   if PostOps.rmsnorm else v
+
+  The same kernel restores the ReduceScatter -> AllGather layout: only the table differs.
+* ``wait.cuh``: the consumer side of the counting table (``wait_counter``: one single-thread
+  launch per group on the communication stream, bounded by a timeout that is reported through a
+  device error word) and ``bump_counter`` (release add, for tests and host-driven signalling).
+
+GPU entry points take torch CUDA tensors and launch through CuPy on the given torch stream. The
+pure NumPy :func:`post_reorder_reference` computes the same math in float64 (tests, CPU engine).
+torch and CuPy are imported lazily: ``import fo_lib.postops`` needs neither.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from . import kernels
+
+# --- the fused operations ----------------------------------------------------------------------
+ACTIVATIONS = ("none", "relu", "silu", "gelu_tanh", "gelu_erf")
+_ACT_CODE = {name: i for i, name in enumerate(ACTIVATIONS)}  # must match fo::ACT_* in post_reorder.cuh
+DTYPES = ("bf16", "f16")
+_DTYPE_TAG = {"bf16": "fo::bf16_tag", "f16": "fo::f16_tag"}
+
+CHUNK = 8                 # elements per thread-chunk (one 16-byte access on the vectorized path)
+MAX_THREADS_PER_ROW = 1024
+NORM_ITEMS = 4            # chunks per thread held in registers by the RMSNorm variant
+MAX_NORM_N = MAX_THREADS_PER_ROW * NORM_ITEMS * CHUNK  # 32768: the row must fit in registers
+MAX_N = 2**31 - 2**16     # int32 column indices in the kernel (with room for the last stripe)
+_NONNORM_MAX_THREADS_PER_ROW = 512
+
+
+@dataclass(frozen=True)
+class PostOps:
+    """Which element-wise operations the post-reorder kernel fuses (each a compile-time flag).
+
+    ``activation`` is one of :data:`ACTIVATIONS` (``"gelu-tanh"`` style spellings are accepted and
+    normalised). ``residual_out`` stores the pre-norm value (after bias, activation and residual);
+    it may be the residual tensor itself (in-place update, as in fused add + RMSNorm).
+    """
+
+    bias: bool = False
+    activation: str = "none"
+    residual: bool = False
+    residual_out: bool = False
+    rmsnorm: bool = False
+    eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        for name in ("bias", "residual", "residual_out", "rmsnorm"):
+            value = getattr(self, name)
+            if not isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"PostOps.{name} must be a bool, got {value!r}")
+            object.__setattr__(self, name, bool(value))
+        if not isinstance(self.activation, str):
+            raise TypeError(f"PostOps.activation must be a string, got {self.activation!r}")
+        act = self.activation.strip().lower().replace("-", "_")
+        if act not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {self.activation!r}; choose one of {ACTIVATIONS}")
+        object.__setattr__(self, "activation", act)
+        if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float, np.floating, np.integer)):
+            raise TypeError(f"PostOps.eps must be a number, got {self.eps!r}")
+        eps = float(self.eps)
+        if not math.isfinite(eps) or eps < 0.0:
+            raise ValueError(f"PostOps.eps must be finite and >= 0, got {self.eps!r}")
+        if eps > 1e30:
+            raise ValueError(f"PostOps.eps={eps} is too large for the fp32 kernel")
+        object.__setattr__(self, "eps", eps)
+
+    @property
+    def is_identity(self) -> bool:
+        """A plain gather: no element-wise work at all."""
+        return not (self.bias or self.residual or self.residual_out or self.rmsnorm) and self.activation == "none"
+
+    def describe(self) -> str:
+        parts = []
+        if self.bias:
+            parts.append("bias")
+        if self.activation != "none":
+            parts.append(self.activation)
+        if self.residual:
+            parts.append("residual")
+        if self.residual_out:
+            parts.append("residual_out")
+        if self.rmsnorm:
+            parts.append(f"rmsnorm(eps={self.eps:g})")
+        return "+".join(parts) or "gather"
+
+
+def _check_dtype_name(dtype: str) -> str:
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    return dtype
+
+
+def kernel_items(ops: PostOps) -> int:
+    """Chunks per thread and loop step. RMSNorm keeps the row in registers (NORM_ITEMS); the
+    streaming variants use 2 when a second input stream (bias/residual) would make 4 spill."""
+    if ops.rmsnorm:
+        return NORM_ITEMS
+    return 2 if (ops.bias or ops.residual) else 4
+
+
+def generate_source(ops: PostOps, dtype: str, vectorized: bool) -> tuple[str, str]:
+    """The NVRTC source of one post-reorder specialization and its ``extern "C"`` kernel name."""
+    if not isinstance(ops, PostOps):
+        raise TypeError(f"ops must be a PostOps, got {type(ops).__name__}")
+    _check_dtype_name(dtype)
+    vectorized = bool(vectorized)
+    items = kernel_items(ops)
+    b = lambda flag: "true" if flag else "false"  # noqa: E731
+    name = (f"fo_post_reorder_{dtype}_{'v' if vectorized else 's'}{items}_{ops.activation}"
+            f"_b{int(ops.bias)}r{int(ops.residual)}o{int(ops.residual_out)}n{int(ops.rmsnorm)}")
+    bounds = MAX_THREADS_PER_ROW  # NORM may need a 1024-thread row; the others stay <= 512
+    source = f"""#include "post_reorder.cuh"
+extern "C" __global__ void __launch_bounds__({bounds}) {name}(
+    const fo::bits16* buf, const fo::i64* src_offset, fo::bits16* out, const fo::bits16* bias,
+    const fo::bits16* residual, fo::bits16* residual_out, const fo::bits16* weight,
+    int R, int N, int BN, int tiles_n, long long ldo, float eps) {{
+  fo::post_reorder<{_DTYPE_TAG[dtype]}, {_ACT_CODE[ops.activation]}, {b(ops.bias)}, {b(ops.residual)},
+                   {b(ops.residual_out)}, {b(ops.rmsnorm)}, {b(vectorized)}, {items}>(
+      buf, src_offset, out, bias, residual, residual_out, weight, R, N, BN, tiles_n, ldo, eps);
+}}
+"""
+    return source, name
+
+
+WAIT_KERNEL = "fo_wait_counter"
+BUMP_KERNEL = "fo_bump_counter"
+
+
+def wait_source() -> str:
+    """The NVRTC source holding both ``fo_wait_counter`` and ``fo_bump_counter``."""
+    return f"""#include "wait.cuh"
+extern "C" __global__ void {WAIT_KERNEL}(const fo::u32* counter, int group, fo::u32 target, fo::u32* error,
+                                        fo::u64 timeout_ns) {{
+  if (threadIdx.x == 0 && blockIdx.x == 0) fo::wait_counter(counter, group, target, error, timeout_ns);
+}}
+extern "C" __global__ void {BUMP_KERNEL}(fo::u32* counter, int group, fo::u32 value) {{
+  if (threadIdx.x == 0 && blockIdx.x == 0) fo::bump_counter(counter, group, value);
+}}
+"""
+
+
+def compile_check_ops() -> list[tuple[str, PostOps]]:
+    """The representative PostOps the compile check builds (every flag alone, all together)."""
+    sets = [("gather", PostOps()), ("bias", PostOps(bias=True))]
+    sets += [(act, PostOps(activation=act)) for act in ACTIVATIONS[1:]]
+    sets += [("residual", PostOps(residual=True)), ("residual_out", PostOps(residual_out=True)),
+             ("rmsnorm", PostOps(rmsnorm=True)),
+             ("add_rmsnorm", PostOps(residual=True, residual_out=True, rmsnorm=True))]
+    sets += [(f"all_{act}", PostOps(bias=True, activation=act, residual=True, residual_out=True, rmsnorm=True))
+             for act in ("gelu_erf", "silu")]
+    sets += [("all_nonorm", PostOps(bias=True, activation="gelu_tanh", residual=True, residual_out=True))]
+    return sets
+
+
+@kernels.register_compile_check
+def _compile_checks():
+    yield "wait", wait_source()
+    full = {"gather", "add_rmsnorm", "all_gelu_erf", "all_nonorm"}
+    for i, (label, ops) in enumerate(compile_check_ops()):
+        if label in full:  # both dtypes, both paths
+            combos = [(d, v) for d in DTYPES for v in (True, False)]
+        else:  # one dtype/path each, alternating, so each flag is seen on both sides overall
+            combos = [(DTYPES[i % 2], bool((i // 2) % 2 == 0)), (DTYPES[(i + 1) % 2], bool((i // 2) % 2 == 1))]
+        for dtype, vec in combos:
+            source, _ = generate_source(ops, dtype, vec)
+            yield f"post_reorder[{label},{dtype},{'vec' if vec else 'scalar'}]", source
+
+
+# --- launch geometry (pure: tested on the CPU) ----------------------------------------------
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    threads_per_row: int   # blockDim.x, a multiple of 32
+    rows_per_cta: int      # blockDim.y
+    grid_x: int            # ceil(R / rows_per_cta)
+    grid_y: int            # column blocks per row (streaming variants only)
+    items: int
+
+    @property
+    def block(self) -> tuple[int, int, int]:
+        return (self.threads_per_row, self.rows_per_cta, 1)
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        return (self.grid_x, self.grid_y, 1)
+
+
+def launch_config(R: int, N: int, ops: PostOps, *, sm_count: int = 132,
+                  threads_per_row: int | None = None) -> LaunchConfig:
+    """Block/grid for an [R, N] post-reorder (same for both paths)."""
+    if R <= 0 or N <= 0:
+        raise ValueError(f"R and N must be positive, got R={R}, N={N}")
+    items = kernel_items(ops)
+    chunks = _ceil_div(N, CHUNK)
+    cap = MAX_THREADS_PER_ROW if ops.rmsnorm else _NONNORM_MAX_THREADS_PER_ROW
+    if threads_per_row is None:
+        g = min(cap, 32 * _ceil_div(_ceil_div(chunks, items), 32))
+    else:
+        g = int(threads_per_row)
+        if g <= 0 or g % 32 or g > cap:
+            raise ValueError(f"threads_per_row must be a multiple of 32 in [32, {cap}], got {threads_per_row}")
+    if ops.rmsnorm and g * items * CHUNK < N:
+        raise ValueError(f"RMSNorm keeps a row in registers: N={N} needs threads_per_row >= "
+                         f"{_ceil_div(chunks, items)} (at most N={MAX_NORM_N} is supported)")
+    if threads_per_row is None and ops.rmsnorm:
+        # Few rows: spread each row over more threads (fewer chunks each) to put more CTAs in flight.
+        while 2 * g <= min(cap, 32 * _ceil_div(chunks, 32)) and _ceil_div(R, max(1, 256 // g)) < 4 * sm_count:
+            g *= 2
+    rows = max(1, 256 // g)
+    grid_x = _ceil_div(R, rows)
+    grid_y = 1
+    if not ops.rmsnorm:
+        steps = _ceil_div(chunks, g * items)  # loop iterations of one row
+        if steps > 1 and grid_x < 2 * sm_count:
+            grid_y = min(steps, max(1, (2 * sm_count) // grid_x), 65535)
+    return LaunchConfig(g, rows, grid_x, grid_y, items)
+
+
+# --- NumPy reference (float64) -------------------------------------------------------------
+_erf_vec = np.frompyfunc(math.erf, 1, 1)
+
+
+def activation_reference(x: np.ndarray, activation: str) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    act = PostOps(activation=activation).activation
+    if act == "none":
+        return x.copy()
+    if act == "relu":
+        return np.maximum(x, 0.0)
+    if act == "silu":
+        with np.errstate(over="ignore"):
+            return x / (1.0 + np.exp(-x))
+    if act == "gelu_tanh":
+        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1.0 + _erf_vec(x / math.sqrt(2.0)).astype(np.float64))
+
+
+def gather_reference(buf: np.ndarray, src_offset: np.ndarray, out_shape: tuple[int, int], BN: int) -> np.ndarray:
+    """``out[r, j] = buf[src_offset[r, j // BN] + j % BN]`` (any dtype; float64 result)."""
+    R, N = (int(v) for v in out_shape)
+    buf = np.asarray(buf).reshape(-1)
+    table = np.asarray(src_offset, dtype=np.int64).reshape(R, -1)
+    if table.shape[1] != _ceil_div(N, BN):
+        raise ValueError(f"table has {table.shape[1]} columns, expected ceil(N/BN) = {_ceil_div(N, BN)}")
+    j = np.arange(N)
+    idx = table[:, j // BN] + (j % BN)[None, :]
+    if idx.size and (idx.min() < 0 or idx.max() >= buf.size):
+        raise IndexError(f"table addresses [{idx.min()}, {idx.max()}] outside buf of {buf.size} elements")
+    return buf[idx].astype(np.float64)
+
+
+def post_reorder_reference(buf: np.ndarray, src_offset: np.ndarray, out_shape: tuple[int, int], BN: int,
+                           ops: PostOps = PostOps(), *, bias: np.ndarray | None = None,
+                           residual: np.ndarray | None = None, weight: np.ndarray | None = None,
+                           residual_out: np.ndarray | None = None) -> np.ndarray:
+    """The post-reorder math in float64 (no rounding). Returns ``out`` [R, N].
+
+    When ``ops.residual_out`` is set, ``residual_out`` (an [R, N] array) receives the pre-norm
+    values, as on the GPU; it may be omitted in the reference.
+    """
+    R, N = (int(v) for v in out_shape)
+    _require(ops.bias, bias, "bias")
+    _require(ops.residual, residual, "residual")
+    _require(ops.rmsnorm, weight, "weight")
+    v = gather_reference(buf, src_offset, (R, N), BN)
+    if ops.bias:
+        v = v + _as_f64(bias, (N,), "bias")[None, :]
+    v = activation_reference(v, ops.activation)
+    if ops.residual:
+        v = v + _as_f64(residual, (R, N), "residual")
+    if residual_out is not None:
+        if not ops.residual_out:
+            raise ValueError("residual_out given but ops.residual_out is False")
+        residual_out[...] = v
+    if ops.rmsnorm:
+        w = _as_f64(weight, (N,), "weight")
+        inv = 1.0 / np.sqrt(np.mean(v * v, axis=1, keepdims=True) + ops.eps)
+        v = v * inv * w[None, :]
+    return v
+
+
+def _require(flag: bool, value, name: str) -> None:
+    if flag and value is None:
+        raise ValueError(f"PostOps enables {name} but no {name} was given")
+    if not flag and value is not None:
+        raise ValueError(f"{name} was given but PostOps does not enable it")
+
+
+def _as_f64(a, shape: tuple[int, ...], name: str) -> np.ndarray:
+    a = np.asarray(a, dtype=np.float64)
+    if a.shape != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {a.shape}")
+    return a
+
+
+# --- GPU launch ------------------------------------------------------------------------------
+class WaitError(RuntimeError):
+    """A ``wait_counter`` launch timed out; ``group`` is the first group that did."""
+
+    def __init__(self, group: int, raw: int | None = None):
+        self.group = int(group)
+        super().__init__(f"counter wait for group {self.group} timed out on the device (error word "
+                         f"{raw if raw is not None else self.group + 1}): the producer never reached its target")
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise kernels.CudaUnavailableError("the GPU entry points take torch tensors: install torch") from exc
+    return torch
+
+
+def _cupy():
+    return kernels._cupy()
+
+
+_TORCH_DTYPE_NAMES = {"bfloat16": "bf16", "float16": "f16"}
+
+
+def _dtype_name(t, what: str) -> str:
+    name = str(t.dtype).replace("torch.", "")
+    if name not in _TORCH_DTYPE_NAMES:
+        raise TypeError(f"{what} must be bfloat16 or float16, got {t.dtype}")
+    return _TORCH_DTYPE_NAMES[name]
+
+
+def _check_cuda(t, what: str, device) -> None:
+    if not getattr(t, "is_cuda", False):
+        raise ValueError(f"{what} must be a CUDA tensor, got device {getattr(t, 'device', type(t).__name__)}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{what} is on {t.device}, expected {device}")
+
+
+def _span(t, elements: int) -> tuple[int, int]:
+    start = t.data_ptr()
+    return start, start + elements * t.element_size()
+
+
+def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+@lru_cache(maxsize=None)
+def _sm_count(device_index: int) -> int:
+    return int(_cupy().cuda.runtime.getDeviceProperties(device_index)["multiProcessorCount"])
+
+
+def _launch(kernel, grid, block, args, stream, device_index: int) -> None:
+    cupy = _cupy()
+    with cupy.cuda.Device(device_index):
+        with cupy.cuda.ExternalStream(stream.cuda_stream):
+            kernel(grid, block, args)
+
+
+def _ptr(t) -> np.uint64:
+    return np.uint64(0 if t is None else t.data_ptr())
+
+
+def post_reorder(buf, src_offset, out_shape, BN: int, ops: PostOps = PostOps(), *, bias=None, residual=None,
+                 residual_out=None, weight=None, out=None, stream=None, vectorized: bool | None = None,
+                 check_table: bool = False, threads_per_row: int | None = None):
+    """Gather ``buf`` through ``src_offset`` into row-major ``out`` [R, N], fused with ``ops``; see
+    :func:`post_reorder_launcher` for the arguments. Validates, launches on ``stream`` (default: the
+    current torch stream) and returns ``out``."""
+    launch = post_reorder_launcher(buf, src_offset, out_shape, BN, ops, bias=bias, residual=residual,
+                                   residual_out=residual_out, weight=weight, out=out, stream=stream,
+                                   vectorized=vectorized, check_table=check_table, threads_per_row=threads_per_row)
+    launch()
+    return launch.out
+
+
+class PostReorderLaunch:
+    """A validated post-reorder launch with fixed operands (hot loops, CUDA-graph capture): calling
+    it enqueues the kernel on its stream (or on ``stream`` if given). ``out`` is the output tensor."""
+
+    def __init__(self, kernel, grid, block, args, stream, device_index: int, out, vectorized: bool,
+                 config: "LaunchConfig | None", keep: tuple = ()):
+        self.kernel, self.grid, self.block, self.args = kernel, grid, block, args
+        self._keep = keep  # the operands whose addresses are baked into args
+        self.stream, self.device_index, self.out = stream, device_index, out
+        self.vectorized, self.config = vectorized, config
+
+    def __call__(self, stream=None) -> None:
+        if self.kernel is None:  # R == 0
+            return
+        _launch(self.kernel, self.grid, self.block, self.args, stream or self.stream, self.device_index)
+
+
+def post_reorder_launcher(buf, src_offset, out_shape, BN: int, ops: PostOps = PostOps(), *, bias=None,
+                          residual=None, residual_out=None, weight=None, out=None, stream=None,
+                          vectorized: bool | None = None, check_table: bool = False,
+                          threads_per_row: int | None = None) -> PostReorderLaunch:
+    """Validate a post-reorder and return it as a callable launch (nothing is enqueued yet).
+
+    Gather ``buf`` through ``src_offset`` into row-major ``out`` [R, N], fused with ``ops``.
+
+    ``buf``: 16-bit CUDA tensor (any shape, contiguous). ``src_offset``: int64 [R, ceil(N/BN)].
+    ``bias``/``weight``: [N]; ``residual``/``residual_out``: [R, N] contiguous (``residual_out`` may be
+    ``residual``). ``out``: [R, N] with unit column stride (row stride ``ldo >= N``), allocated when
+    None. ``vectorized``: None picks the 16-byte path when BN, N, ldo are multiples of 8 and every
+    pointer is 16-byte aligned; True demands it, False forces the scalar path. ``check_table`` also
+    checks (with a device sync) that every table run lies inside ``buf``. ``threads_per_row``
+    overrides the block width (a multiple of 32; tuning). The launch keeps references to every
+    operand, so they stay allocated while it lives.
+    """
+    torch = _torch()
+    if not isinstance(ops, PostOps):
+        raise TypeError(f"ops must be a PostOps, got {type(ops).__name__}")
+    try:
+        R, N = (int(v) for v in out_shape)
+    except (TypeError, ValueError):
+        raise ValueError(f"out_shape must be (R, N), got {out_shape!r}") from None
+    if isinstance(BN, bool) or not isinstance(BN, (int, np.integer)) or BN <= 0:
+        raise ValueError(f"BN must be a positive integer, got {BN!r}")
+    BN = int(BN)
+    if R < 0 or N <= 0:
+        raise ValueError(f"out_shape must have R >= 0 and N >= 1, got {(R, N)}")
+    if N > MAX_N or R >= 2**31:
+        raise ValueError(f"out_shape {(R, N)} exceeds the kernel's int32 indexing")
+    if ops.rmsnorm and N > MAX_NORM_N:
+        raise ValueError(f"RMSNorm supports N <= {MAX_NORM_N} (the row is kept in registers), got N={N}")
+
+    # buffer and table
+    _check_cuda(buf, "buf", None)
+    device = buf.device
+    dtype = _dtype_name(buf, "buf")
+    if not buf.is_contiguous():
+        raise ValueError("buf must be contiguous")
+    _check_cuda(src_offset, "src_offset", device)
+    if src_offset.dtype != torch.int64:
+        raise TypeError(f"src_offset must be int64, got {src_offset.dtype}")
+    tiles_n = _ceil_div(N, BN)
+    if tuple(src_offset.shape) != (R, tiles_n):
+        raise ValueError(f"src_offset must have shape (R, ceil(N/BN)) = {(R, tiles_n)}, got {tuple(src_offset.shape)}")
+    if not src_offset.is_contiguous():
+        raise ValueError("src_offset must be contiguous")
+
+    # operands present iff enabled
+    def operand(flag, t, name, shape):
+        _require(flag, t, name)
+        if t is None:
+            return None
+        _check_cuda(t, name, device)
+        if t.dtype != buf.dtype:
+            raise TypeError(f"{name} has dtype {t.dtype}, buf has {buf.dtype}")
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous")
+        return t
+
+    bias = operand(ops.bias, bias, "bias", (N,))
+    residual = operand(ops.residual, residual, "residual", (R, N))
+    residual_out = operand(ops.residual_out, residual_out, "residual_out", (R, N))
+    weight = operand(ops.rmsnorm, weight, "weight", (N,))
+
+    if out is None:
+        out = torch.empty((R, N), dtype=buf.dtype, device=device)
+    else:
+        _check_cuda(out, "out", device)
+        if out.dtype != buf.dtype:
+            raise TypeError(f"out has dtype {out.dtype}, buf has {buf.dtype}")
+        if out.dim() != 2 or tuple(out.shape) != (R, N):
+            raise ValueError(f"out must have shape {(R, N)}, got {tuple(out.shape)}")
+        if out.stride(1) != 1 or (R > 1 and out.stride(0) < N):
+            raise ValueError(f"out must be row-major with unit column stride and row stride >= N, "
+                             f"got strides {out.stride()}")
+    ldo = out.stride(0) if R > 1 else max(out.stride(0), N)
+    if stream is None:
+        stream = torch.cuda.current_stream(device)
+    if R == 0:
+        return PostReorderLaunch(None, None, None, None, stream, device.index, out, False, None)
+
+    # aliasing: out is written by other threads than those reading the inputs
+    out_span = _span(out, (R - 1) * ldo + N)
+    inputs = [("buf", buf, buf.numel()), ("src_offset", src_offset, src_offset.numel()),
+              ("bias", bias, N), ("residual", residual, R * N), ("weight", weight, N)]
+    for name, t, n in inputs:
+        if t is not None and _overlap(out_span, _span(t, n)):
+            raise ValueError(f"out overlaps {name}")
+    if residual_out is not None:
+        ro_span = _span(residual_out, R * N)
+        if _overlap(ro_span, out_span):
+            raise ValueError("residual_out overlaps out")
+        for name, t, n in inputs:
+            if t is None:
+                continue
+            if name == "residual" and t.data_ptr() == residual_out.data_ptr():
+                continue  # exact alias: the in-place residual update is supported
+            if _overlap(ro_span, _span(t, n)):
+                raise ValueError(f"residual_out overlaps {name}" + (" (only an exact alias of residual is allowed)"
+                                                                     if name == "residual" else ""))
+
+    # path
+    ptrs = [t.data_ptr() for t in (buf, out, bias, residual, residual_out, weight) if t is not None]
+    can_vec = BN % CHUNK == 0 and N % CHUNK == 0 and ldo % CHUNK == 0 and all(p % 16 == 0 for p in ptrs)
+    if vectorized is None:
+        vectorized = can_vec
+    elif vectorized and not can_vec:
+        raise ValueError("the vectorized path needs BN, N and the out row stride to be multiples of 8 and "
+                         "16-byte aligned buf/out/bias/residual/residual_out/weight")
+    vectorized = bool(vectorized)
+
+    if check_table:
+        check_table_bounds(src_offset, N, BN, buf.numel())
+
+    cfg = launch_config(R, N, ops, sm_count=_sm_count(device.index), threads_per_row=threads_per_row)
+    source, name = generate_source(ops, dtype, vectorized)
+    with _cupy().cuda.Device(device.index):
+        kernel = kernels.get_kernel(source, name)
+    args = (_ptr(buf), _ptr(src_offset), _ptr(out), _ptr(bias), _ptr(residual), _ptr(residual_out), _ptr(weight),
+            np.int32(R), np.int32(N), np.int32(BN), np.int32(tiles_n), np.int64(ldo), np.float32(ops.eps))
+    return PostReorderLaunch(kernel, cfg.grid, cfg.block, args, stream, device.index, out, vectorized, cfg,
+                             keep=(buf, src_offset, bias, residual, residual_out, weight))
+
+
+def check_table_bounds(src_offset, N: int, BN: int, buf_elements: int) -> None:
+    """Raise ValueError unless every run ``[src_offset[r, t], + min(BN, N - t BN))`` lies in the
+    buffer (a device reduction and one sync)."""
+    torch = _torch()
+    tiles_n = _ceil_div(N, BN)
+    t = torch.arange(tiles_n, device=src_offset.device, dtype=torch.int64)
+    run = torch.clamp(N - t * BN, max=BN)
+    bad = (src_offset < 0) | (src_offset + run[None, :] > buf_elements)
+    if bool(bad.any()):
+        r, c = (int(v) for v in bad.nonzero()[0])
+        raise ValueError(f"src_offset[{r}, {c}] = {int(src_offset[r, c])} addresses a run of {int(run[c])} "
+                         f"elements outside buf ({buf_elements} elements)")
+
+
+# --- counting-table wait ---------------------------------------------------------------------
+def _counter_checks(counter, group: int, what: str = "counter"):
+    torch = _torch()
+    _check_cuda(counter, what, None)
+    if counter.dtype not in (torch.int32, getattr(torch, "uint32", torch.int32)):
+        raise TypeError(f"{what} must be int32 (or uint32), got {counter.dtype}")
+    if not counter.is_contiguous():
+        raise ValueError(f"{what} must be contiguous")
+    if isinstance(group, bool) or not isinstance(group, (int, np.integer)) or not 0 <= group < counter.numel():
+        raise IndexError(f"group {group!r} out of range for a {what} of {counter.numel()} entries")
+
+
+def _wait_kernel(name: str, device_index: int):
+    with _cupy().cuda.Device(device_index):
+        return kernels.get_kernel(wait_source(), name)
+
+
+def wait_counter(counter, group: int, target: int, error_word, timeout_ns: int, stream=None) -> None:
+    """Enqueue on ``stream`` a single-thread wait until ``counter[group]`` reaches ``target``
+    (modulo 2^32: pass ``epoch * tiles_in_group``). After ``timeout_ns`` it writes ``group + 1``
+    to ``error_word`` (first failure wins) and returns; it returns at once if the word is set."""
+    torch = _torch()
+    _counter_checks(counter, group)
+    _check_cuda(error_word, "error_word", counter.device)
+    if error_word.dtype not in (torch.int32, getattr(torch, "uint32", torch.int32)) or error_word.numel() < 1:
+        raise TypeError("error_word must be an int32 (or uint32) tensor with at least one element")
+    if isinstance(target, bool) or not isinstance(target, (int, np.integer)):
+        raise TypeError(f"target must be an integer, got {target!r}")
+    if isinstance(timeout_ns, bool) or not isinstance(timeout_ns, (int, np.integer)) or not 0 < timeout_ns < 2**63:
+        raise ValueError(f"timeout_ns must be a positive integer, got {timeout_ns!r}")
+    if stream is None:
+        stream = torch.cuda.current_stream(counter.device)
+    kernel = _wait_kernel(WAIT_KERNEL, counter.device.index)
+    args = (_ptr(counter), np.int32(group), np.uint32(int(target) & 0xFFFFFFFF), _ptr(error_word),
+            np.uint64(int(timeout_ns)))
+    _launch(kernel, (1,), (1,), args, stream, counter.device.index)
+
+
+def bump_counter(counter, group: int, value: int = 1, stream=None) -> None:
+    """Enqueue ``counter[group] += value`` (release, GPU scope) on ``stream``."""
+    torch = _torch()
+    _counter_checks(counter, group)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"value must be an integer, got {value!r}")
+    if stream is None:
+        stream = torch.cuda.current_stream(counter.device)
+    kernel = _wait_kernel(BUMP_KERNEL, counter.device.index)
+    args = (_ptr(counter), np.int32(group), np.uint32(int(value) & 0xFFFFFFFF))
+    _launch(kernel, (1,), (1,), args, stream, counter.device.index)
+
+
+def read_wait_error(error_word, stream=None) -> int | None:
+    """Synchronize ``stream`` (default: the current stream) and return the timed-out group or None."""
+    torch = _torch()
+    _check_cuda(error_word, "error_word", None)
+    if stream is None:
+        stream = torch.cuda.current_stream(error_word.device)
+    stream.synchronize()
+    raw = int(error_word.reshape(-1)[0].cpu()) & 0xFFFFFFFF
+    return None if raw == 0 else raw - 1
+
+
+def check_wait_error(error_word, stream=None) -> None:
+    """Synchronize ``stream`` and raise :class:`WaitError` naming the group if a wait timed out."""
+    group = read_wait_error(error_word, stream)
+    if group is not None:
+        raise WaitError(group, group + 1)

@@ -1,0 +1,128 @@
+"""Benchmark fo_lib.gemm against torch.matmul (cuBLAS) on one GPU.
+
+Per (M, N, K), in interleaved rounds (fo_lib.testing.bench_interleaved): our plain kernel with the
+default config, our signal kernel (same config, identity-layout row table, random tile groups), and
+``torch.matmul(a, b.T)``; optionally every big config as its own variant (``--configs``). Inputs are
+random and rotate over enough sets that one round's operands exceed the 60 MB L2. Median TFLOP/s per
+variant goes to ``--out`` (CSV) and a short table is printed.
+
+    python scripts/bench_gemm.py --out bench.csv            # full grid
+    python scripts/bench_gemm.py --quick --out bench.csv    # fewer rounds
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from fo_lib import gemm  # noqa: E402
+from fo_lib.testing import bench_interleaved, summarize  # noqa: E402
+
+L2_BYTES = 60 * 2**20
+
+
+def identity_tables(M, N, cfg, groups, rng):
+    tiles_m, tiles_n = -(-M // cfg.BM), -(-N // cfg.BN)
+    row_offset = (np.arange(M, dtype=np.int64)[:, None] * N
+                  + np.arange(tiles_n, dtype=np.int64)[None, :] * cfg.BN)
+    tile_group = rng.integers(0, groups, size=tiles_m * tiles_n).astype(np.int32)
+    return (torch.from_numpy(row_offset).cuda(), torch.from_numpy(tile_group).cuda(),
+            torch.zeros(groups, dtype=torch.int32, device="cuda"))
+
+
+def bench_shape(M, N, K, dtype, rounds, inner, configs, rng):
+    elem = torch.finfo(dtype).bits // 8
+    set_bytes = (M * K + N * K + M * N) * elem
+    n_sets = max(2, min(16, math.ceil(3 * L2_BYTES / set_bytes)))
+    sets = []
+    for _ in range(n_sets):
+        a = torch.randn(M, K, device="cuda").to(dtype)
+        b = torch.randn(N, K, device="cuda").to(dtype)
+        sets.append((a, b, torch.empty(M, N, dtype=dtype, device="cuda")))
+    sms = gemm.sm_count()
+    cfg = gemm.default_config(M, N, K, sms)
+    ro, tg, cnt = identity_tables(M, N, cfg, 8, rng)
+    comm = [torch.empty(M * N, dtype=dtype, device="cuda") for _ in range(2)]
+
+    fns = {
+        "torch": lambda i: torch.matmul(sets[i % n_sets][0], sets[i % n_sets][1].T,
+                                        out=sets[i % n_sets][2]),
+        "ours": lambda i: gemm.gemm_nt(sets[i % n_sets][0], sets[i % n_sets][1], sets[i % n_sets][2],
+                                       config=cfg),
+        "signal": lambda i: gemm.gemm_nt_signal(sets[i % n_sets][0], sets[i % n_sets][1], comm[i % 2],
+                                                ro, tg, cnt, config=cfg),
+    }
+    for name in configs:
+        base = gemm.CONFIGS[name]
+        c = base.with_raster("row", min(8, -(-M // base.BM)))
+        fns[f"cfg:{name}"] = (lambda c: lambda i: gemm.gemm_nt(sets[i % n_sets][0], sets[i % n_sets][1],
+                                                               sets[i % n_sets][2], config=c))(c)
+    # Correctness smoke check before timing.
+    a, b, _ = sets[0]
+    ref = torch.matmul(a, b.T)
+    ours = gemm.gemm_nt(a, b, config=cfg)
+    err = ((ours.float() - ref.float()).norm() / ref.float().norm()).item()
+    samples = bench_interleaved(fns, rounds=rounds, inner=inner, warmup=2)
+    med = summarize(samples)
+    flop = 2.0 * M * N * K
+    return cfg, err, {k: (v, flop / (v * 1e-3) / 1e12) for k, v in med.items()}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", required=True, help="CSV file to write")
+    p.add_argument("--quick", action="store_true", help="fewer rounds")
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "f16"))
+    p.add_argument("--M", type=int, nargs="*", default=[1024, 2048, 4096, 8192, 16384])
+    p.add_argument("--N", type=int, nargs="*", default=[4096, 8192])
+    p.add_argument("--K", type=int, nargs="*", default=[1024, 4096, 8192])
+    p.add_argument("--configs", nargs="*", default=[],
+                   help="also time these CONFIGS by name ('all' = every config)")
+    args = p.parse_args(argv)
+    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[args.dtype]
+    configs = list(gemm.CONFIGS) if args.configs == ["all"] else args.configs
+    rounds, inner = (6, 3) if args.quick else (15, 5)
+    rng = np.random.default_rng(0)
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+
+    rows = []
+    print(f"{'M':>6} {'N':>6} {'K':>6} {'config':>24} {'torch':>7} {'ours':>7} {'x':>5} {'signal':>7} "
+          f"{'sig%':>6}  vs_torch " + " ".join(f"{c:>11}" for c in configs), flush=True)
+    for M in args.M:
+        for N in args.N:
+            for K in args.K:
+                cfg, err, res = bench_shape(M, N, K, dtype, rounds, inner, configs, rng)
+                t, o, s = res["torch"][1], res["ours"][1], res["signal"][1]
+                overhead = (res["signal"][0] / res["ours"][0] - 1) * 100
+                extra = " ".join(f"{res['cfg:' + c][1]:11.1f}" for c in configs)
+                print(f"{M:6d} {N:6d} {K:6d} {cfg.tile_name + '/' + cfg.order + str(cfg.swizzle):>24} "
+                      f"{t:7.1f} {o:7.1f} {o / t:5.2f} {s:7.1f} {overhead:+6.1f}  {err:.1e} {extra}",
+                      flush=True)
+                for name, (ms, tf) in res.items():
+                    rows.append(dict(M=M, N=N, K=K, dtype=args.dtype, variant=name,
+                                     config=cfg.tile_name if not name.startswith("cfg:") else name[4:],
+                                     order=cfg.order, swizzle=cfg.swizzle, median_ms=f"{ms:.5f}",
+                                     tflops=f"{tf:.2f}", rounds=rounds, inner=inner, rel_err=f"{err:.3e}"))
+                del res
+                torch.cuda.empty_cache()
+    with open(args.out, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    ratios = [r for r in rows if r["variant"] in ("ours", "torch")]
+    by = {}
+    for r in ratios:
+        by.setdefault((r["M"], r["N"], r["K"]), {})[r["variant"]] = float(r["tflops"])
+    geo = math.exp(np.mean([math.log(v["ours"] / v["torch"]) for v in by.values()]))
+    print(f"geomean ours / torch.matmul: {geo:.3f}  ({len(by)} shapes, {args.dtype}) -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,257 @@
+"""GPU checks of fo_lib.gemm: numerics against float64, tails and guard regions, the signal epilogue's
+row table and counters, the probe's waves, and the device raster against fo_lib.tiling."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("cupy")
+if not torch.cuda.is_available():  # pragma: no cover - conftest skips these anyway
+    pytest.skip("no CUDA GPU", allow_module_level=True)
+
+from fo_lib import gemm, kernels  # noqa: E402
+from fo_lib.testing import calc_diff  # noqa: E402
+from fo_lib.tiling import TileGrid, raster_tile  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
+TOL = {"bf16": 1e-2, "f16": 2e-3}
+CONFIG_NAMES = list(gemm.CONFIGS)
+
+SHAPES = [  # (M, N, K): tails in M and N, tiny M/N, small K, and a few big ones
+    (1, 8, 8), (1, 4096, 64), (1, 200, 24), (2, 8, 16), (7, 9, 8), (16, 16, 16), (31, 33, 24),
+    (64, 64, 32), (65, 63, 40), (100, 8, 256), (8, 1000, 128), (127, 255, 56), (128, 256, 32),
+    (129, 257, 72), (255, 129, 96), (256, 128, 64), (257, 384, 200), (300, 500, 1000),
+    (384, 640, 8), (512, 512, 512), (513, 1025, 136), (1000, 1000, 1000), (1024, 4096, 1024),
+    (2048, 2048, 2048), (1537, 2049, 520), (4096, 4096, 4096), (4095, 4097, 264), (24, 8200, 512),
+    (8200, 24, 512), (3000, 130, 4104), (130, 3000, 16), (2000, 6000, 344),
+]
+
+
+def _inputs(M, N, K, dtype, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(M, K, device="cuda", generator=g).to(DTYPES[dtype])
+    b = torch.randn(N, K, device="cuda", generator=g).to(DTYPES[dtype])
+    return a, b
+
+
+def _ref(a, b):
+    return a.double() @ b.double().T
+
+
+def _guarded_out(M, N, dtype):
+    """A NaN-filled buffer with a guard frame around an M x N view (row stride > N, 16-byte aligned)."""
+    ld = -(-(N + 16) // 8) * 8
+    buf = torch.full((M + 2, ld), float("nan"), dtype=DTYPES[dtype], device="cuda")
+    out = buf[1:M + 1, 8:8 + N]
+    mask = torch.zeros_like(buf, dtype=torch.bool)
+    mask[1:M + 1, 8:8 + N] = True
+    return buf, out, mask
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("cname", CONFIG_NAMES)
+@pytest.mark.parametrize("M,N,K", SHAPES)
+def test_gemm_plain(M, N, K, cname, dtype):
+    cfg = gemm.CONFIGS[cname].with_raster("row", 4)
+    a, b = _inputs(M, N, K, dtype, seed=M * 7 + N * 13 + K)
+    buf, out, mask = _guarded_out(M, N, dtype)
+    gemm.gemm_nt(a, b, out, config=cfg)
+    torch.cuda.synchronize()
+    assert not torch.isnan(out).any(), "unwritten (NaN) elements in the output"
+    assert torch.isnan(buf[~mask]).all(), "the kernel wrote outside the output view"
+    err = calc_diff(out, _ref(a, b))
+    assert err < TOL[dtype], f"rel. error {err:.3g}"
+
+
+@pytest.mark.parametrize("M,N,K,ctas,order,swizzle", [
+    (1000, 3000, 256, None, "row", 1), (1000, 3000, 256, 7, "col", 3), (4096, 4096, 512, 132, "row", 8),
+    (77, 9000, 64, 5, "col", 1), (3333, 333, 96, 1, "row", 2)])
+def test_gemm_default_and_ctas(M, N, K, ctas, order, swizzle):
+    a, b = _inputs(M, N, K, "bf16", seed=1)
+    out = gemm.gemm_nt(a, b, ctas=ctas)  # default config
+    assert calc_diff(out, _ref(a, b)) < TOL["bf16"]
+    cfg = gemm.default_config(M, N, K, gemm.sm_count()).with_raster(order, swizzle)
+    out2 = gemm.gemm_nt(a, b, config=cfg, ctas=ctas)
+    assert torch.equal(out, out2), "raster/ctas must not change the result (same k order per tile)"
+
+
+def test_gemm_on_side_stream():
+    a, b = _inputs(1024, 1024, 1024, "f16", seed=2)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        out = gemm.gemm_nt(a, b)
+    s.synchronize()
+    assert calc_diff(out, _ref(a, b)) < TOL["f16"]
+    out2 = gemm.gemm_nt(a, b, stream=s)
+    s.synchronize()
+    assert torch.equal(out, out2)
+
+
+def test_gemm_rejects_bad_inputs():
+    a, b = _inputs(64, 64, 64, "bf16", seed=3)
+    with pytest.raises(gemm.GemmError, match="bfloat16 and float16"):
+        gemm.gemm_nt(a.float(), b.float())
+    with pytest.raises(gemm.GemmError, match="same dtype"):
+        gemm.gemm_nt(a, b.half())
+    with pytest.raises(gemm.GemmError, match="K mismatch"):
+        gemm.gemm_nt(a, b[:, :32])
+    with pytest.raises(gemm.GemmError, match="multiple of 8"):
+        gemm.gemm_nt(a[:, :60], b[:, :60])
+    with pytest.raises(gemm.GemmError, match="unit stride"):
+        gemm.gemm_nt(a.T, b)
+    with pytest.raises(gemm.GemmError, match="CUDA"):
+        gemm.gemm_nt(a.cpu(), b.cpu())
+    with pytest.raises(gemm.GemmError, match="aligned"):
+        gemm.gemm_nt(a.flatten()[1:4097 - 64].view(63, 64), b)
+    with pytest.raises(gemm.GemmError, match="must be"):
+        gemm.gemm_nt(a, b, torch.empty(64, 65, dtype=a.dtype, device="cuda"))
+
+
+# --- signal epilogue -----------------------------------------------------------------------------
+def _signal_tables(M, N, cfg, groups, seed):
+    """Tiles packed back to back (rows of ``cols`` elements) in a random tile order: a bijection
+    onto [0, M*N) whose rows are often not 16-byte aligned (exercises the scalar store path)."""
+    rng = np.random.default_rng(seed)
+    grid = TileGrid(M, N, cfg.BM, cfg.BN)
+    tm_, tn_ = grid.tiles_m, grid.tiles_n
+    row_offset = np.empty((M, tn_), dtype=np.int64)
+    pos = 0
+    for t in rng.permutation(grid.num_tiles):
+        tm, tn = divmod(int(t), tn_)
+        r0, rows = tm * cfg.BM, int(grid.tile_rows(t))
+        cols = int(grid.tile_cols(t))
+        row_offset[r0:r0 + rows, tn] = pos + np.arange(rows) * cols
+        pos += rows * cols
+    assert pos == M * N
+    tile_group = rng.integers(0, groups, size=tm_ * tn_).astype(np.int32)
+    return row_offset, tile_group, grid
+
+
+def _gather_index(row_offset, M, N, BN):
+    j = np.arange(N)
+    return row_offset[:, j // BN] + (j % BN)[None, :]
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("cname", CONFIG_NAMES)
+@pytest.mark.parametrize("M,N,K,groups", [(1, 8, 8, 1), (100, 300, 64, 3), (1000, 2000, 264, 5),
+                                          (2048, 4096, 512, 8), (257, 129, 40, 2), (77, 1000, 16, 4)])
+def test_gemm_signal(M, N, K, groups, cname, dtype):
+    cfg = gemm.CONFIGS[cname].with_raster("col", 2)
+    a, b = _inputs(M, N, K, dtype, seed=M + N + K)
+    row_offset, tile_group, grid = _signal_tables(M, N, cfg, groups, seed=M * N)
+    guard = 64
+    comm = torch.full((M * N + guard,), float("nan"), dtype=DTYPES[dtype], device="cuda")
+    ro = torch.from_numpy(row_offset).cuda()
+    tg = torch.from_numpy(tile_group).cuda()
+    counters = torch.zeros(groups, dtype=torch.int32, device="cuda")
+    gemm.gemm_nt_signal(a, b, comm, ro, tg, counters, config=cfg)
+    plain = gemm.gemm_nt(a, b, config=cfg)
+    torch.cuda.synchronize()
+    assert not torch.isnan(comm[:M * N]).any(), "comm_buf elements left unwritten"
+    assert torch.isnan(comm[M * N:]).all(), "comm_buf written past the table's range"
+    idx = torch.from_numpy(_gather_index(row_offset, M, N, cfg.BN)).cuda()
+    got = comm[idx]
+    assert torch.equal(got, plain), "signal epilogue stored different values / places than plain"
+    assert calc_diff(got, _ref(a, b)) < TOL[dtype]
+    expect = np.bincount(tile_group, minlength=groups)
+    assert counters.cpu().numpy().tolist() == expect.tolist()
+
+
+def test_gemm_signal_counters_accumulate():
+    cfg = gemm.CONFIGS["128x128x32"].with_raster("row", 2)
+    M, N, K, groups, calls = 1000, 1500, 128, 6, 120
+    a, b = _inputs(M, N, K, "bf16", seed=5)
+    row_offset, tile_group, grid = _signal_tables(M, N, cfg, groups, seed=6)
+    comm = torch.empty(M * N, dtype=torch.bfloat16, device="cuda")
+    ro, tg = torch.from_numpy(row_offset).cuda(), torch.from_numpy(tile_group).cuda()
+    counters = torch.zeros(groups, dtype=torch.uint32, device="cuda")
+    for _ in range(calls):
+        gemm.gemm_nt_signal(a, b, comm, ro, tg, counters, config=cfg, ctas=50)
+    torch.cuda.synchronize()
+    expect = calls * np.bincount(tile_group, minlength=groups)
+    assert counters.cpu().to(torch.int64).numpy().tolist() == expect.tolist()
+
+
+def test_gemm_signal_rejects_bad_tables():
+    cfg = gemm.CONFIGS["128x128x32"]
+    a, b = _inputs(256, 256, 64, "bf16", seed=7)
+    comm = torch.empty(256 * 256, dtype=torch.bfloat16, device="cuda")
+    ro = torch.zeros(256, 2, dtype=torch.int64, device="cuda")
+    tg = torch.zeros(4, dtype=torch.int32, device="cuda")
+    cnt = torch.zeros(1, dtype=torch.int32, device="cuda")
+    gemm.gemm_nt_signal(a, b, comm, ro, tg, cnt, config=cfg)  # valid (all rows overlap, fine)
+    with pytest.raises(gemm.GemmError, match="row_offset"):
+        gemm.gemm_nt_signal(a, b, comm, ro.int(), tg, cnt, config=cfg)
+    with pytest.raises(gemm.GemmError, match="row_offset"):
+        gemm.gemm_nt_signal(a, b, comm, ro[:, :1].contiguous(), tg, cnt, config=cfg)
+    with pytest.raises(gemm.GemmError, match="tile_group"):
+        gemm.gemm_nt_signal(a, b, comm, ro, tg[:3], cnt, config=cfg)
+    with pytest.raises(gemm.GemmError, match="group_counter"):
+        gemm.gemm_nt_signal(a, b, comm, ro, tg, cnt.cpu(), config=cfg)
+    with pytest.raises(gemm.GemmError, match="comm_buf"):
+        gemm.gemm_nt_signal(a, b, comm[:100], ro, tg, cnt, config=cfg)
+    with pytest.raises(gemm.GemmError, match="explicit config"):
+        gemm.gemm_nt_signal(a, b, comm, ro, tg, cnt, config=None)
+
+
+# --- probe: timing, waves, raster ----------------------------------------------------------------
+@pytest.mark.parametrize("cname,M,N,K,ctas,order,swizzle", [
+    ("128x256x32", 4096, 4096, 1024, None, "row", 1),
+    ("128x256x32", 4096, 4096, 1024, 132, "row", 8),
+    ("128x128x32", 3000, 2000, 512, 40, "col", 3),
+    ("64x64x32", 1000, 1000, 256, 17, "col", 1),
+    ("256x128x32", 2000, 3000, 512, 64, "row", 5),
+    ("128x256x64", 1024, 8192, 512, 100, "col", 8),
+])
+def test_gemm_probe_waves_and_raster(cname, M, N, K, ctas, order, swizzle):
+    cfg = gemm.CONFIGS[cname].with_raster(order, swizzle)
+    a, b = _inputs(M, N, K, "f16", seed=11)
+    out, probe = gemm.gemm_nt_probe(a, b, config=cfg, ctas=ctas)
+    torch.cuda.synchronize()
+    assert calc_diff(out, _ref(a, b)) < TOL["f16"]
+    sms = gemm.sm_count()
+    P = sms if ctas is None else ctas
+    grid = TileGrid.with_ctas(M, N, P, BM=cfg.BM, BN=cfg.BN, order=order, swizzle=swizzle)
+    p = probe.cpu().numpy()
+    start, end, smid, cta = p[:, 0], p[:, 1], p[:, 2], p[:, 3]
+    assert (start > 0).all() and (end >= start).all()
+    assert (smid < sms).all() and (smid >= 0).all()
+    # Raster: CTA b ran exactly the tiles at schedule indices b, b + P, ...
+    s_idx = grid.schedule_index
+    assert np.array_equal(cta, s_idx % P)
+    # Waves: the order of a CTA's tiles in time is its schedule order, and tile j of a CTA is wave j.
+    wave = np.empty(grid.num_tiles, dtype=np.int64)
+    for b_ in range(min(P, grid.num_tiles)):
+        tiles = np.flatnonzero(cta == b_)
+        tiles = tiles[np.argsort(s_idx[tiles], kind="stable")]  # schedule order
+        order_t = tiles[np.argsort(start[tiles], kind="stable")]  # time order (ties keep schedule)
+        assert np.array_equal(order_t, tiles), f"CTA {b_} ran its tiles out of schedule order"
+        assert (start[tiles[1:]] >= end[tiles[:-1]]).all()
+        wave[order_t] = np.arange(len(order_t))
+    assert np.array_equal(wave, grid.tile_wave)
+    # A CTA stays on one SM.
+    for b_ in range(min(P, grid.num_tiles)):
+        assert len(set(smid[cta == b_].tolist())) == 1
+
+
+# --- the raster function itself ------------------------------------------------------------------
+def test_raster_tile_matches_python():
+    import cupy
+    src, name = gemm.raster_check_source()
+    kern = kernels.get_kernel(src, name)
+    rng = np.random.default_rng(0)
+    cases = [(tm, tn, o, sw) for tm in (1, 2, 3, 7, 8, 16, 33) for tn in (1, 2, 5, 8, 31)
+             for o in (0, 1) for sw in (1, 2, 3, 4, 8, 64)]
+    cases += [(int(rng.integers(1, 200)), int(rng.integers(1, 200)), int(rng.integers(0, 2)),
+               int(rng.integers(1, 20))) for _ in range(100)]
+    for tiles_m, tiles_n, o, sw in cases:
+        tiles = tiles_m * tiles_n
+        out = cupy.full(2 * tiles, -1, dtype=cupy.int32)
+        kern(((tiles + 127) // 128,), (128,), (out, np.int32(tiles_m), np.int32(tiles_n), np.int32(o),
+                                               np.int32(sw)))
+        got = out.get().reshape(tiles, 2)
+        tm, tn = raster_tile(np.arange(tiles), tiles_m, tiles_n, ("row", "col")[o], sw)
+        assert np.array_equal(got[:, 0], tm) and np.array_equal(got[:, 1], tn), (tiles_m, tiles_n, o, sw)
