@@ -67,6 +67,18 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_build(args: argparse.Namespace) -> int:
+    import time
+
+    from . import kernels
+    t0 = time.perf_counter()
+    done = kernels.build_all(args.arch, args.jobs)
+    slowest = max(done, key=lambda x: x[1])
+    print(f"built {len(done)} kernel sources for {args.arch or kernels.current_arch()} into "
+          f"{kernels.cache_dir()} in {time.perf_counter() - t0:.1f} s (slowest {slowest[1]:.1f} s: {slowest[0]})")
+    return 0
+
+
 def _build_model(args: argparse.Namespace) -> OverlapModel:
     curve = BandwidthCurve.load(args.curve)
     extra = {}
@@ -128,6 +140,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="versions of Python, torch, cupy, CUDA, NCCL and the GPUs")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_info)
+
+    p = sub.add_parser("build", help="compile every kernel into the cache (parallel; default: this GPU)")
+    p.add_argument("--arch", choices=("sm_80", "sm_86", "sm_89", "sm_90a"), help="target (default: this GPU)")
+    p.add_argument("--jobs", type=_positive_int, help="parallel compiler processes (default: CPU count)")
+    p.set_defaults(func=_cmd_build)
 
     p = sub.add_parser("tune", help="choose a wave-group partition from a profile and a latency curve")
     p.add_argument("--curve", required=True, help="bandwidth curve JSON ({'points': [[bytes, ms], ...]})")

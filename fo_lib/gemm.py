@@ -28,8 +28,8 @@ from . import kernels
 from .tiling import RASTER_ORDERS
 
 DTYPES = ("bf16", "f16")
-EPILOGUES = ("plain", "signal", "probe")
-_EPILOGUE_ID = {"plain": 0, "signal": 1, "probe": 2}
+EPILOGUES = ("plain", "signal", "probe", "scatter")
+_EPILOGUE_ID = {"plain": 0, "signal": 1, "probe": 2, "scatter": 3}
 _DTYPE_TAG = {"bf16": "fo::bf16_tag", "f16": "fo::f16_tag"}
 _MAX_SMEM = 227 * 1024  # H100/H200 opt-in limit per block; the device's own limit is checked at launch
 
@@ -382,18 +382,9 @@ def gemm_nt(a, b, out=None, *, config: GemmConfig | None = None, ctas: int | Non
     return out
 
 
-def gemm_nt_signal(a, b, comm_buf, row_offset, tile_group, group_counter, *, config: GemmConfig,
-                   ctas: int | None = None, stream=None) -> None:
-    """``a @ b.T`` stored through the row table into ``comm_buf``, signalling a counter per tile group.
-
-    Element ``C[i, tn * BN + c]`` (``c < min(BN, N - tn * BN)``) goes to ``comm_buf.flatten()[row_offset[i,
-    tn] + c]``; after a tile is stored, ``group_counter[tile_group[tile_id]] += 1`` (release, gpu scope).
-    Counters are never reset. ``config`` is required: the tables depend on its tile shape.
-    """
+def _check_table_store(a, comm_buf, row_offset, tile_group, group_counter, cfg, M, N):
+    """Validate the communication buffer and tables of the table-store epilogues."""
     import torch
-    if config is None:
-        raise GemmError("gemm_nt_signal needs an explicit config (the tables are built for its tiles)")
-    dtype, M, N, K, cfg, ctas = _check_operands(a, b, config, ctas)
     tiles_m, tiles_n = _ceil_div(M, cfg.BM), _ceil_div(N, cfg.BN)
     if not isinstance(comm_buf, torch.Tensor) or not comm_buf.is_cuda:
         raise GemmError("comm_buf must be a CUDA torch.Tensor")
@@ -403,9 +394,11 @@ def gemm_nt_signal(a, b, comm_buf, row_offset, tile_group, group_counter, *, con
         raise GemmError("comm_buf must be contiguous (row_offset indexes its flat storage)")
     if comm_buf.numel() < M * N:
         raise GemmError(f"comm_buf holds {comm_buf.numel()} elements, fewer than M*N = {M * N}")
-    for t, name, dt, shape in ((row_offset, "row_offset", (torch.int64,), (M, tiles_n)),
-                               (tile_group, "tile_group", (torch.int32,), (tiles_m * tiles_n,)),
-                               (group_counter, "group_counter", (torch.int32, torch.uint32), None)):
+    checks = [(row_offset, "row_offset", (torch.int64,), (M, tiles_n))]
+    if group_counter is not None:
+        checks += [(tile_group, "tile_group", (torch.int32,), (tiles_m * tiles_n,)),
+                   (group_counter, "group_counter", (torch.int32, torch.uint32), None)]
+    for t, name, dt, shape in checks:
         if not isinstance(t, torch.Tensor):
             raise GemmError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.device != a.device:
@@ -417,11 +410,37 @@ def gemm_nt_signal(a, b, comm_buf, row_offset, tile_group, group_counter, *, con
         if shape is not None and tuple(t.shape) != shape:
             raise GemmError(f"{name} must have shape {shape} for {M}x{N} in {cfg.BM}x{cfg.BN} tiles "
                             f"({tiles_m}x{tiles_n}), got {tuple(t.shape)}")
-    if group_counter.dim() != 1 or group_counter.numel() == 0:
+    if group_counter is not None and (group_counter.dim() != 1 or group_counter.numel() == 0):
         raise GemmError(f"group_counter must be a non-empty 1-D tensor, got shape {tuple(group_counter.shape)}")
+
+
+def gemm_nt_signal(a, b, comm_buf, row_offset, tile_group, group_counter, *, config: GemmConfig,
+                   ctas: int | None = None, stream=None) -> None:
+    """``a @ b.T`` stored through the row table into ``comm_buf``, signalling a counter per tile group.
+
+    Element ``C[i, tn * BN + c]`` (``c < min(BN, N - tn * BN)``) goes to ``comm_buf.flatten()[row_offset[i,
+    tn] + c]``; after a tile is stored, ``group_counter[tile_group[tile_id]] += 1`` (release, gpu scope).
+    Counters are never reset. ``config`` is required: the tables depend on its tile shape.
+    """
+    if config is None:
+        raise GemmError("gemm_nt_signal needs an explicit config (the tables are built for its tiles)")
+    dtype, M, N, K, cfg, ctas = _check_operands(a, b, config, ctas)
+    _check_table_store(a, comm_buf, row_offset, tile_group, group_counter, cfg, M, N)
     _launch(cfg, dtype, "signal", a, b, 0, 0, ctas, stream, comm_ptr=comm_buf.data_ptr(),
             row_offset_ptr=row_offset.data_ptr(), tile_group_ptr=tile_group.data_ptr(),
             counter_ptr=group_counter.data_ptr())
+
+
+def gemm_nt_scatter(a, b, comm_buf, row_offset, *, config: GemmConfig, ctas: int | None = None,
+                    stream=None) -> None:
+    """``a @ b.T`` stored through the row table into ``comm_buf`` with no signal: the
+    pre-communication reorder alone (non-overlapped runs; the signal-cost ablation)."""
+    if config is None:
+        raise GemmError("gemm_nt_scatter needs an explicit config (the table is built for its tiles)")
+    dtype, M, N, K, cfg, ctas = _check_operands(a, b, config, ctas)
+    _check_table_store(a, comm_buf, row_offset, None, None, cfg, M, N)
+    _launch(cfg, dtype, "scatter", a, b, 0, 0, ctas, stream, comm_ptr=comm_buf.data_ptr(),
+            row_offset_ptr=row_offset.data_ptr())
 
 
 def gemm_nt_probe(a, b, out=None, *, config: GemmConfig, ctas: int | None = None, stream=None):

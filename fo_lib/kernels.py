@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
@@ -132,6 +133,36 @@ def current_arch() -> str:
     return "sm_90a" if cc == "90" else f"sm_{cc}"
 
 
+def _ensure_cubin(source: str, arch: str, name: str) -> Path:
+    """Path of the cached cubin for (source, arch), compiling it first if needed."""
+    path = cache_dir() / f"{source_key(source, arch)}_{arch}.cubin"
+    if not path.exists():
+        cubin = compile_cubin(source, arch, name=name)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_bytes(cubin)
+        tmp.replace(path)  # atomic: concurrent processes never read a half-written file
+    return path
+
+
+def _build_one(job: tuple[str, str, str]) -> tuple[str, float]:
+    label, source, arch = job
+    t0 = time.perf_counter()
+    _ensure_cubin(source, arch, "fo_kernel.cu")
+    return label, time.perf_counter() - t0
+
+
+def build_all(arch: str | None = None, jobs: int | None = None) -> list[tuple[str, float]]:
+    """Compile every registered kernel for ``arch`` (default: this device) into the disk cache,
+    in parallel processes; returns (label, seconds) per source. Later ``get_kernel`` calls hit the cache."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    arch = arch or current_arch()
+    work = [(label, src, arch) for label, src in compile_check_sources()]
+    jobs = jobs or max(1, min(len(work), os.cpu_count() or 1))
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(_build_one, work))
+
+
 _lock = threading.Lock()
 _loaded: dict[tuple[str, str, int], object] = {}
 
@@ -146,12 +177,7 @@ def get_kernel(source: str, kernel_name: str):
         hit = _loaded.get((key, kernel_name, device))
         if hit is not None:
             return hit
-        path = cache_dir() / f"{key}_{arch}.cubin"
-        if not path.exists():
-            cubin = compile_cubin(source, arch, name=f"{kernel_name}.cu")
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_bytes(cubin)
-            tmp.replace(path)  # atomic: concurrent processes never read a half-written file
+        path = _ensure_cubin(source, arch, f"{kernel_name}.cu")
         module = cupy.RawModule(path=str(path))
         kernel = module.get_function(kernel_name)
         _loaded[(key, kernel_name, device)] = kernel

@@ -1,7 +1,8 @@
 """Benchmark fo_lib.gemm against torch.matmul (cuBLAS) on one GPU.
 
 Per (M, N, K), in interleaved rounds (fo_lib.testing.bench_interleaved): our plain kernel with the
-default config, our signal kernel (same config, identity-layout row table, random tile groups), and
+default config, the same kernel storing through the AllReduce tile table without signalling
+("scatter") and with the full signal protocol ("signal"; one group per wave), and
 ``torch.matmul(a, b.T)``; optionally every big config as its own variant (``--configs``). Inputs are
 random and rotate over enough sets that one round's operands exceed the 60 MB L2. Median TFLOP/s per
 variant goes to ``--out`` (CSV) and a short table is printed.
@@ -12,7 +13,6 @@ variant goes to ``--out`` (CSV) and a short table is printed.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import sys
 from pathlib import Path
@@ -20,21 +20,24 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from fo_lib import gemm  # noqa: E402
+from fo_lib import gemm, reorder  # noqa: E402
+from fo_lib.tiling import TileGrid  # noqa: E402
+from fo_lib.provenance import write_result  # noqa: E402
 from fo_lib.testing import bench_interleaved, summarize  # noqa: E402
 
 L2_BYTES = 60 * 2**20
 
 
-def identity_tables(M, N, cfg, groups, rng):
-    tiles_m, tiles_n = -(-M // cfg.BM), -(-N // cfg.BN)
-    row_offset = (np.arange(M, dtype=np.int64)[:, None] * N
-                  + np.arange(tiles_n, dtype=np.int64)[None, :] * cfg.BN)
-    tile_group = rng.integers(0, groups, size=tiles_m * tiles_n).astype(np.int32)
-    return (torch.from_numpy(row_offset).cuda(), torch.from_numpy(tile_group).cuda(),
-            torch.zeros(groups, dtype=torch.int32, device="cuda"))
+def tile_tables(M, N, cfg, ctas):
+    """The AllReduce (tile) tables the engine would use, one group per wave (the finest partition:
+    the most signals and the most scattered slices)."""
+    grid = TileGrid(M, N, cfg.BM, cfg.BN, order=cfg.order, swizzle=cfg.swizzle, _ctas=ctas)
+    plan = reorder.tile_reorder(grid, (1,) * grid.num_waves)
+    return (torch.from_numpy(plan.row_offset).cuda(), torch.from_numpy(plan.tile_group).cuda(),
+            torch.zeros(plan.num_groups, dtype=torch.int32, device="cuda"))
 
 
 def bench_shape(M, N, K, dtype, rounds, inner, configs, rng):
@@ -48,7 +51,7 @@ def bench_shape(M, N, K, dtype, rounds, inner, configs, rng):
         sets.append((a, b, torch.empty(M, N, dtype=dtype, device="cuda")))
     sms = gemm.sm_count()
     cfg = gemm.default_config(M, N, K, sms)
-    ro, tg, cnt = identity_tables(M, N, cfg, 8, rng)
+    ro, tg, cnt = tile_tables(M, N, cfg, sms)
     comm = [torch.empty(M * N, dtype=dtype, device="cuda") for _ in range(2)]
 
     fns = {
@@ -56,6 +59,8 @@ def bench_shape(M, N, K, dtype, rounds, inner, configs, rng):
                                         out=sets[i % n_sets][2]),
         "ours": lambda i: gemm.gemm_nt(sets[i % n_sets][0], sets[i % n_sets][1], sets[i % n_sets][2],
                                        config=cfg),
+        "scatter": lambda i: gemm.gemm_nt_scatter(sets[i % n_sets][0], sets[i % n_sets][1], comm[i % 2],
+                                                  ro, config=cfg),
         "signal": lambda i: gemm.gemm_nt_signal(sets[i % n_sets][0], sets[i % n_sets][1], comm[i % 2],
                                                 ro, tg, cnt, config=cfg),
     }
@@ -94,35 +99,37 @@ def main(argv=None):
 
     rows = []
     print(f"{'M':>6} {'N':>6} {'K':>6} {'config':>24} {'torch':>7} {'ours':>7} {'x':>5} {'signal':>7} "
-          f"{'sig%':>6}  vs_torch " + " ".join(f"{c:>11}" for c in configs), flush=True)
+          f"{'scat%':>6} {'sig%':>6}  vs_torch " + " ".join(f"{c:>11}" for c in configs), flush=True)
     for M in args.M:
         for N in args.N:
             for K in args.K:
                 cfg, err, res = bench_shape(M, N, K, dtype, rounds, inner, configs, rng)
                 t, o, s = res["torch"][1], res["ours"][1], res["signal"][1]
                 overhead = (res["signal"][0] / res["ours"][0] - 1) * 100
+                scat = (res["scatter"][0] / res["ours"][0] - 1) * 100
                 extra = " ".join(f"{res['cfg:' + c][1]:11.1f}" for c in configs)
                 print(f"{M:6d} {N:6d} {K:6d} {cfg.tile_name + '/' + cfg.order + str(cfg.swizzle):>24} "
-                      f"{t:7.1f} {o:7.1f} {o / t:5.2f} {s:7.1f} {overhead:+6.1f}  {err:.1e} {extra}",
+                      f"{t:7.1f} {o:7.1f} {o / t:5.2f} {s:7.1f} {scat:+6.1f} {overhead:+6.1f}  {err:.1e} {extra}",
                       flush=True)
                 for name, (ms, tf) in res.items():
                     rows.append(dict(M=M, N=N, K=K, dtype=args.dtype, variant=name,
                                      config=cfg.tile_name if not name.startswith("cfg:") else name[4:],
-                                     order=cfg.order, swizzle=cfg.swizzle, median_ms=f"{ms:.5f}",
-                                     tflops=f"{tf:.2f}", rounds=rounds, inner=inner, rel_err=f"{err:.3e}"))
+                                     order=cfg.order, swizzle=cfg.swizzle, median_ms=round(ms, 5),
+                                     tflops=round(tf, 2), rounds=rounds, inner=inner, rel_err=float(f"{err:.3e}")))
                 del res
                 torch.cuda.empty_cache()
-    with open(args.out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    ratios = [r for r in rows if r["variant"] in ("ours", "torch")]
-    by = {}
-    for r in ratios:
-        by.setdefault((r["M"], r["N"], r["K"]), {})[r["variant"]] = float(r["tflops"])
-    geo = math.exp(np.mean([math.log(v["ours"] / v["torch"]) for v in by.values()]))
-    print(f"geomean ours / torch.matmul: {geo:.3f}  ({len(by)} shapes, {args.dtype}) -> {args.out}")
-
+    df = pd.DataFrame(rows)
+    write_result(df, args.out, link="none", dtype=args.dtype, rounds=rounds, inner=inner)
+    wide = df.pivot_table(index=["M", "N", "K"], columns="variant", values="median_ms", aggfunc="first")
+    wide = wide.astype(float)
+    ratio = wide["torch"] / wide["ours"]
+    big = ratio[[m >= 2048 and n >= 2048 and k >= 2048 for m, n, k in ratio.index]]
+    sig = (wide["signal"] / wide["ours"] - 1) * 100
+    scat = (wide["scatter"] / wide["ours"] - 1) * 100
+    print(f"ours / torch.matmul ({args.dtype}): geomean {math.exp(np.log(ratio).mean()):.3f} over "
+          f"{len(ratio)} shapes; M,N,K >= 2048: median {big.median():.3f}, min {big.min():.3f}")
+    print(f"signal vs plain: median {sig.median():+.2f}% (min {sig.min():+.2f}, max {sig.max():+.2f}); "
+          f"scatter vs plain: median {scat.median():+.2f}%  -> {args.out}")
 
 if __name__ == "__main__":
     main()

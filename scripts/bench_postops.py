@@ -19,7 +19,6 @@ so the per-call Python cost is only the CuPy launch). Results go to ``--out`` (C
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import sys
 from pathlib import Path
@@ -32,39 +31,8 @@ import torch  # noqa: E402
 from fo_lib import postops  # noqa: E402
 from fo_lib.postops import PostOps  # noqa: E402
 
-try:  # shared helpers when present
-    from fo_lib.testing import bench_interleaved, summarize  # noqa: E402
-except ImportError:  # pragma: no cover - fallback with the same contract
-    import statistics
-
-    def bench_interleaved(fns, *, rounds=30, inner=5, warmup=3, stream=None):
-        stream = stream or torch.cuda.current_stream()
-        names = list(fns)
-        calls = 0
-        for _ in range(warmup):
-            for name in names:
-                for _ in range(inner):
-                    fns[name](calls)
-                    calls += 1
-        torch.cuda.synchronize()
-        out = {n: [] for n in names}
-        for r in range(rounds):
-            for name in (names if r % 2 == 0 else names[::-1]):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record(stream)
-                for _ in range(inner):
-                    fns[name](calls)
-                    calls += 1
-                end.record(stream)
-                end.synchronize()
-                out[name].append(start.elapsed_time(end) / inner)
-        return out
-
-    def summarize(samples):
-        return {k: float(statistics.median(v)) for k, v in samples.items()}
-
-L2_BYTES = 60 * 2**20
-BM = 128
+from fo_lib.provenance import write_result  # noqa: E402
+from fo_lib.testing import bench_interleaved, summarize  # noqa: E402
 
 
 def tile_permutation_table(R: int, N: int, BN: int, rng) -> np.ndarray:
@@ -204,11 +172,8 @@ def main(argv=None):
                                  threads_per_row=tpr.get(name, ""),
                                  rounds=rounds, graph=int(graph), sets=n_sets, max_abs_err_vs_torch=f"{err:.3e}"))
             torch.cuda.empty_cache()
-    with open(args.out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    worst = max((r for r in rows if r["variant"] == "ours_rms"), key=lambda r: float(r["ratio"]))
+    import pandas as pd
+    write_result(pd.DataFrame(rows), args.out, link="none", dtype=args.dtype)
     print(f"worst ours_rms / torch_rms = {worst['ratio']} at R={worst['R']} N={worst['N']} (target <= 1.05); "
           f"wrote {args.out}")
 

@@ -13,7 +13,8 @@
 //   * Epilogue: accumulators -> a separate smem C tile (so it never waits for the operand ring)
 //     -> 16-byte coalesced global stores. EPILOGUE 0 = plain store, 1 = store through a row table
 //     into the communication buffer and signal the tile's group counter, 2 = plain store plus a
-//     per-tile timing probe.
+//     per-tile timing probe, 3 = store through the row table without signalling (the pre-reorder
+//     alone: the non-overlapped path and the ablation of the signal's cost).
 //
 // NOTES: no toolkit headers (see common.cuh); every shared-memory access is PTX on 32-bit shared
 // addresses, every 16-bit value is raw bits.
@@ -128,7 +129,8 @@ struct GemmShape {
     static_assert(BM <= THREADS, "one thread per tile row fetches the signal row offsets");
 };
 
-// EPILOGUE: 0 plain (C), 1 signal (comm_buf through row_offset + group counters), 2 probe (C + probe).
+// EPILOGUE: 0 plain (C), 1 signal (comm_buf through row_offset + group counters), 2 probe (C + probe),
+// 3 scatter (comm_buf through row_offset, no signal).
 // Pointers an epilogue does not use may be null.
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES, class T, int EPILOGUE>
 __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const bits16* __restrict__ B,
@@ -139,7 +141,8 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                                              u64* __restrict__ probe) {
     using S = GemmShape<BM, BN, BK, WARPS_M, WARPS_N, STAGES>;
     using namespace mma_detail;
-    static_assert(EPILOGUE >= 0 && EPILOGUE <= 2, "EPILOGUE is 0 (plain), 1 (signal) or 2 (probe)");
+    static_assert(EPILOGUE >= 0 && EPILOGUE <= 3, "EPILOGUE is 0 plain, 1 signal, 2 probe or 3 scatter");
+    constexpr bool kTableStore = EPILOGUE == 1 || EPILOGUE == 3;
 
     extern __shared__ __align__(128) unsigned char fo_gemm_smem[];
     const u32 smem = smem_addr(fo_gemm_smem);
@@ -239,7 +242,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         cp_async_wait<STAGES - 2>();
         __syncthreads();
         if (EPILOGUE == 2 && tid == 0) probe[(tm * tiles_n + tn) * 4 + 0] = globaltimer_ns();
-        if (EPILOGUE == 1 && tid < BM) {
+        if (kTableStore && tid < BM) {
             // NOTES: the tile's BM row offsets ride in the cp.async group of this tile's first
             // issue_load, so they land during the main loop; a dependent global load per 16-byte
             // store in the epilogue instead cost ~20 % at K = 1024.
@@ -292,7 +295,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         }
         // The row offsets were committed with k-tile (first + STAGES-1) of this tile; the main loop's
         // last wait covered k-tiles up to (first + KT-1).
-        if (EPILOGUE == 1 && KT < STAGES) cp_async_wait<0>();
+        if (kTableStore && KT < STAGES) cp_async_wait<0>();
         __syncthreads();
 
         const int rows = min(BM, M - tm * BM);
@@ -307,7 +310,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                 ld_shared_v4(smem_c + r * (BN * 2) + ((ch ^ (r & 7)) << 4), v);
                 const int grow = tm * BM + r;
                 bits16* dst;
-                if (EPILOGUE == 1) {
+                if (kTableStore) {
                     dst = comm_buf + ld_shared_s64(smem_ro + r * 8) + ch * 8;
                 } else {
                     dst = C + grow * ldc + tn * BN + ch * 8;
@@ -323,13 +326,14 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
             }
         }
 
-        if (EPILOGUE != 0) {
-            // Every thread's stores of this tile precede thread 0's release (bar.sync + gpu fence).
+        if (EPILOGUE == 1 || EPILOGUE == 2) {
+            // Every thread's stores of this tile precede thread 0's release: bar.sync orders them
+            // before thread 0 at CTA scope, and red.release.gpu is cumulative, so a consumer that
+            // acquires the counter sees all of them. (A separate __threadfence() would be redundant.)
             __syncthreads();
             if (tid == 0) {
                 const int tile_id = tm * tiles_n + tn;
                 if (EPILOGUE == 1) {
-                    __threadfence();
                     red_release_gpu_add(group_counter + tile_group[tile_id], 1u);
                 } else {
                     probe[tile_id * 4 + 1] = globaltimer_ns();

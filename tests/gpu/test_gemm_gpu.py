@@ -138,7 +138,8 @@ def _gather_index(row_offset, M, N, BN):
 @pytest.mark.parametrize("cname", CONFIG_NAMES)
 @pytest.mark.parametrize("M,N,K,groups", [(1, 8, 8, 1), (100, 300, 64, 3), (1000, 2000, 264, 5),
                                           (2048, 4096, 512, 8), (257, 129, 40, 2), (77, 1000, 16, 4)])
-def test_gemm_signal(M, N, K, groups, cname, dtype):
+@pytest.mark.parametrize("epilogue", ["signal", "scatter"])
+def test_gemm_signal(M, N, K, groups, cname, dtype, epilogue):
     cfg = gemm.CONFIGS[cname].with_raster("col", 2)
     a, b = _inputs(M, N, K, dtype, seed=M + N + K)
     row_offset, tile_group, grid = _signal_tables(M, N, cfg, groups, seed=M * N)
@@ -147,7 +148,10 @@ def test_gemm_signal(M, N, K, groups, cname, dtype):
     ro = torch.from_numpy(row_offset).cuda()
     tg = torch.from_numpy(tile_group).cuda()
     counters = torch.zeros(groups, dtype=torch.int32, device="cuda")
-    gemm.gemm_nt_signal(a, b, comm, ro, tg, counters, config=cfg)
+    if epilogue == "signal":
+        gemm.gemm_nt_signal(a, b, comm, ro, tg, counters, config=cfg)
+    else:
+        gemm.gemm_nt_scatter(a, b, comm, ro, config=cfg)
     plain = gemm.gemm_nt(a, b, config=cfg)
     torch.cuda.synchronize()
     assert not torch.isnan(comm[:M * N]).any(), "comm_buf elements left unwritten"
@@ -156,8 +160,48 @@ def test_gemm_signal(M, N, K, groups, cname, dtype):
     got = comm[idx]
     assert torch.equal(got, plain), "signal epilogue stored different values / places than plain"
     assert calc_diff(got, _ref(a, b)) < TOL[dtype]
-    expect = np.bincount(tile_group, minlength=groups)
+    expect = np.bincount(tile_group, minlength=groups) if epilogue == "signal" else np.zeros(groups)
     assert counters.cpu().numpy().tolist() == expect.tolist()
+
+
+@pytest.mark.parametrize("mode", ["tile", "subtile", "subtoken"])
+@pytest.mark.parametrize("M,N,K", [(1000, 1100, 64), (4096, 2048, 128), (300, 4096, 32)])
+def test_gemm_signal_with_reorder_tables(mode, M, N, K):
+    """The kernel stores exactly where fo_lib.reorder's tables say (the NumPy pre-reorder)."""
+    from fo_lib import reorder
+
+    cfg = gemm.CONFIGS["128x128x32"].with_raster("row", 4)
+    ctas = 40
+    grid = TileGrid(M, N, cfg.BM, cfg.BN, order="row", swizzle=4, _ctas=ctas)
+    T = grid.num_waves
+    part = tuple([1] * min(T, 3) + ([T - 3] if T > 3 else []))
+    rng = np.random.default_rng(M + N)
+    if mode == "tile":
+        plan = reorder.tile_reorder(grid, part)
+    elif mode == "subtile":
+        plan = reorder.subtile_reorder(grid, part, 4)
+    else:
+        W = 3
+        dest = [rng.integers(0, W, M) for _ in range(W)]
+        idx = [np.zeros(M, dtype=np.int64) for _ in range(W)]
+        cnt = np.zeros(W, dtype=np.int64)
+        for s_ in range(W):
+            for i in range(M):
+                idx[s_][i] = cnt[dest[s_][i]]
+                cnt[dest[s_][i]] += 1
+        plan = reorder.subtoken_reorder(grid, part, dest, idx, 1)
+    a, b = _inputs(M, N, K, "bf16", seed=M)
+    n = plan.buffer_elements
+    comm = torch.full((n,), float("nan"), dtype=torch.bfloat16, device="cuda")
+    counters = torch.zeros(len(part), dtype=torch.int32, device="cuda")
+    gemm.gemm_nt_signal(a, b, comm, torch.from_numpy(plan.row_offset).cuda(),
+                        torch.from_numpy(plan.tile_group).cuda(), counters, config=cfg, ctas=ctas)
+    plain = gemm.gemm_nt(a, b, config=cfg).float().cpu().numpy()
+    expect = reorder.pre_reorder(plain, plan.row_offset, n, cfg.BN)
+    got = comm.float().cpu().numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(expect))
+    np.testing.assert_array_equal(got[~np.isnan(got)], expect[~np.isnan(expect)])
+    assert counters.cpu().numpy().tolist() == plan.group_tiles.tolist()
 
 
 def test_gemm_signal_counters_accumulate():

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: compile every kernel (parallel), then the steps named in FO_STEPS,
+# each under its own time limit, logging everything to $OUT/run.log and writing CSV + provenance
+# sidecars under $OUT/data/. Run from the repo root:
+#   FO_STEPS=build,tests,sanitize,bench_gemm,bench_postops scripts/gpu_run.sh
+set -uo pipefail
+OUT=${OUT:-/tmp/fo_out}
+mkdir -p "$OUT/data"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" FO_CACHE_DIR=${FO_CACHE_DIR:-/tmp/fo_cache}
+export NCCL_NVLS_ENABLE=0
+steps=",${FO_STEPS:-build,tests,sanitize,bench_gemm,bench_postops},"
+log="$OUT/run.log"
+summary=()
+step() {  # step NAME LIMIT_S CMD...
+  local name=$1 limit=$2; shift 2
+  [[ $steps == *",$name,"* ]] || return 0
+  echo "=== $name (limit ${limit}s): $*" | tee -a "$log"
+  local t0=$SECONDS
+  timeout "$limit" "$@" >>"$log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-14s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")")
+  echo "=== $name rc=$rc in $((SECONDS - t0))s" | tee -a "$log"
+}
+python3 -m fo_lib info >>"$log" 2>&1
+nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv >>"$log" 2>&1
+step build 120 python3 -m fo_lib build
+step tests 240 python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/gpu ${FO_TEST_ARGS:-}
+step sanitize 150 bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_kernels.py && compute-sanitizer --tool racecheck --error-exitcode 9 python3 scripts/sanitize_kernels.py"
+step bench_gemm 240 python3 scripts/bench_gemm.py ${FO_GEMM_ARGS:-} --out "$OUT/data/gemm_portable.csv"
+step bench_postops 120 python3 scripts/bench_postops.py ${FO_POSTOPS_ARGS:-} --out "$OUT/data/postops.csv"
+step engine 300 python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/gpu/test_engine_gpu.py
+step bench_overlap 300 python3 scripts/bench_overlap.py ${FO_OVERLAP_ARGS:-} --out "$OUT/data/overlap_loopback.csv"
+echo "--- summary"; printf '%s\n' "${summary[@]}" | tee -a "$log"
+grep -E "passed|failed|error" "$log" | grep -E "^[0-9]+ (passed|failed)|ERROR SUMMARY|sanitize: ok|geomean|signal vs plain|worst" | tail -n 20
