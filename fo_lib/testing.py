@@ -39,11 +39,13 @@ def median(samples) -> float:
 
 
 def bench_interleaved(fns: Mapping[str, Callable[[int], object]], *, rounds: int = 30,
-                      inner: int = 5, warmup: int = 3, stream=None) -> dict[str, list[float]]:
+                      inner: int = 5, warmup: int = 3, stream=None, graph: bool = False) -> dict[str, list[float]]:
     """Time ``fns`` (each called as ``fn(i)``, ``i`` the call index for input rotation).
 
     Each round runs every variant ``inner`` times back to back between two CUDA events and records
-    the mean per call in ms; variants alternate within a round. Returns ``{name: [ms per round]}``.
+    the mean per call in ms; variants alternate within a round (and the order flips every round).
+    With ``graph=True`` each variant's ``inner`` calls are captured once in a CUDA graph and the
+    rounds replay it, so host launch overhead is excluded. Returns ``{name: [ms per round]}``.
     """
     import torch
 
@@ -56,15 +58,28 @@ def bench_interleaved(fns: Mapping[str, Callable[[int], object]], *, rounds: int
                 fns[name](calls)
                 calls += 1
     torch.cuda.synchronize()
+    graphs = {}
+    if graph:
+        side = torch.cuda.Stream()
+        for name in names:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.stream(side), torch.cuda.graph(g, stream=side):
+                for i in range(inner):
+                    fns[name](i)
+            graphs[name] = g
+        torch.cuda.synchronize()
     out: dict[str, list[float]] = {n: [] for n in names}
     for r in range(rounds):
         order = names if r % 2 == 0 else names[::-1]  # alternate who goes first
         for name in order:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record(stream)
-            for _ in range(inner):
-                fns[name](calls)
-                calls += 1
+            if graph:
+                graphs[name].replay()
+            else:
+                for _ in range(inner):
+                    fns[name](calls)
+                    calls += 1
             end.record(stream)
             end.synchronize()
             out[name].append(start.elapsed_time(end) / inner)

@@ -40,7 +40,7 @@ def tile_tables(M, N, cfg, ctas):
             torch.zeros(plan.num_groups, dtype=torch.int32, device="cuda"))
 
 
-def bench_shape(M, N, K, dtype, rounds, inner, configs, rng):
+def bench_shape(M, N, K, dtype, rounds, inner, configs, ablation=False, graph=False):
     elem = torch.finfo(dtype).bits // 8
     set_bytes = (M * K + N * K + M * N) * elem
     n_sets = max(2, min(16, math.ceil(3 * L2_BYTES / set_bytes)))
@@ -64,6 +64,13 @@ def bench_shape(M, N, K, dtype, rounds, inner, configs, rng):
         "signal": lambda i: gemm.gemm_nt_signal(sets[i % n_sets][0], sets[i % n_sets][1], comm[i % 2],
                                                 ro, tg, cnt, config=cfg),
     }
+    if ablation:
+        # Same table-store path, but the table is plain row-major C: isolates the cost of the
+        # tile-contiguous destination layout from the cost of reading the table.
+        ro_rm = torch.from_numpy(np.arange(M, dtype=np.int64)[:, None] * N
+                                 + np.arange(ro.shape[1], dtype=np.int64)[None, :] * cfg.BN).cuda()
+        fns["scatter_rowmajor"] = lambda i: gemm.gemm_nt_scatter(sets[i % n_sets][0], sets[i % n_sets][1],
+                                                                 comm[i % 2], ro_rm, config=cfg)
     for name in configs:
         base = gemm.CONFIGS[name]
         c = base.with_raster("row", min(8, -(-M // base.BM)))
@@ -74,7 +81,7 @@ def bench_shape(M, N, K, dtype, rounds, inner, configs, rng):
     ref = torch.matmul(a, b.T)
     ours = gemm.gemm_nt(a, b, config=cfg)
     err = ((ours.float() - ref.float()).norm() / ref.float().norm()).item()
-    samples = bench_interleaved(fns, rounds=rounds, inner=inner, warmup=2)
+    samples = bench_interleaved(fns, rounds=rounds, inner=inner, warmup=2, graph=graph)
     med = summarize(samples)
     flop = 2.0 * M * N * K
     return cfg, err, {k: (v, flop / (v * 1e-3) / 1e12) for k, v in med.items()}
@@ -90,11 +97,15 @@ def main(argv=None):
     p.add_argument("--K", type=int, nargs="*", default=[1024, 4096, 8192])
     p.add_argument("--configs", nargs="*", default=[],
                    help="also time these CONFIGS by name ('all' = every config)")
+    p.add_argument("--ablation", action="store_true",
+                   help="also time the table store with a row-major table (layout vs table cost)")
+    p.add_argument("--graph", action="store_true", help="time CUDA-graph replays (no host overhead)")
+    p.add_argument("--rounds", type=int, help="interleaved rounds (default 15, quick 6)")
     args = p.parse_args(argv)
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[args.dtype]
     configs = list(gemm.CONFIGS) if args.configs == ["all"] else args.configs
     rounds, inner = (6, 3) if args.quick else (15, 5)
-    rng = np.random.default_rng(0)
+    rounds = args.rounds or rounds
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
 
     rows = []
@@ -103,7 +114,7 @@ def main(argv=None):
     for M in args.M:
         for N in args.N:
             for K in args.K:
-                cfg, err, res = bench_shape(M, N, K, dtype, rounds, inner, configs, rng)
+                cfg, err, res = bench_shape(M, N, K, dtype, rounds, inner, configs, args.ablation, args.graph)
                 t, o, s = res["torch"][1], res["ours"][1], res["signal"][1]
                 overhead = (res["signal"][0] / res["ours"][0] - 1) * 100
                 scat = (res["scatter"][0] / res["ours"][0] - 1) * 100
@@ -119,7 +130,7 @@ def main(argv=None):
                 del res
                 torch.cuda.empty_cache()
     df = pd.DataFrame(rows)
-    write_result(df, args.out, link="none", dtype=args.dtype, rounds=rounds, inner=inner)
+    write_result(df, args.out, link="none", dtype=args.dtype, rounds=rounds, inner=inner, graph=args.graph)
     wide = df.pivot_table(index=["M", "N", "K"], columns="variant", values="median_ms", aggfunc="first")
     wide = wide.astype(float)
     ratio = wide["torch"] / wide["ours"]
@@ -130,6 +141,10 @@ def main(argv=None):
           f"{len(ratio)} shapes; M,N,K >= 2048: median {big.median():.3f}, min {big.min():.3f}")
     print(f"signal vs plain: median {sig.median():+.2f}% (min {sig.min():+.2f}, max {sig.max():+.2f}); "
           f"scatter vs plain: median {scat.median():+.2f}%  -> {args.out}")
+    if "scatter_rowmajor" in wide:
+        rm = (wide["scatter_rowmajor"] / wide["ours"] - 1) * 100
+        print(f"scatter through a row-major table vs plain: median {rm.median():+.2f}% "
+              f"(min {rm.min():+.2f}, max {rm.max():+.2f})")
 
 if __name__ == "__main__":
     main()

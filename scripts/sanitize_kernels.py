@@ -13,7 +13,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from fo_lib import gemm, postops, reorder  # noqa: E402

@@ -400,6 +400,15 @@ def _warm_wait_kernels():
     e = torch.zeros(1, dtype=torch.int32, device="cuda")
     postops.bump_counter(c, 0, 1)
     postops.wait_counter(c, 0, 1, e, SECOND)
+    # NOTES: every kernel a producer stream runs while a wait spins must already be loaded: CUDA
+    # loads modules lazily, and loading waits for the device, which the spinning wait holds (the
+    # waits below would time out instead of being released). So run torch's kernels used as
+    # producers here once: _sleep, int32 fill/copy and the int32 -> int64 copy.
+    torch.cuda._sleep(1)
+    f = torch.zeros(2, dtype=torch.int32, device="cuda")
+    f.fill_(1)
+    f[0].copy_(f[1])
+    torch.zeros(1, dtype=torch.int64, device="cuda")[0].copy_(f[0])
     torch.cuda.synchronize()
     assert c.item() == 1 and e.item() == 0
 
