@@ -225,7 +225,7 @@ def launch_config(R: int, N: int, ops: PostOps, *, sm_count: int = 132,
                          f"{_ceil_div(chunks, items)} (at most N={MAX_NORM_N} is supported)")
     if threads_per_row is None and ops.rmsnorm:
         # Few rows: spread each row over more threads (fewer chunks each) to put more CTAs in flight.
-        while 2 * g <= min(cap, 32 * _ceil_div(chunks, 32)) and _ceil_div(R, max(1, 256 // g)) < 4 * sm_count:
+        while 2 * g <= min(cap, 32 * _ceil_div(chunks, 32)) and _ceil_div(R, max(1, 256 // g)) < 2 * sm_count:
             g *= 2
     rows = max(1, 256 // g)
     grid_x = _ceil_div(R, rows)
@@ -405,7 +405,8 @@ class PostReorderLaunch:
     def __call__(self, stream=None) -> None:
         if self.kernel is None:  # R == 0
             return
-        _launch(self.kernel, self.grid, self.block, self.args, stream or self.stream, self.device_index)
+        stream = stream or self.stream or _torch().cuda.current_stream(self.device_index)
+        _launch(self.kernel, self.grid, self.block, self.args, stream, self.device_index)
 
 
 def post_reorder_launcher(buf, src_offset, out_shape, BN: int, ops: PostOps = PostOps(), *, bias=None,
@@ -488,8 +489,8 @@ def post_reorder_launcher(buf, src_offset, out_shape, BN: int, ops: PostOps = Po
             raise ValueError(f"out must be row-major with unit column stride and row stride >= N, "
                              f"got strides {out.stride()}")
     ldo = out.stride(0) if R > 1 else max(out.stride(0), N)
-    if stream is None:
-        stream = torch.cuda.current_stream(device)
+    # stream None: the launch goes to whatever stream is current when it is called (so a launcher
+    # made outside a CUDA-graph capture is captured when called inside it).
     if R == 0:
         return PostReorderLaunch(None, None, None, None, stream, device.index, out, False, None)
 

@@ -12,6 +12,10 @@ DATA_DIR = REPO_ROOT / "data"
 
 
 def git_sha() -> str:
+    """HEAD of this checkout, or ``FO_GIT_SHA`` (the GPU machine receives a copy without .git)."""
+    import os
+    if os.environ.get("FO_GIT_SHA"):
+        return os.environ["FO_GIT_SHA"]
     try:
         return subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO_ROOT, capture_output=True,
                               text=True, check=True).stdout.strip()

@@ -300,7 +300,7 @@ def test_launcher_reuse_and_graph_capture():
     launch.out.fill_(float("nan"))
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        launch(torch.cuda.current_stream())
+        launch()  # no stream given: the launch must go to the capturing stream
     torch.cuda.synchronize()
     graph.replay()
     torch.cuda.synchronize()
