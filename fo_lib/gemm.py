@@ -20,7 +20,6 @@ picks a tile config, generates the tiny instantiation source, and launches on a 
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -320,20 +319,7 @@ def _check_out(out, M: int, N: int, a, name: str = "out"):
         raise GemmError(f"{name} must be {a.dtype} on {a.device}, got {out.dtype} on {out.device}")
 
 
-_streams: dict[tuple[int, int], object] = {}
 _kernel_cache: dict[tuple[str, str, str, int], object] = {}
-
-
-def _cupy_stream(torch_stream, device_index: int):
-    import cupy
-    key = (int(torch_stream.cuda_stream), device_index)
-    s = _streams.get(key)
-    if s is None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # ExternalStream: deprecated in CuPy 14
-            s = cupy.cuda.ExternalStream(key[0], device_index)
-        _streams[key] = s
-    return s
 
 
 def _launch(cfg: GemmConfig, dtype: str, epilogue: str, a, b, c_ptr: int, ldc: int, ctas: int,
@@ -366,8 +352,8 @@ def _launch(cfg: GemmConfig, dtype: str, epilogue: str, a, b, c_ptr: int, ldc: i
                 i64(a.stride(0)), i64(b.stride(0)), i64(ldc), i32(RASTER_ORDERS.index(cfg.order)),
                 i32(cfg.swizzle), u64(comm_ptr), u64(row_offset_ptr), u64(tile_group_ptr),
                 u64(counter_ptr), u64(probe_ptr))
-        with _cupy_stream(stream, dev):
-            kernel((grid,), (cfg.threads,), args, shared_mem=cfg.smem_bytes)
+        kernels.launch(kernel, (grid,), (cfg.threads,), args, stream=stream, device_index=dev,
+                       shared_mem=cfg.smem_bytes)
 
 
 def gemm_nt(a, b, out=None, *, config: GemmConfig | None = None, ctas: int | None = None, stream=None):

@@ -184,6 +184,42 @@ def get_kernel(source: str, kernel_name: str):
         return kernel
 
 
+# --- launching on torch streams -----------------------------------------------------------------
+_streams: dict[tuple[int, int], object] = {}
+
+
+def cupy_stream(torch_stream, device_index: int):
+    """A (cached) CuPy view of a torch CUDA stream."""
+    import warnings
+
+    cupy = _cupy()
+    key = (int(torch_stream.cuda_stream), device_index)
+    s = _streams.get(key)
+    if s is None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # ExternalStream: deprecated in CuPy 14
+            s = cupy.cuda.ExternalStream(key[0], device_index)
+        _streams[key] = s
+    return s
+
+
+def launch(kernel, grid, block, args, *, stream=None, device_index: int, shared_mem: int = 0) -> None:
+    """Launch a RawKernel on a torch stream (default: the device's current stream)."""
+    import torch
+
+    cupy = _cupy()
+    if stream is None:
+        stream = torch.cuda.current_stream(device_index)
+    with cupy.cuda.Device(device_index), cupy_stream(stream, device_index):
+        kernel(tuple(grid), tuple(block), args, shared_mem=shared_mem)
+
+
+def ptr(t):
+    """A tensor's device address as a kernel argument (0 for None)."""
+    import numpy as np
+    return np.uint64(0 if t is None else t.data_ptr())
+
+
 # --- compile-check registry (CI compiles every registered source for every target) -------------
 _compile_checks: list[Callable[[], Iterable[tuple[str, str]]]] = []
 
@@ -196,6 +232,6 @@ def register_compile_check(fn: Callable[[], Iterable[tuple[str, str]]]):
 
 def compile_check_sources() -> Iterator[tuple[str, str]]:
     # Importing the host modules registers their generators.
-    from . import gemm, postops  # noqa: F401
+    from . import counting, gemm, postops  # noqa: F401
     for fn in _compile_checks:
         yield from fn()

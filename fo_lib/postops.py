@@ -1,8 +1,6 @@
-"""Post-communication reorder fused with the element-wise epilogue, and the counting-table wait.
+"""Post-communication reorder fused with the element-wise epilogue.
 
-Two kernels families live here (CUDA sources in ``fo_lib/cuda``):
-
-* ``post_reorder.cuh``: gathers the communication buffer back into row-major order through an
+``post_reorder.cuh`` (in ``fo_lib/cuda``) gathers the communication buffer back into row-major order through an
   int64 table and applies, in this order (fp32, each 16-bit result rounded once)::
 
       v = buf[src_offset[r, j // BN] + j % BN]
@@ -12,10 +10,7 @@ Two kernels families live here (CUDA sources in ``fo_lib/cuda``):
       residual_out[r, j] = v            (PostOps.residual_out; may alias residual)
       out[r, j] = v * rsqrt(mean_j(v^2) + eps) * weight[j]   if PostOps.rmsnorm else v
 
-  The same kernel restores the ReduceScatter -> AllGather layout: only the table differs.
-* ``wait.cuh``: the consumer side of the counting table (``wait_counter``: one single-thread
-  launch per group on the communication stream, bounded by a timeout that is reported through a
-  device error word) and ``bump_counter`` (release add, for tests and host-driven signalling).
+The same kernel restores the ReduceScatter -> AllGather layout: only the table differs.
 
 GPU entry points take torch CUDA tensors and launch through CuPy on the given torch stream. The
 pure NumPy :func:`post_reorder_reference` computes the same math in float64 (tests, CPU engine).
@@ -140,23 +135,6 @@ extern "C" __global__ void __launch_bounds__({bounds}) {name}(
     return source, name
 
 
-WAIT_KERNEL = "fo_wait_counter"
-BUMP_KERNEL = "fo_bump_counter"
-
-
-def wait_source() -> str:
-    """The NVRTC source holding both ``fo_wait_counter`` and ``fo_bump_counter``."""
-    return f"""#include "wait.cuh"
-extern "C" __global__ void {WAIT_KERNEL}(const fo::u32* counter, int group, fo::u32 target, fo::u32* error,
-                                        fo::u64 timeout_ns) {{
-  if (threadIdx.x == 0 && blockIdx.x == 0) fo::wait_counter(counter, group, target, error, timeout_ns);
-}}
-extern "C" __global__ void {BUMP_KERNEL}(fo::u32* counter, int group, fo::u32 value) {{
-  if (threadIdx.x == 0 && blockIdx.x == 0) fo::bump_counter(counter, group, value);
-}}
-"""
-
-
 def compile_check_ops() -> list[tuple[str, PostOps]]:
     """The representative PostOps the compile check builds (every flag alone, all together)."""
     sets = [("gather", PostOps()), ("bias", PostOps(bias=True))]
@@ -172,7 +150,6 @@ def compile_check_ops() -> list[tuple[str, PostOps]]:
 
 @kernels.register_compile_check
 def _compile_checks():
-    yield "wait", wait_source()
     full = {"gather", "add_rmsnorm", "all_gelu_erf", "all_nonorm"}
     for i, (label, ops) in enumerate(compile_check_ops()):
         if label in full:  # both dtypes, both paths
@@ -315,15 +292,6 @@ def _as_f64(a, shape: tuple[int, ...], name: str) -> np.ndarray:
 
 
 # --- GPU launch ------------------------------------------------------------------------------
-class WaitError(RuntimeError):
-    """A ``wait_counter`` launch timed out; ``group`` is the first group that did."""
-
-    def __init__(self, group: int, raw: int | None = None):
-        self.group = int(group)
-        super().__init__(f"counter wait for group {self.group} timed out on the device (error word "
-                         f"{raw if raw is not None else self.group + 1}): the producer never reached its target")
-
-
 def _torch():
     try:
         import torch
@@ -368,14 +336,10 @@ def _sm_count(device_index: int) -> int:
 
 
 def _launch(kernel, grid, block, args, stream, device_index: int) -> None:
-    cupy = _cupy()
-    with cupy.cuda.Device(device_index):
-        with cupy.cuda.ExternalStream(stream.cuda_stream):
-            kernel(grid, block, args)
+    kernels.launch(kernel, grid, block, args, stream=stream, device_index=device_index)
 
 
-def _ptr(t) -> np.uint64:
-    return np.uint64(0 if t is None else t.data_ptr())
+_ptr = kernels.ptr
 
 
 def post_reorder(buf, src_offset, out_shape, BN: int, ops: PostOps = PostOps(), *, bias=None, residual=None,
@@ -549,72 +513,3 @@ def check_table_bounds(src_offset, N: int, BN: int, buf_elements: int) -> None:
         r, c = (int(v) for v in bad.nonzero()[0])
         raise ValueError(f"src_offset[{r}, {c}] = {int(src_offset[r, c])} addresses a run of {int(run[c])} "
                          f"elements outside buf ({buf_elements} elements)")
-
-
-# --- counting-table wait ---------------------------------------------------------------------
-def _counter_checks(counter, group: int, what: str = "counter"):
-    torch = _torch()
-    _check_cuda(counter, what, None)
-    if counter.dtype not in (torch.int32, getattr(torch, "uint32", torch.int32)):
-        raise TypeError(f"{what} must be int32 (or uint32), got {counter.dtype}")
-    if not counter.is_contiguous():
-        raise ValueError(f"{what} must be contiguous")
-    if isinstance(group, bool) or not isinstance(group, (int, np.integer)) or not 0 <= group < counter.numel():
-        raise IndexError(f"group {group!r} out of range for a {what} of {counter.numel()} entries")
-
-
-def _wait_kernel(name: str, device_index: int):
-    with _cupy().cuda.Device(device_index):
-        return kernels.get_kernel(wait_source(), name)
-
-
-def wait_counter(counter, group: int, target: int, error_word, timeout_ns: int, stream=None) -> None:
-    """Enqueue on ``stream`` a single-thread wait until ``counter[group]`` reaches ``target``
-    (modulo 2^32: pass ``epoch * tiles_in_group``). After ``timeout_ns`` it writes ``group + 1``
-    to ``error_word`` (first failure wins) and returns; it returns at once if the word is set."""
-    torch = _torch()
-    _counter_checks(counter, group)
-    _check_cuda(error_word, "error_word", counter.device)
-    if error_word.dtype not in (torch.int32, getattr(torch, "uint32", torch.int32)) or error_word.numel() < 1:
-        raise TypeError("error_word must be an int32 (or uint32) tensor with at least one element")
-    if isinstance(target, bool) or not isinstance(target, (int, np.integer)):
-        raise TypeError(f"target must be an integer, got {target!r}")
-    if isinstance(timeout_ns, bool) or not isinstance(timeout_ns, (int, np.integer)) or not 0 < timeout_ns < 2**63:
-        raise ValueError(f"timeout_ns must be a positive integer, got {timeout_ns!r}")
-    if stream is None:
-        stream = torch.cuda.current_stream(counter.device)
-    kernel = _wait_kernel(WAIT_KERNEL, counter.device.index)
-    args = (_ptr(counter), np.int32(group), np.uint32(int(target) & 0xFFFFFFFF), _ptr(error_word),
-            np.uint64(int(timeout_ns)))
-    _launch(kernel, (1,), (1,), args, stream, counter.device.index)
-
-
-def bump_counter(counter, group: int, value: int = 1, stream=None) -> None:
-    """Enqueue ``counter[group] += value`` (release, GPU scope) on ``stream``."""
-    torch = _torch()
-    _counter_checks(counter, group)
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"value must be an integer, got {value!r}")
-    if stream is None:
-        stream = torch.cuda.current_stream(counter.device)
-    kernel = _wait_kernel(BUMP_KERNEL, counter.device.index)
-    args = (_ptr(counter), np.int32(group), np.uint32(int(value) & 0xFFFFFFFF))
-    _launch(kernel, (1,), (1,), args, stream, counter.device.index)
-
-
-def read_wait_error(error_word, stream=None) -> int | None:
-    """Synchronize ``stream`` (default: the current stream) and return the timed-out group or None."""
-    torch = _torch()
-    _check_cuda(error_word, "error_word", None)
-    if stream is None:
-        stream = torch.cuda.current_stream(error_word.device)
-    stream.synchronize()
-    raw = int(error_word.reshape(-1)[0].cpu()) & 0xFFFFFFFF
-    return None if raw == 0 else raw - 1
-
-
-def check_wait_error(error_word, stream=None) -> None:
-    """Synchronize ``stream`` and raise :class:`WaitError` naming the group if a wait timed out."""
-    group = read_wait_error(error_word, stream)
-    if group is not None:
-        raise WaitError(group, group + 1)

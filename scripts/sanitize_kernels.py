@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from fo_lib import gemm, postops, reorder  # noqa: E402
+from fo_lib import counting, gemm, postops, reorder  # noqa: E402
 from fo_lib.testing import calc_diff  # noqa: E402
 from fo_lib.tiling import TileGrid  # noqa: E402
 
@@ -53,10 +53,10 @@ def main() -> None:
     # Wait kernel: satisfied, then one that times out into the error word.
     counter = torch.zeros(2, dtype=torch.int32, device="cuda")
     err = torch.zeros(1, dtype=torch.int32, device="cuda")
-    postops.bump_counter(counter, 0, 3)
-    postops.wait_counter(counter, 0, 3, err, timeout_ns=50_000_000)
-    postops.wait_counter(counter, 1, 1, err, timeout_ns=2_000_000)
-    assert postops.read_wait_error(err) == 1
+    counting.bump_counter(counter, 0, 3)
+    counting.wait_counter(counter, 0, 3, err, timeout_ns=50_000_000)
+    counting.wait_counter(counter, 1, 1, err, timeout_ns=2_000_000)
+    assert counting.read_wait_error(err) == 1
     torch.cuda.synchronize()
     print("sanitize: ok")
 

@@ -25,19 +25,10 @@ def test_compile_check_registered():
     assert postops._compile_checks in kernels._compile_checks
     labels = [label for label, _ in _SOURCES]
     assert len(labels) == len(set(labels))
-    assert "wait" in labels
     # every flag alone, all together, both dtypes, both paths
     for needle in ("bias", "relu", "silu", "gelu_tanh", "gelu_erf", "residual,", "residual_out", "rmsnorm",
                    "all_gelu_erf", "bf16", "f16", "vec", "scalar"):
         assert any(needle in label for label in labels), needle
-
-
-@pytest.mark.parametrize("arch", kernels.ARCHS)
-def test_registered_sources_compile(arch):
-    _nvrtc_or_skip()
-    for label, source in _SOURCES:
-        cubin = kernels.compile_cubin(source, arch, name=f"{label}.cu")
-        assert isinstance(cubin, (bytes, bytearray)) and len(cubin) > 0, label
 
 
 def test_generate_source_names_unique():

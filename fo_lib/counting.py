@@ -1,0 +1,149 @@
+"""The counting table: per-group tile counters that the signaled GEMM bumps and the comm stream waits on.
+
+Protocol (producer side in ``gemm_mma.cuh``, consumer side in ``wait.cuh``):
+
+* the GEMM epilogue stores a tile, ``__syncthreads()``, then one thread does a GPU-scope release add
+  on ``counter[tile_group[tile]]``;
+* the communication stream runs one single-thread :func:`wait_counter` per group: an acquire-load
+  spin until the counter reaches its target, then the group's collective is enqueued behind it;
+* counters are never reset: call ``e`` of a plan waits for ``e * tiles_in_group`` (compared modulo
+  2^32), so there is no reset kernel and no ABA between back-to-back calls (:class:`EpochTargets`);
+* a wait that is not satisfied within ``timeout_ns`` records its group in a device error word and
+  returns instead of hanging; the host raises :class:`WaitError` when it reads the word.
+
+NOTES: every kernel that a producer stream launches while a wait spins must already be loaded
+(CUDA loads modules lazily, and loading waits for the device that the spinning wait holds): warm up
+before enqueuing waits.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import kernels
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def _check_cuda(t, what: str, device) -> None:
+    if not getattr(t, "is_cuda", False):
+        raise ValueError(f"{what} must be a CUDA tensor, got device {getattr(t, 'device', type(t).__name__)}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{what} is on {t.device}, expected {device}")
+
+
+WAIT_KERNEL = "fo_wait_counter"
+BUMP_KERNEL = "fo_bump_counter"
+
+
+def wait_source() -> str:
+    """The NVRTC source holding both ``fo_wait_counter`` and ``fo_bump_counter``."""
+    return f"""#include "wait.cuh"
+extern "C" __global__ void {WAIT_KERNEL}(const fo::u32* counter, int group, fo::u32 target, fo::u32* error,
+                                        fo::u64 timeout_ns) {{
+  if (threadIdx.x == 0 && blockIdx.x == 0) fo::wait_counter(counter, group, target, error, timeout_ns);
+}}
+extern "C" __global__ void {BUMP_KERNEL}(fo::u32* counter, int group, fo::u32 value) {{
+  if (threadIdx.x == 0 && blockIdx.x == 0) fo::bump_counter(counter, group, value);
+}}
+"""
+
+
+class WaitError(RuntimeError):
+    """A ``wait_counter`` launch timed out; ``group`` is the first group that did."""
+
+    def __init__(self, group: int, raw: int | None = None):
+        self.group = int(group)
+        super().__init__(f"counter wait for group {self.group} timed out on the device (error word "
+                         f"{raw if raw is not None else self.group + 1}): the producer never reached its target")
+
+
+def _counter_checks(counter, group: int, what: str = "counter"):
+    torch = _torch()
+    _check_cuda(counter, what, None)
+    if counter.dtype not in (torch.int32, getattr(torch, "uint32", torch.int32)):
+        raise TypeError(f"{what} must be int32 (or uint32), got {counter.dtype}")
+    if not counter.is_contiguous():
+        raise ValueError(f"{what} must be contiguous")
+    if isinstance(group, bool) or not isinstance(group, (int, np.integer)) or not 0 <= group < counter.numel():
+        raise IndexError(f"group {group!r} out of range for a {what} of {counter.numel()} entries")
+
+
+def _wait_kernel(name: str, device_index: int):
+    with kernels._cupy().cuda.Device(device_index):
+        return kernels.get_kernel(wait_source(), name)
+
+
+def wait_counter(counter, group: int, target: int, error_word, timeout_ns: int, stream=None) -> None:
+    """Enqueue on ``stream`` a single-thread wait until ``counter[group]`` reaches ``target``
+    (modulo 2^32: pass ``epoch * tiles_in_group``). After ``timeout_ns`` it writes ``group + 1``
+    to ``error_word`` (first failure wins) and returns; it returns at once if the word is set."""
+    torch = _torch()
+    _counter_checks(counter, group)
+    _check_cuda(error_word, "error_word", counter.device)
+    if error_word.dtype not in (torch.int32, getattr(torch, "uint32", torch.int32)) or error_word.numel() < 1:
+        raise TypeError("error_word must be an int32 (or uint32) tensor with at least one element")
+    if isinstance(target, bool) or not isinstance(target, (int, np.integer)):
+        raise TypeError(f"target must be an integer, got {target!r}")
+    if isinstance(timeout_ns, bool) or not isinstance(timeout_ns, (int, np.integer)) or not 0 < timeout_ns < 2**63:
+        raise ValueError(f"timeout_ns must be a positive integer, got {timeout_ns!r}")
+    if stream is None:
+        stream = torch.cuda.current_stream(counter.device)
+    kernel = _wait_kernel(WAIT_KERNEL, counter.device.index)
+    args = (kernels.ptr(counter), np.int32(group), np.uint32(int(target) & 0xFFFFFFFF), kernels.ptr(error_word),
+            np.uint64(int(timeout_ns)))
+    kernels.launch(kernel, (1,), (1,), args, stream=stream, device_index=counter.device.index)
+
+
+def bump_counter(counter, group: int, value: int = 1, stream=None) -> None:
+    """Enqueue ``counter[group] += value`` (release, GPU scope) on ``stream``."""
+    torch = _torch()
+    _counter_checks(counter, group)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"value must be an integer, got {value!r}")
+    if stream is None:
+        stream = torch.cuda.current_stream(counter.device)
+    kernel = _wait_kernel(BUMP_KERNEL, counter.device.index)
+    args = (kernels.ptr(counter), np.int32(group), np.uint32(int(value) & 0xFFFFFFFF))
+    kernels.launch(kernel, (1,), (1,), args, stream=stream, device_index=counter.device.index)
+
+
+def read_wait_error(error_word, stream=None) -> int | None:
+    """Synchronize ``stream`` (default: the current stream) and return the timed-out group or None."""
+    torch = _torch()
+    _check_cuda(error_word, "error_word", None)
+    if stream is None:
+        stream = torch.cuda.current_stream(error_word.device)
+    stream.synchronize()
+    raw = int(error_word.reshape(-1)[0].cpu()) & 0xFFFFFFFF
+    return None if raw == 0 else raw - 1
+
+
+def check_wait_error(error_word, stream=None) -> None:
+    """Synchronize ``stream`` and raise :class:`WaitError` naming the group if a wait timed out."""
+    group = read_wait_error(error_word, stream)
+    if group is not None:
+        raise WaitError(group, group + 1)
+
+
+class EpochTargets:
+    """Wait targets of successive calls for fixed group sizes: call ``e`` (1-based) waits for
+    ``e * tiles_in_group`` on each counter, modulo 2^32."""
+
+    def __init__(self, group_tiles):
+        self.group_tiles = np.asarray(group_tiles, dtype=np.int64)
+        if self.group_tiles.ndim != 1 or self.group_tiles.size == 0 or np.any(self.group_tiles <= 0):
+            raise ValueError("group_tiles must be a non-empty 1-D array of positive tile counts")
+        self.epoch = 0
+
+    def next(self) -> list[int]:
+        """Advance to the next call and return its per-group targets."""
+        self.epoch += 1
+        return [int(v) for v in (self.epoch * self.group_tiles) & 0xFFFFFFFF]
+
+
+@kernels.register_compile_check
+def _compile_checks():
+    yield "wait", wait_source()
