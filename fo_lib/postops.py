@@ -235,13 +235,14 @@ def activation_reference(x: np.ndarray, activation: str) -> np.ndarray:
 
 def gather_reference(buf: np.ndarray, src_offset: np.ndarray, out_shape: tuple[int, int], BN: int) -> np.ndarray:
     """``out[r, j] = buf[src_offset[r, j // BN] + j % BN]`` (any dtype; float64 result)."""
+    from .reorder import element_index
+
     R, N = (int(v) for v in out_shape)
     buf = np.asarray(buf).reshape(-1)
-    table = np.asarray(src_offset, dtype=np.int64).reshape(R, -1)
-    if table.shape[1] != _ceil_div(N, BN):
-        raise ValueError(f"table has {table.shape[1]} columns, expected ceil(N/BN) = {_ceil_div(N, BN)}")
-    j = np.arange(N)
-    idx = table[:, j // BN] + (j % BN)[None, :]
+    table = np.asarray(src_offset, dtype=np.int64)
+    if table.size != R * _ceil_div(N, BN):
+        raise ValueError(f"table has {table.size} entries, expected R * ceil(N/BN) = {R} x {_ceil_div(N, BN)}")
+    idx = element_index(table.reshape(R, _ceil_div(N, BN)), N, BN)
     if idx.size and (idx.min() < 0 or idx.max() >= buf.size):
         raise IndexError(f"table addresses [{idx.min()}, {idx.max()}] outside buf of {buf.size} elements")
     return buf[idx].astype(np.float64)

@@ -1,0 +1,129 @@
+"""Baselines with the same output semantics as :class:`fo_lib.engine.OverlapPlan`.
+
+* :func:`sequential`: ``torch.matmul`` for the whole output, then one collective, then the post-ops
+  in torch (the paper's non-overlap baseline).
+* :func:`decomposition`: the GEMM split into ``chunks`` row blocks; block ``i``'s collective runs on a
+  high-priority stream while block ``i+1`` is computed (the paper's VanillaDecomposition, with the
+  number of chunks tunable).
+
+Both take the plan for its semantics (shape, communicator, ReduceScatter row ownership, All-to-All
+routing) but use none of its kernels or tables.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .postops import PostOps
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def torch_post_ops(y, ops: PostOps, *, bias=None, residual=None, weight=None):
+    """The fused post-ops of :mod:`fo_lib.postops` written in torch (fp32 math, one rounding)."""
+    torch = _torch()
+    F = torch.nn.functional
+    v = y.float()
+    if ops.bias:
+        v = v + bias.float()
+    if ops.activation == "relu":
+        v = F.relu(v)
+    elif ops.activation == "silu":
+        v = F.silu(v)
+    elif ops.activation == "gelu_tanh":
+        v = F.gelu(v, approximate="tanh")
+    elif ops.activation == "gelu_erf":
+        v = F.gelu(v)
+    if ops.residual:
+        v = v + residual.float()
+    if ops.rmsnorm:
+        v = v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + ops.eps) * weight.float()
+    return v.to(y.dtype)
+
+
+def _matmul(a, b):
+    if a.is_cuda:
+        return a @ b.T
+    return (a.float() @ b.float().T).to(a.dtype)  # CPU: fp32 accumulation like the GPU kernels
+
+
+def _exchange(plan, c, rows: np.ndarray):
+    """The collective of ``plan.primitive`` on the output rows ``rows`` (global indices) held in ``c``.
+
+    Returns ``(local_rows, values)``: which rows of this rank's output the result fills, and them.
+    """
+    torch = _torch()
+    comm, W, N = plan.comm, plan.world_size, plan.N
+    if plan.primitive == "all_reduce":
+        flat = c.reshape(-1).contiguous()
+        comm.all_reduce(flat)
+        return rows, flat.view(-1, N)
+    if plan.primitive == "reduce_scatter":
+        owner = ((rows % plan.grid.BM) // (plan.grid.BM // W))
+        counts = np.bincount(owner, minlength=W)
+        R = int(counts.max())
+        send = torch.zeros(W, R, N, dtype=c.dtype, device=c.device)
+        for k in range(W):
+            sel = np.flatnonzero(owner == k)
+            send[k, :len(sel)] = c[torch.from_numpy(sel).to(c.device)]
+        recv = torch.empty(R * N, dtype=c.dtype, device=c.device)
+        comm.reduce_scatter(send.reshape(-1), recv)
+        mine = rows[owner == plan.rank]
+        local = np.searchsorted(plan.owned_rows, mine)
+        return local, recv.view(R, N)[:len(mine)]
+    # all_to_all: rows sorted by destination; the receiver places them by dst_index.
+    dest = [np.asarray(d)[rows] for d in plan.routing.dest]
+    idx = [np.asarray(x)[rows] for x in plan.routing.dst_index]
+    order = np.argsort(dest[plan.rank], kind="stable")
+    send = c[torch.from_numpy(order).to(c.device)].reshape(-1).contiguous()
+    send_counts = np.bincount(dest[plan.rank], minlength=W) * N
+    recv_counts = np.array([int((d == plan.rank).sum()) for d in dest]) * N
+    recv = torch.empty(int(recv_counts.sum()), dtype=c.dtype, device=c.device)
+    comm.all_to_all(send, send_counts.tolist(), recv, recv_counts.tolist())
+    local = np.concatenate([x[d == plan.rank] for d, x in zip(dest, idx)]) if W else np.zeros(0, int)
+    return local, recv.view(-1, N)
+
+
+def _finish(plan, pieces, ops, operands):
+    torch = _torch()
+    out = None
+    for local, values in pieces:
+        if out is None:
+            out = torch.empty(plan.out_rows, plan.N, dtype=values.dtype, device=values.device)
+        if len(local):
+            out[torch.from_numpy(np.asarray(local, dtype=np.int64)).to(values.device)] = values
+    return torch_post_ops(out, ops, **operands)
+
+
+def sequential(plan, a, b, *, ops: PostOps = PostOps(), **operands):
+    """GEMM, then one collective, then the post-ops."""
+    c = _matmul(a, b)
+    return _finish(plan, [_exchange(plan, c, np.arange(plan.M))], ops, operands)
+
+
+def decomposition(plan, a, b, *, chunks: int = 2, ops: PostOps = PostOps(), comm_stream=None, **operands):
+    """GEMM in ``chunks`` row blocks, each block's collective overlapped with the next block's GEMM."""
+    torch = _torch()
+    if not isinstance(chunks, int) or chunks < 1:
+        raise ValueError(f"chunks must be a positive integer, got {chunks!r}")
+    bounds = np.linspace(0, plan.M, chunks + 1).astype(int)
+    pieces = []
+    if not a.is_cuda:
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            pieces.append(_exchange(plan, _matmul(a[lo:hi], b), np.arange(lo, hi)))
+        return _finish(plan, pieces, ops, operands)
+    compute = torch.cuda.current_stream()
+    comm_stream = comm_stream or torch.cuda.Stream(priority=-100)
+    comm_stream.wait_stream(compute)
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        c = _matmul(a[lo:hi], b)
+        done = torch.cuda.Event()
+        done.record(compute)
+        with torch.cuda.stream(comm_stream):
+            comm_stream.wait_event(done)
+            pieces.append(_exchange(plan, c, np.arange(lo, hi)))
+            c.record_stream(comm_stream)
+    compute.wait_stream(comm_stream)
+    return _finish(plan, pieces, ops, operands)

@@ -1,0 +1,46 @@
+"""Communication backends behind one protocol.
+
+A :class:`Communicator` runs a collective on 1-D tensor slices, enqueued on the *current* torch
+stream (the engine makes its high-priority communication stream current around each call):
+
+* ``all_reduce(buf)``: in place, sum.
+* ``reduce_scatter(send, recv)``: ``send`` holds ``world_size`` equal chunks; rank ``k`` receives the
+  sum of every rank's chunk ``k`` in ``recv``.
+* ``all_gather(send, recv)``: ``recv`` = every rank's ``send``, in rank order.
+* ``all_to_all(send, send_counts, recv, recv_counts)``: ``send`` holds the elements for rank 0, 1, ...
+  back to back (``send_counts[d]`` each); ``recv`` receives from rank 0, 1, ... (``recv_counts[s]``).
+
+Implementations: :class:`~fo_lib.comm.torch_dist.TorchDistCommunicator` (NCCL on GPUs, gloo on CPUs,
+world from ``torch.distributed``) and :class:`~fo_lib.comm.loopback.LoopbackCommunicator` (one GPU,
+an emulated link of ``W`` identical virtual ranks; everything it produces is labelled "emulated").
+"""
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Communicator(Protocol):
+    world_size: int
+    rank: int
+    link: str  # "nccl", "gloo" or "emulated"
+
+    def all_reduce(self, buf) -> None: ...
+
+    def reduce_scatter(self, send, recv) -> None: ...
+
+    def all_gather(self, send, recv) -> None: ...
+
+    def all_to_all(self, send, send_counts, recv, recv_counts) -> None: ...
+
+
+def check_counts(counts, world_size: int, total: int, what: str) -> list[int]:
+    """Per-peer element counts as ints, validated against the world size and the slice length."""
+    counts = [int(c) for c in counts]
+    if len(counts) != world_size:
+        raise ValueError(f"{what}: {len(counts)} counts for a world of {world_size}")
+    if any(c < 0 for c in counts):
+        raise ValueError(f"{what}: negative count in {counts}")
+    if sum(counts) != total:
+        raise ValueError(f"{what}: counts sum to {sum(counts)}, the slice holds {total} elements")
+    return counts

@@ -1,0 +1,73 @@
+"""Collectives through ``torch.distributed``: NCCL for CUDA tensors, gloo for CPU tensors."""
+from __future__ import annotations
+
+from . import check_counts
+
+
+class TorchDistCommunicator:
+    """The default process group (or ``group``) of ``torch.distributed``.
+
+    NCCL collectives are enqueued behind the work already on the current stream, so a wait kernel
+    launched on that stream gates them. gloo runs synchronously on the CPU (the CI path).
+    """
+
+    def __init__(self, group=None):
+        import torch.distributed as dist
+
+        if not dist.is_available() or not dist.is_initialized():
+            raise RuntimeError("torch.distributed is not initialized: call init_process_group first "
+                               "(torchrun sets the environment; see fo_lib.comm.torch_dist.init_from_env)")
+        self._dist = dist
+        self.group = group
+        self.world_size = dist.get_world_size(group)
+        self.rank = dist.get_rank(group)
+        self.link = dist.get_backend(group)
+
+    def all_reduce(self, buf) -> None:
+        self._dist.all_reduce(buf, group=self.group)
+
+    def reduce_scatter(self, send, recv) -> None:
+        if send.numel() != recv.numel() * self.world_size:
+            raise ValueError(f"reduce_scatter: send has {send.numel()} elements, expected "
+                             f"{self.world_size} x {recv.numel()}")
+        self._dist.reduce_scatter_tensor(recv, send, group=self.group)
+
+    def all_gather(self, send, recv) -> None:
+        if recv.numel() != send.numel() * self.world_size:
+            raise ValueError(f"all_gather: recv has {recv.numel()} elements, expected "
+                             f"{self.world_size} x {send.numel()}")
+        self._dist.all_gather_into_tensor(recv, send, group=self.group)
+
+    def all_to_all(self, send, send_counts, recv, recv_counts) -> None:
+        sc = check_counts(send_counts, self.world_size, send.numel(), "all_to_all send")
+        rc = check_counts(recv_counts, self.world_size, recv.numel(), "all_to_all recv")
+        self._dist.all_to_all_single(recv, send, output_split_sizes=rc, input_split_sizes=sc, group=self.group)
+
+    def all_gather_object_counts(self, local):
+        """All-gather a small CPU int64 tensor (plan-time consistency checks)."""
+        import torch
+
+        t = local.to(torch.int64).reshape(-1)
+        if self.link == "nccl":
+            t = t.cuda()
+        out = torch.empty(self.world_size * t.numel(), dtype=t.dtype, device=t.device)
+        self._dist.all_gather_into_tensor(out, t, group=self.group)
+        return out.cpu().reshape(self.world_size, *local.shape)
+
+
+def init_from_env(backend: str | None = None, timeout_s: float = 120.0) -> TorchDistCommunicator:
+    """Initialise ``torch.distributed`` from the torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR,
+    MASTER_PORT) if needed and return the communicator. NCCL's NVLink multicast stays off."""
+    import datetime
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    if not dist.is_initialized():
+        backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+    return TorchDistCommunicator()

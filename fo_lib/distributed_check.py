@@ -1,0 +1,188 @@
+"""Multi-process correctness of the overlapped ops against a dense float64 reference.
+
+Run under torchrun, one process per rank (gloo on CPUs: the CI rehearsal; NCCL on GPUs)::
+
+    torchrun --nproc_per_node 4 -m fo_lib.distributed_check --device cpu
+    torchrun --nproc_per_node 8 -m fo_lib.distributed_check --device cuda
+
+Every rank draws every rank's inputs from the same seeds, so each rank computes the exact dense
+reference locally. Cases cover the three primitives, shapes with tails, random partitions, fused
+post-ops, skewed All-to-All routing with empty destinations, the sequential and decomposition
+baselines, ReduceScatter's AllGather restore, and a routing that disagrees across ranks (which must
+raise at plan time, never hang). Exit status 0 only if every case passed on every rank.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+
+import numpy as np
+
+from . import baselines, partition as part_mod
+from .engine import OverlapPlan, PlanError, Routing
+from .postops import PostOps
+from .testing import calc_diff
+
+OPS_CHOICES = [PostOps(), PostOps(bias=True, activation="silu"), PostOps(residual=True, rmsnorm=True, eps=1e-5)]
+
+
+def make_cases(world_size: int, seed: int, count: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    cases = []
+    for i in range(count):
+        prim = ("all_reduce", "reduce_scatter", "all_to_all")[i % 3]
+        cases.append(dict(primitive=prim, M=int(rng.integers(20, 300)), N=int(rng.integers(8, 260)),
+                          K=int(8 * rng.integers(1, 9)), sms=int(rng.integers(2, 7)), seed=int(rng.integers(2**31)),
+                          ops=i % len(OPS_CHOICES), skew=float(rng.uniform(0.2, 3.0)), empty_dest=bool(i % 2)))
+    return cases
+
+
+def _routing(rng, W, M, skew, empty_dest):
+    p = rng.dirichlet(np.full(W, skew))
+    if empty_dest and W > 1:
+        p[rng.integers(W)] = 0.0
+        p /= p.sum()
+    dest = [rng.choice(W, size=M, p=p) for _ in range(W)]
+    return Routing.from_destinations(dest, shuffle_seed=int(rng.integers(2**31)))
+
+
+def run_case(comm, case: dict, device: str) -> list[str]:
+    """Run one case on this rank; returns failure messages (empty when it passed)."""
+    import torch
+
+    from . import gemm
+
+    W, rank = comm.world_size, comm.rank
+    M, N, K = case["M"], case["N"], case["K"]
+    rng = np.random.default_rng(case["seed"])
+    cfg = gemm.CONFIGS["64x64x32"].with_raster(("row", "col")[case["seed"] % 2], 1 + case["seed"] % 3)
+    dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
+    gen = torch.Generator().manual_seed(case["seed"])
+    A = [torch.randn(M, K, generator=gen).bfloat16() for _ in range(W)]
+    B = [torch.randn(N, K, generator=gen).bfloat16() for _ in range(W)]
+    ops = OPS_CHOICES[case["ops"]]
+    operands = {}
+    if ops.bias:
+        operands["bias"] = torch.randn(N, generator=gen).bfloat16()
+    if ops.rmsnorm:
+        operands["weight"] = (0.5 + torch.rand(N, generator=gen)).bfloat16()
+    routing = _routing(rng, W, M, case["skew"], case["empty_dest"]) if case["primitive"] == "all_to_all" else None
+
+    C = [a.double() @ b.double().T for a, b in zip(A, B)]
+    if case["primitive"] == "all_reduce":
+        dense, rows = sum(C), None
+    elif case["primitive"] == "reduce_scatter":
+        dense = sum(C)
+    plan_kw = dict(dtype="bf16", device=device, config=cfg, sm_count=case["sms"], routing=routing)
+    T = _probe_waves(M, N, cfg, case["sms"])
+    parts = list(part_mod.compositions(T)) if T <= 10 else [part_mod.finest(T), part_mod.no_overlap(T)]
+    plan = OverlapPlan(case["primitive"], M, N, K, comm, partition=parts[int(rng.integers(len(parts)))], **plan_kw)
+    if case["primitive"] == "reduce_scatter":
+        rows = plan.owned_rows
+        dense_mine = dense[torch.from_numpy(rows)]
+    elif case["primitive"] == "all_to_all":
+        dense_mine = torch.zeros(plan.out_rows, N, dtype=torch.float64)
+        for s in range(W):
+            m = routing.dest[s] == rank
+            dense_mine[torch.from_numpy(routing.dst_index[s][m])] = C[s][torch.from_numpy(np.flatnonzero(m))]
+    else:
+        dense_mine = dense
+    if ops.residual:
+        operands["residual"] = torch.randn(plan.out_rows, N, generator=gen).bfloat16()
+    ref = baselines.torch_post_ops(dense_mine, ops, **{k: v.double() for k, v in operands.items()})
+    on_dev = {k: v.to(dev) for k, v in operands.items()}
+    a, b = A[rank].to(dev), B[rank].to(dev)
+    failures = []
+    tol = 3e-2
+    label = (f"{case['primitive']} M={M} N={N} K={K} T={plan.grid.num_waves} partition={list(plan.partition)} "
+             f"ops={ops}")
+    for name, fn in (("overlap", lambda: plan.run(a, b, ops=ops, **on_dev)),
+                     ("overlap again", lambda: plan.run(a, b, ops=ops, **on_dev)),
+                     ("sequential", lambda: baselines.sequential(plan, a, b, ops=ops, **on_dev)),
+                     ("decomposition", lambda: baselines.decomposition(plan, a, b, chunks=3, ops=ops, **on_dev))):
+        got = fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+            plan.check()
+        if tuple(got.shape) != tuple(ref.shape):
+            failures.append(f"{name}: shape {tuple(got.shape)} != {tuple(ref.shape)} [{label}]")
+            continue
+        err = calc_diff(got.cpu(), ref) if ref.numel() else 0.0
+        if not err < tol:
+            failures.append(f"{name}: rel. error {err:.3g} >= {tol} [{label}]")
+    if case["primitive"] == "reduce_scatter" and not ops.residual and not ops.rmsnorm:
+        local = plan.run(a, b)
+        full = plan.all_gather(local)
+        ref_full = dense
+        err = calc_diff(full.cpu(), ref_full)
+        if not err < tol:
+            failures.append(f"all_gather restore: rel. error {err:.3g} [{label}]")
+    return failures
+
+
+def _probe_waves(M, N, cfg, sms) -> int:
+    from .tiling import TileGrid
+    return TileGrid(M, N, cfg.BM, cfg.BN, order=cfg.order, swizzle=cfg.swizzle, _ctas=sms).num_waves
+
+
+def check_inconsistent_routing(comm, device: str) -> list[str]:
+    """Ranks that disagree about the routing must get a PlanError at plan time (no hang)."""
+    from . import gemm
+
+    W, rank = comm.world_size, comm.rank
+    if W < 2:
+        return []
+    M, N, K = 96, 64, 16
+    rng = np.random.default_rng(1000 + rank)  # deliberately different on every rank
+    dest = [rng.integers(0, W, M) for _ in range(W)]
+    try:
+        OverlapPlan("all_to_all", M, N, K, comm, device=device, config=gemm.CONFIGS["64x64x32"], sm_count=3,
+                    routing=Routing.from_destinations(dest))
+    except PlanError as exc:
+        return [] if "not the same on every rank" in str(exc) else [f"unexpected PlanError: {exc}"]
+    # A rank may, by chance, see consistent counts for itself; the others must then have raised.
+    return ["(no error on this rank)"]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--cases", type=int, default=12)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    from .comm.torch_dist import init_from_env
+    comm = init_from_env("gloo" if args.device == "cpu" else "nccl")
+    failures = []
+    cases = make_cases(comm.world_size, args.seed, args.cases)
+    for case in cases:
+        try:
+            failures += run_case(comm, case, args.device)
+        except Exception:  # noqa: BLE001 - report and keep the ranks in step
+            failures.append(f"{case}: {traceback.format_exc(limit=6)}")
+            print(f"rank {comm.rank}: EXC {failures[-1]}", flush=True)
+    routing_result = check_inconsistent_routing(comm, args.device)
+    import torch
+    import torch.distributed as dist
+    # Everyone learns how many ranks raised on the inconsistent routing (must be at least one).
+    flag = torch.tensor([0 if not routing_result else 1], dtype=torch.int64)
+    if args.device == "cuda":
+        flag = flag.cuda()
+    dist.all_reduce(flag)
+    if comm.world_size > 1 and int(flag) == comm.world_size:
+        failures.append("inconsistent routing was not detected on any rank")
+    elif routing_result and routing_result != ["(no error on this rank)"]:
+        failures += routing_result
+    for f in failures:
+        print(f"rank {comm.rank}: FAIL {f}", flush=True)
+    status = torch.tensor([len(failures)], dtype=torch.int64, device=flag.device)
+    dist.all_reduce(status)
+    if comm.rank == 0:
+        print(f"distributed_check: {len(cases)} cases x {comm.world_size} ranks ({comm.link}, {args.device}): "
+              f"{'ok' if int(status) == 0 else f'{int(status)} failures'}", flush=True)
+    dist.destroy_process_group()
+    return 0 if int(status) == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,386 @@
+"""The overlapped op: one signaled GEMM, a collective per wave group behind a counter wait, and a
+post-reorder fused with element-wise work.
+
+A :class:`OverlapPlan` is built once per (primitive, shape, dtype, world, link, partition): it holds
+the tile grid, the mapping tables of :mod:`fo_lib.reorder`, the buffers and the counting table.
+:meth:`OverlapPlan.run` then executes one call. Two executors share the orchestration:
+
+* ``device="cuda"``: the signaled GEMM on the caller's stream; on a high-priority communication
+  stream, for each group, :func:`fo_lib.counting.wait_counter` on the group's epoch target and the
+  group's collective on its contiguous slice; the caller's stream waits for the communication
+  stream, then the post-reorder runs. Every kernel is loaded and every buffer allocated when the plan
+  is built (a wait enqueued before its producer's first launch would deadlock on lazy loading).
+* ``device="cpu"``: the NumPy reference of the same kernels (the GEMM output is scattered group by
+  group through the same tables before each group's collective); with gloo this runs the whole
+  orchestration in multi-process CI tests.
+
+Output semantics per primitive (``C_r = a_r @ b_r.T`` on rank ``r``, then the fused post-ops):
+
+* ``all_reduce``: ``sum_r C_r`` on every rank, ``[M, N]``.
+* ``reduce_scatter``: rank ``k`` gets the rows ``plan.owned_rows`` (block-cyclic, see
+  :mod:`fo_lib.reorder`) of ``sum_r C_r``; :meth:`OverlapPlan.all_gather` restores ``[M, N]``.
+* ``all_to_all``: rank ``q`` gets row ``i`` of rank ``s`` at row ``dst_index[s][i]`` whenever
+  ``dest[s][i] == q`` (MoE combine).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import counting, reorder
+from .partition import validate_partition
+from .postops import PostOps, post_reorder_reference
+from .tiling import TileGrid
+
+PRIMITIVES = ("all_reduce", "reduce_scatter", "all_to_all")
+DEVICES = ("cuda", "cpu")
+
+
+class PlanError(ValueError):
+    """A plan cannot be built, or a call does not match its plan; nothing was launched."""
+
+
+@dataclass(frozen=True)
+class Routing:
+    """All-to-All routing of every rank: ``dest[s][i]`` is where output row ``i`` of rank ``s`` goes,
+    ``dst_index[s][i]`` the row it fills there."""
+
+    dest: tuple
+    dst_index: tuple
+
+    @classmethod
+    def from_destinations(cls, dest, *, shuffle_seed: int | None = None) -> "Routing":
+        """Routing whose receive slots follow (source rank, row) order, optionally shuffled."""
+        dest = tuple(np.asarray(d, dtype=np.int64) for d in dest)
+        W = len(dest)
+        counters = np.zeros(W, dtype=np.int64)
+        idx = []
+        for d in dest:
+            x = np.empty(len(d), dtype=np.int64)
+            for q in range(W):
+                m = d == q
+                x[m] = counters[q] + np.arange(int(m.sum()))
+                counters[q] += int(m.sum())
+            idx.append(x)
+        if shuffle_seed is not None:  # each receiver's slots in a random order
+            rng = np.random.default_rng(shuffle_seed)
+            perms = [rng.permutation(int(c)) for c in counters]
+            idx = [np.array([perms[q][j] for q, j in zip(d, x)], dtype=np.int64) for d, x in zip(dest, idx)]
+        return cls(dest, tuple(idx))
+
+
+def _torch():
+    import torch
+    return torch
+
+
+_DTYPES = {"bf16": "bfloat16", "f16": "float16"}
+
+
+class OverlapPlan:
+    """Everything one overlapped GEMM + collective needs, built once and reused.
+
+    ``comm`` is a :class:`fo_lib.comm.Communicator`; its world size and rank define the plan's.
+    ``config`` is a :class:`fo_lib.gemm.GemmConfig` (default: the GEMM's heuristic for the shape);
+    ``ctas`` the persistent CTA count (default: SM count minus ``comm_sms``). ``partition`` groups
+    the GEMM's waves (default: the finest partition with at most ``max_groups`` groups). ``timeout_ms``
+    bounds every counter wait: a wait that expires makes the call raise :class:`counting.WaitError`.
+    """
+
+    def __init__(self, primitive: str, M: int, N: int, K: int, comm, *, dtype: str = "bf16",
+                 device: str = "cuda", partition=None, config=None, ctas: int | None = None,
+                 comm_sms: int = 0, routing: Routing | None = None, max_groups: int = 8,
+                 timeout_ms: float = 10_000.0, sm_count: int | None = None):
+        if primitive not in PRIMITIVES:
+            raise PlanError(f"primitive must be one of {PRIMITIVES}, got {primitive!r}")
+        if device not in DEVICES:
+            raise PlanError(f"device must be one of {DEVICES}, got {device!r}")
+        if dtype not in _DTYPES:
+            raise PlanError(f"dtype must be one of {tuple(_DTYPES)}, got {dtype!r}")
+        for name, v in (("M", M), ("N", N), ("K", K)):
+            if not isinstance(v, (int, np.integer)) or v <= 0:
+                raise PlanError(f"{name} must be a positive integer, got {v!r}")
+        if K % 8:
+            raise PlanError(f"K must be a multiple of 8 (16-byte rows for the GEMM's loads), got {K}")
+        if not timeout_ms > 0:
+            raise PlanError(f"timeout_ms must be positive, got {timeout_ms}")
+        self.primitive, self.M, self.N, self.K = primitive, int(M), int(N), int(K)
+        self.comm, self.device, self.dtype = comm, device, dtype
+        self.world_size, self.rank = int(comm.world_size), int(comm.rank)
+        self.timeout_ns = int(timeout_ms * 1e6)
+
+        from . import gemm as gemm_mod
+        if sm_count is None:
+            sm_count = gemm_mod.sm_count() if device == "cuda" else 132
+        if config is None:
+            config = gemm_mod.default_config(self.M, self.N, self.K, sm_count)
+        config.validate()
+        self.config = config
+        self.ctas = int(ctas) if ctas is not None else sm_count - int(comm_sms)
+        if self.ctas <= 0:
+            raise PlanError(f"no CTAs left for the GEMM (SMs {sm_count}, comm_sms {comm_sms})")
+        self.grid = TileGrid(self.M, self.N, config.BM, config.BN, order=config.order,
+                             swizzle=config.swizzle, _ctas=self.ctas)
+        T = self.grid.num_waves
+        if partition is None:
+            size = -(-T // max_groups)
+            partition = (size,) * (T // size) + ((T % size,) if T % size else ())
+        self.partition = validate_partition(partition, T)
+
+        if primitive == "all_reduce":
+            self.tables = reorder.tile_reorder(self.grid, self.partition)
+            self.out_rows = self.M
+            self.post_table = self.tables.post_table
+            self.recv_elements = 0
+        elif primitive == "reduce_scatter":
+            self.tables = reorder.subtile_reorder(self.grid, self.partition, self.world_size)
+            self.owned_rows = self.tables.owned_rows(self.rank)
+            self.out_rows = len(self.owned_rows)
+            self.post_table = self.tables.recv_table(self.rank)
+            self.recv_elements = self.tables.recv_elements
+        else:
+            if routing is None:
+                raise PlanError("all_to_all needs a Routing (destination and slot of every output row)")
+            if len(routing.dest) != self.world_size:
+                raise PlanError(f"routing covers {len(routing.dest)} ranks, the communicator has {self.world_size}")
+            try:
+                self.tables = reorder.subtoken_reorder(self.grid, self.partition, routing.dest,
+                                                       routing.dst_index, self.rank)
+            except reorder.ReorderError as exc:
+                raise PlanError(str(exc)) from None
+            self.routing = routing
+            self.out_rows = self.tables.out_rows
+            self.post_table = self.tables.recv_table
+            self.recv_elements = self.tables.recv_elements
+            self._check_routing_agrees()
+        self.targets = counting.EpochTargets(self.tables.group_tiles)
+        self._alloc()
+
+    # --- set-up ----------------------------------------------------------------------------------
+    def _check_routing_agrees(self) -> None:
+        """Every rank must derive the same send counts for every rank (else the All-to-All hangs)."""
+        gather = getattr(self.comm, "all_gather_object_counts", None)
+        if gather is None:  # the loopback's virtual ranks are identical by construction
+            return
+        torch = _torch()
+        mine = torch.from_numpy(np.ascontiguousarray(self.tables.send_counts))
+        seen = gather(mine).numpy()  # [W, G, W]: every rank's own send counts
+        # What rank s announces it sends to this rank must equal what this rank expects from s.
+        if not np.array_equal(seen[:, :, self.rank].T, self.tables.recv_counts):
+            raise PlanError(f"rank {self.rank}: the routing is not the same on every rank (send counts "
+                            f"announced by the other ranks differ from this rank's receive counts)")
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.partition)
+
+    def _alloc(self) -> None:
+        torch = _torch()
+        dev = torch.device("cuda", torch.cuda.current_device()) if self.device == "cuda" else torch.device("cpu")
+        self._dev = dev
+        tdtype = getattr(torch, _DTYPES[self.dtype])
+        self._tdtype = tdtype
+        buf_elems = self.tables.buffer_elements
+        # Zeroed once: padding of tail subtiles is never written but does take part in reductions.
+        self.send = torch.zeros(buf_elems, dtype=tdtype, device=dev)
+        self.recv = (torch.zeros(self.recv_elements, dtype=tdtype, device=dev)
+                     if self.primitive != "all_reduce" else None)
+        self.slices = self._group_slices()
+        if self.device == "cpu":
+            self._cpu_scatter = self._cpu_group_indices()
+            return
+        self.row_offset = torch.from_numpy(self.tables.row_offset).to(dev)
+        self.tile_group = torch.from_numpy(self.tables.tile_group).to(dev)
+        self.post_table_dev = torch.from_numpy(np.ascontiguousarray(self.post_table)).to(dev)
+        self.counters = torch.zeros(self.num_groups, dtype=torch.int32, device=dev)
+        self.error = torch.zeros(1, dtype=torch.int32, device=dev)
+        self._error_host = torch.zeros(1, dtype=torch.int32, pin_memory=True)
+        self._done = torch.cuda.Event()
+        self._pending_check = False
+        self.comm_stream = torch.cuda.Stream(device=dev, priority=-100)  # clamped to the highest priority
+        reserve = getattr(self.comm, "reserve", None)
+        if reserve is not None:
+            reserve(self.send.numel() * self.send.element_size())
+        self._warm_up()
+
+    def _group_slices(self) -> list[dict]:
+        """Per group, the buffer slices and counts its collective works on."""
+        t, out = self.tables, []
+        for g in range(self.num_groups):
+            if self.primitive == "all_reduce":
+                s, e = (int(v) for v in t.group_slices[g])
+                out.append(dict(send=(s, e)))
+            elif self.primitive == "reduce_scatter":
+                s, e = (int(v) for v in t.group_slices[g])
+                r0 = int(t.recv_start[g])
+                out.append(dict(send=(s, e), recv=(r0, r0 + int(t.chunk_elements[g]))))
+            else:
+                s0 = int(t.send_offsets[g, 0])
+                r0 = int(t.recv_offsets[g, 0])
+                out.append(dict(send=(s0, s0 + int(t.send_counts[g].sum())),
+                                recv=(r0, r0 + int(t.recv_counts[g].sum())),
+                                send_counts=t.send_counts[g].tolist(), recv_counts=t.recv_counts[g].tolist()))
+        return out
+
+    def _cpu_group_indices(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """CPU executor: per group, (positions in C.flat, positions in the send buffer)."""
+        idx = reorder.element_index(self.tables.row_offset, self.N, self.grid.BN)
+        tile = (np.arange(self.M)[:, None] // self.grid.BM) * self.grid.tiles_n + np.arange(self.N)[None, :] // self.grid.BN
+        group = self.tables.tile_group[tile]
+        torch = _torch()
+        flat = np.arange(self.M * self.N).reshape(self.M, self.N)
+        return [(torch.from_numpy(flat[group == g]), torch.from_numpy(idx[group == g]))
+                for g in range(self.num_groups)]
+
+    def _warm_up(self) -> None:
+        """Load every kernel of a call (GEMM, wait, post-reorder, the collective path) before any wait
+        is enqueued behind a producer, then reset the counting table."""
+        torch = _torch()
+        from . import gemm, postops
+        a = torch.zeros(self.M, self.K, dtype=self._tdtype, device=self._dev)
+        b = torch.zeros(self.N, self.K, dtype=self._tdtype, device=self._dev)
+        gemm.gemm_nt_signal(a, b, self.send, self.row_offset, self.tile_group, self.counters,
+                            config=self.config, ctas=self.ctas)
+        counting.wait_counter(self.counters, 0, 0, self.error, self.timeout_ns)
+        src = self.send if self.primitive == "all_reduce" else self.recv
+        postops.post_reorder(src, self.post_table_dev, (self.out_rows, self.N), self.grid.BN)
+        self._collectives(torch.cuda.current_stream(self._dev), wait=False)
+        torch.cuda.synchronize(self._dev)
+        self.counters.zero_()
+        self.send.zero_()
+        torch.cuda.synchronize(self._dev)
+
+    # --- a call ----------------------------------------------------------------------------------
+    def _check_inputs(self, a, b) -> None:
+        torch = _torch()
+        for t, name, shape in ((a, "a", (self.M, self.K)), (b, "b", (self.N, self.K))):
+            if not isinstance(t, torch.Tensor):
+                raise PlanError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            if tuple(t.shape) != shape:
+                raise PlanError(f"{name} must have shape {shape} for this plan, got {tuple(t.shape)}")
+            if t.dtype != self._tdtype:
+                raise PlanError(f"{name} must be {self._tdtype} for this plan, got {t.dtype}")
+            if t.device.type != self._dev.type or (self._dev.type == "cuda" and t.device != self._dev):
+                raise PlanError(f"{name} is on {t.device}, the plan on {self._dev}")
+            if not t.is_contiguous():
+                raise PlanError(f"{name} must be contiguous")
+
+    def _collectives(self, stream, *, wait: bool, targets=None) -> None:
+        torch = _torch()
+        ctx = torch.cuda.stream(stream) if self.device == "cuda" else _nullcontext()
+        with ctx:
+            for g, sl in enumerate(self.slices):
+                if self.device == "cuda":
+                    torch.cuda.nvtx.range_push(f"fo group {g}")
+                    if wait:
+                        counting.wait_counter(self.counters, g, targets[g], self.error, self.timeout_ns,
+                                              stream=stream)
+                elif wait:
+                    src, dst = self._cpu_scatter[g]
+                    self.send[dst] = self._c_flat[src]
+                self._collective(g, sl)
+                if self.device == "cuda":
+                    torch.cuda.nvtx.range_pop()
+
+    def _collective(self, g: int, sl: dict) -> None:
+        s, e = sl["send"]
+        if self.primitive == "all_reduce":
+            self.comm.all_reduce(self.send[s:e])
+        elif self.primitive == "reduce_scatter":
+            r0, r1 = sl["recv"]
+            self.comm.reduce_scatter(self.send[s:e], self.recv[r0:r1])
+        else:
+            r0, r1 = sl["recv"]
+            self.comm.all_to_all(self.send[s:e], sl["send_counts"], self.recv[r0:r1], sl["recv_counts"])
+
+    def check(self, block: bool = True) -> None:
+        """Raise :class:`counting.WaitError` if a previous call's wait timed out (``block=False``: only
+        if that call has finished)."""
+        if self.device != "cuda" or not self._pending_check:
+            return
+        if not block and not self._done.query():
+            return
+        self._done.synchronize()
+        self._pending_check = False
+        if int(self._error_host[0]):
+            raise counting.WaitError(int(self._error_host[0]) - 1)
+
+    def run(self, a, b, *, ops: PostOps = PostOps(), bias=None, residual=None, residual_out=None,
+            weight=None, out=None):
+        """One overlapped call: ``a`` [M, K], ``b`` [N, K] (nn.Linear weight); returns the post-reordered
+        output (``[M, N]``, or this rank's rows for reduce_scatter / all_to_all)."""
+        self._check_inputs(a, b)
+        if self.device == "cpu":
+            return self._run_cpu(a, b, ops, bias, residual, residual_out, weight)
+        self.check(block=False)
+        torch = _torch()
+        from . import gemm, postops
+        compute = torch.cuda.current_stream(self._dev)
+        targets = self.targets.next()
+        # The communication stream may reuse the receive buffer only after the caller's stream has
+        # consumed the previous call's output.
+        self.comm_stream.wait_stream(compute)
+        gemm.gemm_nt_signal(a, b, self.send, self.row_offset, self.tile_group, self.counters,
+                            config=self.config, ctas=self.ctas, stream=compute)
+        self._collectives(self.comm_stream, wait=True, targets=targets)
+        compute.wait_stream(self.comm_stream)
+        src = self.send if self.primitive == "all_reduce" else self.recv
+        result = postops.post_reorder(src, self.post_table_dev, (self.out_rows, self.N), self.grid.BN, ops,
+                                      bias=bias, residual=residual, residual_out=residual_out, weight=weight,
+                                      out=out, stream=compute)
+        self._error_host.copy_(self.error, non_blocking=True)
+        self._done.record(compute)
+        self._pending_check = True
+        return result
+
+    def _run_cpu(self, a, b, ops, bias, residual, residual_out, weight):
+        torch = _torch()
+        c = (a.float() @ b.float().T).to(self._tdtype)
+        self._c_flat = c.reshape(-1)
+        self._collectives(None, wait=True)
+        src = self.send if self.primitive == "all_reduce" else self.recv
+        np_ = (lambda t: None if t is None else t.double().numpy())
+        res_out = None if residual_out is None else np.empty((self.out_rows, self.N))
+        y = post_reorder_reference(src.double().numpy(), self.post_table, (self.out_rows, self.N), self.grid.BN,
+                                   ops, bias=np_(bias), residual=np_(residual), residual_out=res_out,
+                                   weight=np_(weight))
+        if residual_out is not None:
+            residual_out.copy_(torch.from_numpy(res_out))
+        return torch.from_numpy(y).to(self._tdtype)
+
+    # --- ReduceScatter's AllGather side ------------------------------------------------------------
+    def all_gather(self, local, ops: PostOps = PostOps(), **operands):
+        """AllGather of a reduce_scatter plan's per-rank rows, restored to global row order ``[M, N]``
+        by the block-cyclic permutation fused into the post step."""
+        if self.primitive != "reduce_scatter":
+            raise PlanError("all_gather restores the rows of a reduce_scatter plan")
+        torch = _torch()
+        if tuple(local.shape) != (self.out_rows, self.N):
+            raise PlanError(f"local must be this rank's {(self.out_rows, self.N)} rows, got {tuple(local.shape)}")
+        R = self.tables.max_rows
+        padded = torch.zeros(R * self.N, dtype=local.dtype, device=local.device)
+        padded[:local.numel()] = local.reshape(-1)
+        gathered = torch.empty(self.world_size * R * self.N, dtype=local.dtype, device=local.device)
+        self.comm.all_gather(padded, gathered)
+        table = self.tables.allgather_table()
+        if self.device == "cpu":
+            np_ = {k: (None if v is None else v.double().numpy()) for k, v in operands.items()}
+            y = post_reorder_reference(gathered.double().numpy(), table, (self.M, self.N), self.grid.BN, ops, **np_)
+            return torch.from_numpy(y).to(local.dtype)
+        from . import postops
+        if not hasattr(self, "_ag_table"):
+            self._ag_table = torch.from_numpy(table).to(self._dev)
+        return postops.post_reorder(gathered, self._ag_table, (self.M, self.N), self.grid.BN, ops, **operands)
+
+    def describe(self) -> str:
+        return (f"{self.primitive} {self.M}x{self.N}x{self.K} {self.dtype} on {self.device}, world "
+                f"{self.world_size} ({self.comm.link}), {self.grid.describe()}, partition {list(self.partition)}")
+
+
+class _nullcontext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
