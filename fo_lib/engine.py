@@ -306,6 +306,17 @@ class OverlapPlan:
         if int(self._error_host[0]):
             raise counting.WaitError(int(self._error_host[0]) - 1)
 
+    def reset(self) -> None:
+        """Clear the counting table, the error word and the epoch (after a failed wait)."""
+        if self.device != "cuda":
+            return
+        _torch().cuda.synchronize(self._dev)
+        self.counters.zero_()
+        self.error.zero_()
+        self.targets.epoch = 0
+        self._pending_check = False
+        _torch().cuda.synchronize(self._dev)
+
     def run(self, a, b, *, ops: PostOps = PostOps(), bias=None, residual=None, residual_out=None,
             weight=None, out=None):
         """One overlapped call: ``a`` [M, K], ``b`` [N, K] (nn.Linear weight); returns the post-reordered
