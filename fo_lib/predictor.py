@@ -191,3 +191,40 @@ def synthetic_model(num_waves: int, wave_ms: float, bytes_per_wave: int, curve: 
                     model: str = "paper", **kw) -> OverlapModel:
     """The model for a uniform synthetic profile (``fo_lib tune --waves ...``)."""
     return OverlapModel(GemmProfile.synthetic(num_waves, wave_ms, bytes_per_wave), curve, model, **kw)
+
+
+# --- calibration of the refined model against measured partitions ------------------------------
+CALIBRATION_GRID = {
+    "launch_ms": (0.0, 0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.16),
+    "comm_slowdown": (1.0, 1.05, 1.1, 1.2, 1.3, 1.45, 1.6),
+    "gemm_slowdown": (1.0, 1.02, 1.05, 1.08, 1.12, 1.18),
+}
+
+
+def calibrate(samples, grid: dict | None = None) -> tuple[dict, float]:
+    """Fit the refined model's ``launch_ms``, ``comm_slowdown`` and ``gemm_slowdown`` by grid search.
+
+    ``samples``: iterable of ``(profile, curve, partition, measured_ms)``. Minimises the mean
+    relative error of the predicted overlapped latency; returns (parameters, that error).
+    """
+    import itertools
+
+    grid = grid or CALIBRATION_GRID
+    samples = list(samples)
+    if not samples:
+        raise ValueError("calibration needs at least one measured partition")
+    keys = list(grid)
+    best, best_err = None, float("inf")
+    for values in itertools.product(*(grid[k] for k in keys)):
+        params = dict(zip(keys, values))
+        cache: dict = {}
+        err = 0.0
+        for profile, curve, part, measured in samples:
+            key = (id(profile), id(curve))
+            if key not in cache:
+                cache[key] = OverlapModel(profile, curve, "refined", **params)
+            err += abs(cache[key].predict(part).total_ms - measured) / measured
+        err /= len(samples)
+        if err < best_err:
+            best, best_err = params, err
+    return best, best_err
