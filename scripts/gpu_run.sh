@@ -29,6 +29,7 @@ step sanitize 150 bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 
 step bench_gemm 240 python3 scripts/bench_gemm.py ${FO_GEMM_ARGS:-} --out "$OUT/data/gemm_portable.csv"
 step bench_postops 120 python3 scripts/bench_postops.py ${FO_POSTOPS_ARGS:-} --out "$OUT/data/postops.csv"
 step profile 200 ncu --clock-control none -k regex:fo_gemm_nt --launch-skip 3 --launch-count 3 --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats python3 scripts/profile_gemm.py
+step record 120 bash -c "python3 scripts/record_experiments.py && cp data/*/wave_pattern.* $OUT/data/"
 step engine 300 python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/gpu/test_engine_gpu.py
 step bench_overlap 300 python3 scripts/bench_overlap.py ${FO_OVERLAP_ARGS:-} --out "$OUT/data/overlap_loopback.csv"
 echo "--- summary"; printf '%s\n' "${summary[@]}" | tee -a "$log"

@@ -1,0 +1,250 @@
+"""Write the notebooks in notebooks/ from the cell lists below (run after editing them).
+
+Each notebook: the paper's claim, a parameters cell (tagged for papermill), a call into
+fo_lib.experiments, a figure stamped with GPU / link / date, and the two numbers side by side.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat as nbf
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PARAMS = '''# Parameters (papermill): mode "auto" measures where the needed GPU exists, else replays data/<data_set>/.
+mode = "auto"
+quick = False
+data_set = "h200"
+figures_dir = None  # default: <repo>/figures'''
+
+SETUP = '''import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+from fo_lib.provenance import REPO_ROOT
+from fo_lib import experiments as ex
+figures_dir = figures_dir or REPO_ROOT / "figures"
+pd.set_option("display.width", 160)'''
+
+NOTEBOOKS = {
+    "01_wave_pattern": [
+        ("md", """# 01 · Wave pattern
+
+**Paper (Fig. 3, §3.2.3).** A GEMM's output tiles finish in *waves*: M=2048, N=K=8192 on an RTX 4090
+gives 512 tiles on 128 SMs = 4 waves, and the tiles of one wave finish within 5% of a wave's
+duration. FlashOverlap's grouping rests on this regularity.
+
+**Here.** Our persistent GEMM runs tile `s` on CTA `s mod P`, so `fo_lib.tiling` *predicts* each
+tile's wave. The probe epilogue stamps every tile's start and end with `%globaltimer`; we compare
+the completion order with the model, for two raster orders (plain row-major and 8-row swizzle)."""),
+        ("code", "from fo_lib.experiments import wave_pattern as wp\ndf, meta = wp.run(mode, data_set)\nwaves = wp.detect_waves(df)\nwaves"),
+        ("code", '''fig, axes = plt.subplots(1, df.swizzle.nunique(), figsize=(12, 4), sharey=True, squeeze=False)
+for ax, ((cfg, sw), g) in zip(axes[0], df[df.repeat == df.repeat.min()].groupby(["config", "swizzle"])):
+    for w, gw in g.groupby("model_wave"):
+        ax.scatter(gw.schedule_index, gw.end_us, s=3, label=f"wave {w}")
+    ax.set(title=f"{cfg}, raster row, swizzle {sw}", xlabel="schedule index (tile order)", ylabel="tile end (us)")
+    ax.legend(markerscale=4, fontsize=7)
+ex.stamp(fig, meta, f"M,N,K = {int(df.M.iloc[0])},{int(df.N.iloc[0])},{int(df.K.iloc[0])}")
+ex.save(fig, "01_wave_pattern", figures_dir)'''),
+        ("md", "**Paper vs ours.** Paper: 4 waves on 128 SMs, tiles of a wave within 5% of a wave. Ours (below): waves on 132 SMs, agreement of the completion order with the model, and the largest spread of end times inside a wave relative to the wave's duration."),
+        ("code", 'waves.groupby(["config", "swizzle"])[["waves", "agreement", "spread_over_wave"]].mean()'),
+    ],
+    "02_reorder_patterns": [
+        ("md", """# 02 · Reorder patterns
+
+**Paper (§3.3).** Tiles finish in wave order, not row-major order, so the GEMM epilogue writes each
+tile into a *contiguous* slice per wave group (pre-communication reorder), and a post-reorder puts
+them back. The unit is the tile for AllReduce, a *subtile* (W row-slices of a tile) for
+ReduceScatter, a *subtoken* (rows grouped by destination) for All-to-All.
+
+**Here.** Drawn from the real mapping tables of `fo_lib.reorder` (pure Python, always live): the
+colour is the buffer position of every output element."""),
+        ("code", '''import numpy as np
+from fo_lib import reorder
+from fo_lib.tiling import TileGrid
+grid = TileGrid(512, 768, BM=64, BN=64, order="row", swizzle=2, sm_count=10)
+part = (1, 2, grid.num_waves - 3) if grid.num_waves > 3 else (grid.num_waves,)
+W = 4
+ar = reorder.tile_reorder(grid, part)
+rs = reorder.subtile_reorder(grid, part, W)
+rng = np.random.default_rng(0)
+dest = [rng.integers(0, W, grid.M) for _ in range(W)]
+print(grid.describe(), "partition", part)'''),
+        ("code", '''from fo_lib.engine import Routing
+routing = Routing.from_destinations(dest)
+a2a = reorder.subtoken_reorder(grid, part, routing.dest, routing.dst_index, 0)
+fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+for ax, (name, plan) in zip(axes, [("AllReduce: tile", ar), ("ReduceScatter: subtile (W=4)", rs), ("All-to-All: subtoken (W=4)", a2a)]):
+    idx = reorder.element_index(plan.row_offset, grid.N, grid.BN)
+    im = ax.imshow(idx, aspect="auto", cmap="viridis", interpolation="nearest")
+    ax.set(title=name, xlabel="column", ylabel="row")
+    fig.colorbar(im, ax=ax, label="buffer position")
+ex.stamp(fig, {"gpu": "any (tables only)", "link": "none", "date": "live"}, f"partition {list(part)}")
+ex.save(fig, "02_reorder_patterns", figures_dir)'''),
+        ("md", "Group slices are contiguous and every element lands exactly once (property-tested in `tests/test_reorder.py`):"),
+        ("code", 'pd.DataFrame({"group": range(len(part)), "waves": part, "tiles": ar.group_tiles, "AR slice": [tuple(s) for s in ar.group_slices], "RS chunk per rank": rs.chunk_elements})'),
+    ],
+    "03_partition_sweep": [
+        ("md", """# 03 · Partition design space
+
+**Paper (§4.1.1).** On 4×RTX 4090 AllReduce over 50+ sizes, one-wave-per-group (the finest
+partition) is the best in only **4%** of shapes, and forcing it costs **17.34%** on average: the
+partition must be tuned.
+
+**Here.** Every measured candidate partition per shape (GEMM + collective on one H200 over the
+loopback *emulated* link, W = 2), from `scripts/bench_overlap.py`."""),
+        ("code", "df, meta = ex.overlap.candidates(data_set)\nstat = ex.overlap.finest_statistic(df)\nstat"),
+        ("code", '''fig, axes = plt.subplots(1, 3, figsize=(15, 4), sharey=False)
+for ax, (prim, g) in zip(axes, df.groupby("primitive")):
+    for shape, gs in g.groupby("shape"):
+        gs = gs.sort_values("groups")
+        ax.plot(gs.groups, gs.measured_ms / gs.measured_ms.min(), "o", ms=3, label=shape)
+    ax.set(title=prim, xlabel="groups in the partition", ylabel="latency / best")
+    ax.legend(fontsize=6)
+ex.stamp(fig, meta)
+ex.save(fig, "03_partition_sweep", figures_dir)'''),
+        ("code", '''pd.DataFrame({"finest is best (share of shapes)": [ex.overlap.PAPER["finest_best_share"], stat.finest_is_best.mean()],
+              "mean loss of finest": [ex.overlap.PAPER["finest_mean_loss"], stat.finest_loss.mean()]},
+             index=["paper (4x4090, AR)", f"ours ({meta.get('gpu')}, emulated link)"])'''),
+    ],
+    "04_predictive_search": [
+        ("md", """# 04 · Predictive search
+
+**Paper (§4.1.4, §6.5).** A latency model (Algorithm 1) ranks partitions without running them:
+mean error **3.41%** (4090) / 3.44% (A800), and the chosen partition reaches **>99%** of the best
+measured. Exhaustive measurement of T = 8 (128 candidates) takes over a minute.
+
+**Here.** The refined model (measured per-wave times, small-message floor) against every measured
+candidate; and the exact dynamic program against brute force (live, CPU)."""),
+        ("code", "df, meta = ex.overlap.candidates(data_set)\nacc = ex.overlap.predictor_accuracy(df)\nacc"),
+        ("code", '''fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2))
+for prim, g in df.groupby("primitive"):
+    ax1.scatter(g.measured_ms, g.model_ms, s=6, label=prim)
+lim = [0, df.measured_ms.max() * 1.05]
+ax1.plot(lim, lim, "k--", lw=0.8)
+ax1.set(xlabel="measured (ms)", ylabel="predicted (ms)", title="every candidate partition")
+ax1.legend()
+st = ex.overlap.search_time(waves=(4, 8, 12, 14) if quick else (4, 8, 12, 14, 16, 64, 128, 200))
+ax2.semilogy(st.waves, st.dp_ms, "o-", label="exact DP")
+ax2.semilogy(st.waves, st.brute_force_ms, "s-", label="brute force (model only)")
+ax2.set(xlabel="waves T", ylabel="search time (ms)", title="search time (CPU)")
+ax2.legend()
+ex.stamp(fig, meta)
+ex.save(fig, "04_predictive_search", figures_dir)
+st'''),
+        ("code", '''pd.DataFrame({"mean error": [ex.overlap.PAPER["predictor_error"], acc.mean_error.mean()],
+              "chosen / best (mean)": [ex.overlap.PAPER["chosen_of_best"], acc.chosen_of_best.mean()],
+              "chosen within 3% of best": ["-", (acc.chosen_of_best >= 1 / 1.03).mean()]},
+             index=["paper (4090)", f"ours ({meta.get('gpu')}, emulated link)"])'''),
+    ],
+    "05_speedup": [
+        ("md", """# 05 · Speedups
+
+**Paper (§6.2).** Up to **1.65×** (RTX 4090, PCIe) and **1.30×** (A800, NVLink) over the
+non-overlapped cuBLAS + NCCL; 0.98–1.46× over decomposition.
+
+**Here (one H200, emulated link).** Overlapped (predicted partition) vs sequential
+(`torch.matmul` then the collective) vs decomposition (2 or 4 chunks). Our portable GEMM runs at
+about half of cuBLAS on Hopper, so the sequential baseline has a 2× faster GEMM; the column
+`speedup_vs_ours_sequential` compares with our own GEMM followed by the collective."""),
+        ("code", 'df, meta = ex.overlap.speedups(data_set)\ndf[["primitive", "M", "N", "K", "comm_over_gemm", "sequential_ms", "decomp2_ms", "decomp4_ms", "overlap_predicted_ms", "best_ms", "speedup_vs_sequential", "speedup_vs_ours_sequential", "overlap_efficiency"]].round(3)'),
+        ("code", '''import numpy as np
+fig, axes = plt.subplots(1, 3, figsize=(15, 4), sharey=True)
+for ax, (prim, g) in zip(axes, df.groupby("primitive")):
+    x = np.arange(len(g))
+    base = g.sequential_ms.to_numpy()
+    for i, (col, lab) in enumerate([("decomp2_ms", "decomposition (2)"), ("decomp4_ms", "decomposition (4)"),
+                                    ("overlap_predicted_ms", "FlashOverlap (predicted)"), ("best_ms", "best measured partition")]):
+        ax.bar(x + (i - 1.5) * 0.2, base / g[col].to_numpy(), 0.2, label=lab)
+    ax.axhline(1, color="k", lw=0.8)
+    ax.set_xticks(x, [f"{m}x{n}x{k}" for m, n, k in zip(g.M, g.N, g.K)], rotation=30, fontsize=7)
+    ax.set(title=prim, ylabel="speedup over sequential")
+axes[0].legend(fontsize=7)
+ex.stamp(fig, meta, "W = 2 virtual ranks")
+ex.save(fig, "05_speedup", figures_dir)'''),
+        ("code", '''pd.DataFrame({"max speedup": [ex.overlap.PAPER["speedup_4090"], ex.overlap.PAPER["speedup_a800"], df.speedup_vs_sequential.max()],
+              "median speedup": ["-", "-", df.speedup_vs_sequential.median()]},
+             index=["paper 4090", "paper A800", f"ours ({meta.get('gpu')}, emulated link)"])'''),
+    ],
+    "06_overheads": [
+        ("md", """# 06 · Overheads
+
+**Paper (Table 5).** The signal/reorder epilogue costs **0.07%** (A800) / **0.35%** (4090) of the GEMM
+(tile unit); the RMSNorm fused with the post-reorder costs **7.46%** / **8.80%** over a plain RMSNorm.
+
+**Here.** Our signaled GEMM vs the same kernel's plain epilogue, and our post-reorder RMSNorm vs
+`torch.nn.functional.rms_norm` (the baseline does no reorder at all)."""),
+        ("code", "g, gmeta = ex.overheads.gemm_overheads(data_set)\nr, rmeta = ex.overheads.rmsnorm_overheads(data_set)\nex.overheads.summary(data_set)"),
+        ("code", '''fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4))
+lab = [f"{m}x{n}x{k}" for m, n, k in zip(g.M, g.N, g.K)]
+ax1.plot(range(len(g)), g.signal_pct, "o-", label="signal (table store + counter)")
+if "scatter_pct" in g:
+    ax1.plot(range(len(g)), g.scatter_pct, "s-", label="table store only")
+ax1.axhline(0, color="k", lw=0.8)
+ax1.set_xticks(range(len(g)), lab, rotation=90, fontsize=6)
+ax1.set(ylabel="overhead vs plain GEMM (%)", title="GEMM epilogue")
+ax1.legend()
+for n, gr in r.groupby("N"):
+    ax2.plot(gr.R, gr.overhead_pct, "o-", label=f"N={n}")
+ax2.axhline(0, color="k", lw=0.8)
+ax2.set(xscale="log", xlabel="rows", ylabel="vs torch rms_norm (%)", title="post-reorder + RMSNorm")
+ax2.legend()
+ex.stamp(fig, gmeta)
+ex.save(fig, "06_overheads", figures_dir)'''),
+    ],
+    "07_timeline": [
+        ("md", """# 07 · Timeline
+
+**Paper (Fig. 2/6).** Compute waves and the communication of each wave group, overlapped.
+
+**Here.** The refined model's timeline for a recorded GEMM profile and link curve (per-wave
+durations measured by the probe on the H200, curve measured on the emulated link), for the chosen
+partition and for no overlap."""),
+        ("code", '''import json
+from fo_lib.profiles import BandwidthCurve, GemmProfile
+from fo_lib.predictor import OverlapModel
+from fo_lib.provenance import DATA_DIR
+saved = json.loads((DATA_DIR / data_set / "overlap_loopback_profiles.json").read_text())
+prof = [p for p in saved["profiles"] if p["primitive"] == "all_reduce"][-1]
+prim = prof.pop("primitive")
+profile = GemmProfile.from_dict(prof)
+curve = BandwidthCurve.from_dict(saved["curves"][prim])
+res = OverlapModel(profile, curve, "refined").tune()
+_, meta = ex.load(data_set, "overlap_loopback")
+print(profile.M, profile.N, profile.K, "waves", profile.num_waves, "chosen", list(res.choice.partition))'''),
+        ("code", '''fig, axes = plt.subplots(2, 1, figsize=(12, 4.5), sharex=True)
+for ax, (name, pred) in zip(axes, [("chosen partition", res.choice), ("no overlap (one group)", res.no_overlap)]):
+    for gt in pred.groups:
+        ax.barh(1, gt.compute_end - gt.compute_start, left=gt.compute_start, color=f"C{gt.group % 10}", edgecolor="k")
+        ax.barh(0, gt.comm_end - gt.comm_start, left=gt.comm_start, color=f"C{gt.group % 10}", edgecolor="k", hatch="//")
+    ax.set_yticks([0, 1], ["communication", "GEMM waves"])
+    ax.set_title(f"{name}: {list(pred.partition)} -> {pred.total_ms:.3f} ms (model)")
+axes[-1].set_xlabel("ms")
+ex.stamp(fig, meta, f"{prim} {profile.M}x{profile.N}x{profile.K}")
+ex.save(fig, "07_timeline", figures_dir)'''),
+    ],
+}
+
+
+def build(name: str, cells) -> nbf.NotebookNode:
+    nb = nbf.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    out = [nbf.v4.new_markdown_cell(cells[0][1])]
+    p = nbf.v4.new_code_cell(PARAMS)
+    p.metadata["tags"] = ["parameters"]
+    out += [p, nbf.v4.new_code_cell(SETUP)]
+    for kind, src in cells[1:]:
+        out.append(nbf.v4.new_markdown_cell(src) if kind == "md" else nbf.v4.new_code_cell(src))
+    nb.cells = out
+    return nb
+
+
+def main() -> None:
+    for name, cells in NOTEBOOKS.items():
+        path = ROOT / "notebooks" / f"{name}.ipynb"
+        nbf.write(build(name, cells), path)
+        print("wrote", path.relative_to(ROOT))
+
+
+if __name__ == "__main__":
+    main()
