@@ -74,7 +74,14 @@ def run_case(comm, case: dict, device: str) -> list[str]:
         dense, rows = sum(C), None
     elif case["primitive"] == "reduce_scatter":
         dense = sum(C)
-    plan_kw = dict(dtype="bf16", device=device, config=cfg, sm_count=case["sms"], routing=routing)
+    plan_kw = dict(dtype="bf16", device=device, config=cfg, ctas=case["sms"], routing=routing)
+    if case["primitive"] == "reduce_scatter" and cfg.BM % W:
+        # Subtiles need BM % W == 0: the plan must refuse clearly (and identically on every rank).
+        try:
+            OverlapPlan("reduce_scatter", M, N, K, comm, **plan_kw)
+        except ValueError as exc:
+            return [] if "divisible by the world size" in str(exc) else [f"unclear error: {exc}"]
+        return [f"reduce_scatter with BM={cfg.BM} and W={W} was accepted"]
     T = _probe_waves(M, N, cfg, case["sms"])
     parts = list(part_mod.compositions(T)) if T <= 10 else [part_mod.finest(T), part_mod.no_overlap(T)]
     plan = OverlapPlan(case["primitive"], M, N, K, comm, partition=parts[int(rng.integers(len(parts)))], **plan_kw)
@@ -137,7 +144,7 @@ def check_inconsistent_routing(comm, device: str) -> list[str]:
     rng = np.random.default_rng(1000 + rank)  # deliberately different on every rank
     dest = [rng.integers(0, W, M) for _ in range(W)]
     try:
-        OverlapPlan("all_to_all", M, N, K, comm, device=device, config=gemm.CONFIGS["64x64x32"], sm_count=3,
+        OverlapPlan("all_to_all", M, N, K, comm, device=device, config=gemm.CONFIGS["64x64x32"], ctas=3,
                     routing=Routing.from_destinations(dest))
     except PlanError as exc:
         return [] if "not the same on every rank" in str(exc) else [f"unexpected PlanError: {exc}"]

@@ -83,14 +83,16 @@ class OverlapPlan:
 
     ``comm`` is a :class:`fo_lib.comm.Communicator`; its world size and rank define the plan's.
     ``config`` is a :class:`fo_lib.gemm.GemmConfig` (default: the GEMM's heuristic for the shape);
-    ``ctas`` the persistent CTA count (default: SM count minus ``comm_sms``). ``partition`` groups
+    ``ctas`` the persistent CTA count (default: SM count minus ``comm_sms``, which defaults to the
+    communicator's ``sm_footprint``: with no SM left, the wait kernel and the collective's kernels
+    only start after the GEMM and nothing overlaps). ``partition`` groups
     the GEMM's waves (default: the finest partition with at most ``max_groups`` groups). ``timeout_ms``
     bounds every counter wait: a wait that expires makes the call raise :class:`counting.WaitError`.
     """
 
     def __init__(self, primitive: str, M: int, N: int, K: int, comm, *, dtype: str = "bf16",
                  device: str = "cuda", partition=None, config=None, ctas: int | None = None,
-                 comm_sms: int = 0, routing: Routing | None = None, max_groups: int = 8,
+                 comm_sms: int | None = None, routing: Routing | None = None, max_groups: int = 8,
                  timeout_ms: float = 10_000.0, sm_count: int | None = None):
         if primitive not in PRIMITIVES:
             raise PlanError(f"primitive must be one of {PRIMITIVES}, got {primitive!r}")
@@ -117,7 +119,12 @@ class OverlapPlan:
             config = gemm_mod.default_config(self.M, self.N, self.K, sm_count)
         config.validate()
         self.config = config
-        self.ctas = int(ctas) if ctas is not None else sm_count - int(comm_sms)
+        if comm_sms is None:
+            # The SMs the communication side needs while the GEMM runs (wait kernels, the collective's
+            # own kernels): the communicator's measured/declared footprint.
+            comm_sms = getattr(comm, "sm_footprint", 0)
+        self.comm_sms = int(comm_sms)
+        self.ctas = int(ctas) if ctas is not None else sm_count - self.comm_sms
         if self.ctas <= 0:
             raise PlanError(f"no CTAs left for the GEMM (SMs {sm_count}, comm_sms {comm_sms})")
         self.grid = TileGrid(self.M, self.N, config.BM, config.BN, order=config.order,

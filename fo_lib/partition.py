@@ -53,19 +53,24 @@ def count_partitions(num_waves: int) -> int:
     return 2 ** (num_waves - 1)
 
 
+def from_cuts(cuts) -> Partition:
+    """The partition whose group boundaries are the gaps marked True (``T - 1`` flags for ``T`` waves)."""
+    part, size = [], 1
+    for cut in cuts:
+        if cut:
+            part.append(size)
+            size = 1
+        else:
+            size += 1
+    part.append(size)
+    return tuple(part)
+
+
 def compositions(num_waves: int) -> Iterator[Partition]:
     """All ``2^(T-1)`` partitions of ``T`` waves, from one group ``(T,)`` to the finest ``(1,)*T``."""
     _check_waves(num_waves)
     for cuts in itertools.product((False, True), repeat=num_waves - 1):
-        part, size = [], 1
-        for cut in cuts:
-            if cut:
-                part.append(size)
-                size = 1
-            else:
-                size += 1
-        part.append(size)
-        yield tuple(part)
+        yield from_cuts(cuts)
 
 
 def boundaries(partition: Sequence[int]) -> np.ndarray:

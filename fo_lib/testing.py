@@ -89,3 +89,22 @@ def bench_interleaved(fns: Mapping[str, Callable[[int], object]], *, rounds: int
 def summarize(samples: Mapping[str, list[float]]) -> dict[str, float]:
     """Median ms per variant."""
     return {name: median(v) for name, v in samples.items()}
+
+
+def random_tile_layout(R: int, N: int, BM: int, BN: int, rng, *, shift: int = 0, gap: int = 0):
+    """A random FlashOverlap-like buffer layout for tests and benchmarks: the ``BM x BN`` tiles of
+    ``[R, N]`` stored row-major one after another in a random slot order, with random gaps of
+    ``0..2 * gap`` elements between them, everything moved by ``shift``. Returns
+    ``(table [R, ceil(N/BN)] int64, buffer elements)`` in the format of :mod:`fo_lib.reorder`."""
+    tm_n, tn_n = -(-R // BM), -(-N // BN)
+    base = np.empty(tm_n * tn_n, dtype=np.int64)
+    pos = shift
+    for tile in rng.permutation(tm_n * tn_n):
+        tm, tn = divmod(int(tile), tn_n)
+        pos += gap * int(rng.integers(0, 3)) if gap else 0
+        base[tile] = pos
+        pos += min(BM, R - tm * BM) * min(BN, N - tn * BN)
+    r = np.arange(R)[:, None]
+    tn = np.arange(tn_n)[None, :]
+    table = base[(r // BM) * tn_n + tn] + (r % BM) * np.minimum(BN, N - tn * BN)
+    return np.ascontiguousarray(table, dtype=np.int64), pos + gap

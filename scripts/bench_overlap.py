@@ -39,15 +39,7 @@ def candidates(T: int, predicted, rng, limit: int):
         return list(P.compositions(T))
     cands = {tuple(predicted), P.finest(T), P.no_overlap(T)}
     while len(cands) < limit:  # random compositions: each gap cut with probability 1/2
-        cuts = rng.random(T - 1) < rng.uniform(0.1, 0.9)
-        part, size = [], 1
-        for c in cuts:
-            if c:
-                part.append(size)
-                size = 1
-            else:
-                size += 1
-        cands.add(tuple(part + [size]))
+        cands.add(P.from_cuts(rng.random(T - 1) < rng.uniform(0.1, 0.9)))
     return sorted(cands)
 
 

@@ -32,7 +32,7 @@ from fo_lib import postops  # noqa: E402
 from fo_lib.postops import PostOps  # noqa: E402
 
 from fo_lib.provenance import write_result  # noqa: E402
-from fo_lib.testing import bench_interleaved, summarize  # noqa: E402
+from fo_lib.testing import bench_interleaved, random_tile_layout, summarize  # noqa: E402
 
 L2_BYTES = 60 * 2**20
 BM = 128
@@ -40,16 +40,7 @@ BM = 128
 
 def tile_permutation_table(R: int, N: int, BN: int, rng) -> np.ndarray:
     """BM x BN tiles of [R, N], each row-major, laid out back to back in a random order."""
-    tm_n, tn_n = -(-R // BM), -(-N // BN)
-    tm = np.arange(tm_n)[:, None]
-    tn = np.arange(tn_n)[None, :]
-    sizes = (np.minimum(BM, R - tm * BM) * np.minimum(BN, N - tn * BN)).reshape(-1)
-    order = rng.permutation(tm_n * tn_n)
-    base = np.empty(tm_n * tn_n, dtype=np.int64)
-    base[order] = np.concatenate(([0], np.cumsum(sizes[order])[:-1]))
-    r = np.arange(R)[:, None]
-    w = np.minimum(BN, N - tn * BN)
-    return np.ascontiguousarray(base[(r // BM) * tn_n + tn] + (r % BM) * w, dtype=np.int64)
+    return random_tile_layout(R, N, BM, BN, rng)[0]
 
 
 def scatter(x: torch.Tensor, table: torch.Tensor, BN: int) -> torch.Tensor:

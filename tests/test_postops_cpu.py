@@ -8,6 +8,7 @@ import pytest
 
 from fo_lib import kernels, postops
 from fo_lib.postops import PostOps
+from fo_lib.testing import random_tile_layout
 
 
 def _nvrtc_or_skip():
@@ -116,24 +117,8 @@ def test_launch_config_limits():
 
 # --- NumPy reference -----------------------------------------------------------------------------
 def tile_layout(R, N, BM, BN, rng, shift=0, gap=8):
-    """A random FlashOverlap-like buffer layout: the BM x BN tiles of [R, N] stored row-major one
-    after another in a random slot order with random gaps (multiples of ``gap``), everything moved
-    by ``shift`` elements. Returns (table [R, ceil(N/BN)], buffer size)."""
-    tm_n, tn_n = -(-R // BM), -(-N // BN)
-    order = rng.permutation(tm_n * tn_n)
-    base = np.empty(tm_n * tn_n, dtype=np.int64)
-    pos = shift
-    for tile in order:
-        tm, tn = divmod(int(tile), tn_n)
-        h, w = min(BM, R - tm * BM), min(BN, N - tn * BN)
-        pos += gap * int(rng.integers(0, 3))
-        base[tile] = pos
-        pos += h * w
-    r = np.arange(R)[:, None]
-    tn = np.arange(tn_n)[None, :]
-    w = np.minimum(BN, N - tn * BN)
-    table = base[(r // BM) * tn_n + tn] + (r % BM) * w
-    return np.ascontiguousarray(table, dtype=np.int64), pos + gap
+    """Random tile layout with gaps (see fo_lib.testing.random_tile_layout) -> (table, buffer size)."""
+    return random_tile_layout(R, N, BM, BN, rng, shift=shift, gap=gap)
 
 
 def _act(x, name):

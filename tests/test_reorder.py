@@ -28,15 +28,7 @@ def grid_and_partition(draw):
     g = draw(grids())
     T = g.num_waves
     cuts = draw(st.lists(st.booleans(), min_size=T - 1, max_size=T - 1))
-    part, size = [], 1
-    for c in cuts:
-        if c:
-            part.append(size)
-            size = 1
-        else:
-            size += 1
-    part.append(size)
-    return g, tuple(part)
+    return g, P.from_cuts(cuts)
 
 
 def _check_groups_contiguous(plan, table, N, BN, slices):

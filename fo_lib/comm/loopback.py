@@ -17,6 +17,9 @@ MODES = ("copy_engine",)
 
 class LoopbackCommunicator:
     link = "emulated"
+    # SMs to leave free while the GEMM runs: the wait kernel plus the link's scaling/copy kernels.
+    # 4 measured on the H200: with 0 nothing overlapped (docs/perf-log.md).
+    sm_footprint = 4
 
     def __init__(self, world_size: int, rank: int = 0, *, mode: str = "copy_engine", device=None):
         import torch

@@ -1,6 +1,8 @@
 """Collectives through ``torch.distributed``: NCCL for CUDA tensors, gloo for CPU tensors."""
 from __future__ import annotations
 
+import os
+
 from . import check_counts
 
 
@@ -22,6 +24,9 @@ class TorchDistCommunicator:
         self.world_size = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
         self.link = dist.get_backend(group)
+        # SMs NCCL's kernels occupy beside the GEMM. Not yet measured on multi-GPU H200 machines;
+        # NCCL_MAX_NCHANNELS bounds it (one CTA per channel). Override with OverlapPlan(comm_sms=...).
+        self.sm_footprint = 0 if self.link == "gloo" else int(os.environ.get("NCCL_MAX_NCHANNELS", 16))
 
     def all_reduce(self, buf) -> None:
         self._dist.all_reduce(buf, group=self.group)

@@ -9,7 +9,7 @@ if not torch.cuda.is_available():  # pragma: no cover - conftest skips these any
     pytest.skip("no CUDA GPU", allow_module_level=True)
 
 from fo_lib import gemm, kernels  # noqa: E402
-from fo_lib.testing import calc_diff  # noqa: E402
+from fo_lib.testing import calc_diff, random_tile_layout  # noqa: E402
 from fo_lib.tiling import TileGrid, raster_tile  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -116,15 +116,8 @@ def _signal_tables(M, N, cfg, groups, seed):
     rng = np.random.default_rng(seed)
     grid = TileGrid(M, N, cfg.BM, cfg.BN)
     tm_, tn_ = grid.tiles_m, grid.tiles_n
-    row_offset = np.empty((M, tn_), dtype=np.int64)
-    pos = 0
-    for t in rng.permutation(grid.num_tiles):
-        tm, tn = divmod(int(t), tn_)
-        r0, rows = tm * cfg.BM, int(grid.tile_rows(t))
-        cols = int(grid.tile_cols(t))
-        row_offset[r0:r0 + rows, tn] = pos + np.arange(rows) * cols
-        pos += rows * cols
-    assert pos == M * N
+    row_offset, size = random_tile_layout(M, N, cfg.BM, cfg.BN, rng)
+    assert size == M * N
     tile_group = rng.integers(0, groups, size=tm_ * tn_).astype(np.int32)
     return row_offset, tile_group, grid
 

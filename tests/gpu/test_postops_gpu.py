@@ -14,6 +14,7 @@ if not torch.cuda.is_available():  # pragma: no cover - conftest skips these any
 
 from fo_lib import postops  # noqa: E402
 from fo_lib.postops import PostOps  # noqa: E402
+from fo_lib.testing import random_tile_layout  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300)]
 
@@ -45,23 +46,8 @@ SHAPES = {1: (70, 16, 16), 7: (70, 32, 16), 64: (133, 16, 32), 1000: (77, 32, 12
 
 # --- helpers -----------------------------------------------------------------------------------
 def tile_layout(R, N, BM, BN, rng, shift=0, gap=8):
-    """Random FlashOverlap-like layout: BM x BN tiles (row-major inside) in a random slot order with
-    random gaps (multiples of ``gap``), shifted by ``shift`` elements -> (table, buffer elements)."""
-    tm_n, tn_n = -(-R // BM), -(-N // BN)
-    order = rng.permutation(tm_n * tn_n)
-    base = np.empty(tm_n * tn_n, dtype=np.int64)
-    pos = shift
-    for tile in order:
-        tm, tn = divmod(int(tile), tn_n)
-        h, w = min(BM, R - tm * BM), min(BN, N - tn * BN)
-        pos += gap * int(rng.integers(0, 3))
-        base[tile] = pos
-        pos += h * w
-    r = np.arange(R)[:, None]
-    tn = np.arange(tn_n)[None, :]
-    w = np.minimum(BN, N - tn * BN)
-    table = base[(r // BM) * tn_n + tn] + (r % BM) * w
-    return np.ascontiguousarray(table, dtype=np.int64), pos + gap
+    """Random tile layout with gaps (see fo_lib.testing.random_tile_layout) -> (table, buffer size)."""
+    return random_tile_layout(R, N, BM, BN, rng, shift=shift, gap=gap)
 
 
 def slot_layout(R, N, BN, rng, shift=0):
