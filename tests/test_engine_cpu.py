@@ -39,6 +39,7 @@ class _NoComm:
     """A communicator that must never be called: plans are validated before any collective."""
 
     link = "none"
+    sm_footprint = 0
 
     def __init__(self, world_size, rank=0):
         self.world_size, self.rank = world_size, rank
