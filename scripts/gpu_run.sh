@@ -2,7 +2,8 @@
 # One call on the GPU machine: compile every kernel (parallel), then the steps named in FO_STEPS,
 # each under its own time limit, logging everything to $OUT/run.log and writing CSV + provenance
 # sidecars under $OUT/data/. Run from the repo root:
-#   FO_STEPS=build,tests,sanitize,bench_gemm,bench_postops scripts/gpu_run.sh
+#   FO_GIT_SHA=<sha of HEAD> FO_STEPS=build,tests,sanitize,bench_gemm,bench_postops scripts/gpu_run.sh
+# (the GPU machine gets a copy without .git: FO_GIT_SHA is what the provenance sidecars record)
 set -uo pipefail
 OUT=${OUT:-/tmp/fo_out}
 mkdir -p "$OUT/data"
