@@ -93,7 +93,7 @@ partition must be tuned.
 
 **Here.** Every measured candidate partition per shape (GEMM + collective on one H200 over the
 loopback *emulated* link, W = 2), from `scripts/bench_overlap.py`."""),
-        ("code", "df, meta = ex.overlap.candidates(data_set)\nstat = ex.overlap.finest_statistic(df)\nstat"),
+        ("code", "data_set = ex.overlap.run(mode, data_set, quick)\ndf, meta = ex.overlap.candidates(data_set)\nstat = ex.overlap.finest_statistic(df)\nstat"),
         ("code", '''fig, axes = plt.subplots(1, 3, figsize=(15, 4), sharey=False)
 for ax, (prim, g) in zip(axes, df.groupby("primitive")):
     for shape, gs in g.groupby("shape"):
@@ -116,7 +116,7 @@ measured. Exhaustive measurement of T = 8 (128 candidates) takes over a minute.
 
 **Here.** The refined model (measured per-wave times, small-message floor) against every measured
 candidate; and the exact dynamic program against brute force (live, CPU)."""),
-        ("code", "df, meta = ex.overlap.candidates(data_set)\nacc = ex.overlap.predictor_accuracy(df)\nacc"),
+        ("code", "data_set = ex.overlap.run(mode, data_set, quick)\ndf, meta = ex.overlap.candidates(data_set)\nacc = ex.overlap.predictor_accuracy(df)\nacc"),
         ("code", '''fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2))
 for prim, g in df.groupby("primitive"):
     ax1.scatter(g.measured_ms, g.model_ms, s=6, label=prim)
@@ -147,7 +147,7 @@ non-overlapped cuBLAS + NCCL; 0.98–1.46× over decomposition.
 (`torch.matmul` then the collective) vs decomposition (2 or 4 chunks). Our portable GEMM runs at
 about half of cuBLAS on Hopper, so the sequential baseline has a 2× faster GEMM; the column
 `speedup_vs_ours_sequential` compares with our own GEMM followed by the collective."""),
-        ("code", 'df, meta = ex.overlap.speedups(data_set)\ndf[["primitive", "M", "N", "K", "comm_over_gemm", "sequential_ms", "decomp2_ms", "decomp4_ms", "overlap_predicted_ms", "best_ms", "speedup_vs_sequential", "speedup_vs_ours_sequential", "overlap_efficiency"]].round(3)'),
+        ("code", 'data_set = ex.overlap.run(mode, data_set, quick)\ndf, meta = ex.overlap.speedups(data_set)\ndf[["primitive", "M", "N", "K", "comm_over_gemm", "sequential_ms", "decomp2_ms", "decomp4_ms", "overlap_predicted_ms", "best_ms", "speedup_vs_sequential", "speedup_vs_ours_sequential", "overlap_efficiency"]].round(3)'),
         ("code", '''import numpy as np
 fig, axes = plt.subplots(1, 3, figsize=(15, 4), sharey=True)
 for ax, (prim, g) in zip(axes, df.groupby("primitive")):
