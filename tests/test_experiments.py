@@ -46,3 +46,20 @@ def test_overheads_summary_has_paper_and_ours():
 def test_missing_record_is_a_clear_error():
     with pytest.raises(FileNotFoundError, match="measure mode"):
         ex.load("h200", "no_such_experiment")
+
+
+def test_all_to_all_wave_bytes():
+    from fo_lib.engine import Routing
+    from fo_lib.tiling import TileGrid
+    from fo_lib.tuning import all_to_all_wave_bytes
+
+    grid = TileGrid(512, 256, BM=64, BN=64, sm_count=6)
+    out_bytes = grid.wave_elements() * 2
+    W = 4
+    uniform = Routing.from_destinations([np.arange(512) % W] * W)
+    np.testing.assert_allclose(all_to_all_wave_bytes(grid, uniform), out_bytes, rtol=1e-9)
+    to_self = Routing.from_destinations([np.full(512, r) for r in range(W)])
+    assert max(all_to_all_wave_bytes(grid, to_self)) == 1
+    skewed = Routing.from_destinations([np.zeros(512, dtype=int)] * W)  # everything to rank 0
+    got = np.array(all_to_all_wave_bytes(grid, skewed))
+    np.testing.assert_allclose(got, out_bytes * W / (W - 1), atol=1)  # ranks 1..3 send all their rows (rounded)
