@@ -3,6 +3,7 @@
 # (executed copies go to notebooks/output/, figures to figures/). Notebooks measure when the GPUs
 # they need are present (mode=auto) and otherwise replay the recorded data in data/<gpu>/.
 # Usage: ./run_all.sh [--quick] [--mode auto|measure|replay] [--data h200]
+# FO_NO_VENV=1 uses the python3 on PATH instead of ./.venv (machines without a package index).
 set -euo pipefail
 cd "$(dirname "$0")"
 quick=false; mode=auto; data=h200
@@ -11,7 +12,7 @@ while [ $# -gt 0 ]; do
     --quick) quick=true ;;
     --mode) mode="$2"; shift ;;
     --data) data="$2"; shift ;;
-    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
     *) echo "run_all.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift

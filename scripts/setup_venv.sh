@@ -3,6 +3,14 @@
 # Re-installs only when pyproject.toml changed since the last successful install.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [ "${FO_NO_VENV:-0}" = "1" ]; then
+  # Machines without a package index (the GPU machine): use the python3 on PATH as it is, with
+  # the repo importable; papermill etc. must already be there (e.g. from carried wheels).
+  export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+  python() { python3 "$@"; }
+  export -f python 2>/dev/null || true
+  return 0 2>/dev/null || exit 0
+fi
 venv="${FO_VENV:-$root/.venv}"
 py="${PYTHON:-python3}"
 extras="${FO_EXTRAS:-test,nvrtc,notebooks}"
