@@ -62,8 +62,13 @@ def save(fig, name: str, figures_dir: str | Path = "figures") -> list[Path]:
     out = Path(figures_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.png", out / f"{name}.svg"]
-    fig.savefig(paths[0], dpi=150, bbox_inches="tight")
-    fig.savefig(paths[1], bbox_inches="tight")
+    import matplotlib
+
+    # Same data -> same bytes (no dates, fixed SVG ids): regenerated figures only differ in git
+    # when the data did.
+    matplotlib.rcParams["svg.hashsalt"] = "fo_lib"
+    fig.savefig(paths[0], dpi=150, bbox_inches="tight", metadata={"Software": None})
+    fig.savefig(paths[1], bbox_inches="tight", metadata={"Date": None})
     return paths
 
 
