@@ -48,10 +48,12 @@ class LoopbackCommunicator:
 
     def _transfer(self, src, volume_bytes: int) -> None:
         """Move ``volume_bytes`` (cycling over ``src``) device -> host -> device on the current stream."""
+        import torch
+
         volume_bytes = int(volume_bytes)
         if volume_bytes <= 0 or src.numel() == 0:
             return
-        raw = src.reshape(-1).view(torch_uint8())
+        raw = src.reshape(-1).view(torch.uint8)
         self.reserve(min(volume_bytes, raw.numel()))
         done = 0
         while done < volume_bytes:
@@ -92,8 +94,3 @@ class LoopbackCommunicator:
         mine = send[start:start + sc[r]]
         if sc[r]:
             recv.view(W, -1).copy_(mine.reshape(1, -1).expand(W, -1))
-
-
-def torch_uint8():
-    import torch
-    return torch.uint8
