@@ -27,11 +27,7 @@ def _torch():
     return torch
 
 
-def _check_cuda(t, what: str, device) -> None:
-    if not getattr(t, "is_cuda", False):
-        raise ValueError(f"{what} must be a CUDA tensor, got device {getattr(t, 'device', type(t).__name__)}")
-    if device is not None and t.device != device:
-        raise ValueError(f"{what} is on {t.device}, expected {device}")
+_check_cuda = kernels.check_cuda_tensor
 
 
 WAIT_KERNEL = "fo_wait_counter"

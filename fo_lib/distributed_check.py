@@ -123,8 +123,7 @@ def run_case(comm, case: dict, device: str) -> list[str]:
 
 
 def _probe_waves(M, N, cfg, sms) -> int:
-    from .tiling import TileGrid
-    return TileGrid(M, N, cfg.BM, cfg.BN, order=cfg.order, swizzle=cfg.swizzle, _ctas=sms).num_waves
+    return cfg.grid(M, N, sms).num_waves
 
 
 def check_inconsistent_routing(comm, device: str) -> list[str]:

@@ -31,7 +31,6 @@ import numpy as np
 from . import counting, reorder
 from .partition import validate_partition
 from .postops import PostOps, post_reorder_reference
-from .tiling import TileGrid
 
 PRIMITIVES = ("all_reduce", "reduce_scatter", "all_to_all")
 DEVICES = ("cuda", "cpu")
@@ -127,8 +126,7 @@ class OverlapPlan:
         self.ctas = int(ctas) if ctas is not None else sm_count - self.comm_sms
         if self.ctas <= 0:
             raise PlanError(f"no CTAs left for the GEMM (SMs {sm_count}, comm_sms {comm_sms})")
-        self.grid = TileGrid(self.M, self.N, config.BM, config.BN, order=config.order,
-                             swizzle=config.swizzle, _ctas=self.ctas)
+        self.grid = config.grid(self.M, self.N, self.ctas)
         T = self.grid.num_waves
         if partition is None:
             size = -(-T // max_groups)

@@ -69,6 +69,11 @@ class GemmConfig:
         """Identifies the compiled specialization (everything but the run-time raster)."""
         return f"m{self.BM}n{self.BN}k{self.BK}_w{self.warps_m}x{self.warps_n}_s{self.stages}"
 
+    def grid(self, M: int, N: int, ctas: int):
+        """The :class:`~fo_lib.tiling.TileGrid` (tiles, raster, waves) of ``M x N`` on ``ctas`` CTAs."""
+        from .tiling import TileGrid
+        return TileGrid(M, N, self.BM, self.BN, order=self.order, swizzle=self.swizzle, _ctas=ctas)
+
     def with_raster(self, order: str | None = None, swizzle: int | None = None) -> "GemmConfig":
         from dataclasses import replace
         return replace(self, order=self.order if order is None else order,

@@ -214,6 +214,14 @@ def launch(kernel, grid, block, args, *, stream=None, device_index: int, shared_
         kernel(tuple(grid), tuple(block), args, shared_mem=shared_mem)
 
 
+def check_cuda_tensor(t, what: str, device=None) -> None:
+    """Raise unless ``t`` is a CUDA tensor (on ``device``, when given)."""
+    if not getattr(t, "is_cuda", False):
+        raise ValueError(f"{what} must be a CUDA tensor, got device {getattr(t, 'device', type(t).__name__)}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{what} is on {t.device}, expected {device}")
+
+
 def ptr(t):
     """A tensor's device address as a kernel argument (0 for None)."""
     import numpy as np

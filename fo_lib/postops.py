@@ -315,11 +315,7 @@ def _dtype_name(t, what: str) -> str:
     return _TORCH_DTYPE_NAMES[name]
 
 
-def _check_cuda(t, what: str, device) -> None:
-    if not getattr(t, "is_cuda", False):
-        raise ValueError(f"{what} must be a CUDA tensor, got device {getattr(t, 'device', type(t).__name__)}")
-    if device is not None and t.device != device:
-        raise ValueError(f"{what} is on {t.device}, expected {device}")
+_check_cuda = kernels.check_cuda_tensor
 
 
 def _span(t, elements: int) -> tuple[int, int]:

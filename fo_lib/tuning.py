@@ -60,7 +60,7 @@ def measure_gemm_profile(M: int, N: int, K: int, *, config=None, ctas: int | Non
     tdtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
     a = torch.randn(M, K, device="cuda").to(tdtype)
     b = torch.randn(N, K, device="cuda").to(tdtype)
-    grid = TileGrid(M, N, config.BM, config.BN, order=config.order, swizzle=config.swizzle, _ctas=ctas)
+    grid = config.grid(M, N, ctas)
     runs = []
     for _ in range(repeats + 1):
         _, probe = gemm.gemm_nt_probe(a, b, config=config, ctas=ctas)

@@ -24,7 +24,6 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
 from fo_lib import gemm, reorder  # noqa: E402
-from fo_lib.tiling import TileGrid  # noqa: E402
 from fo_lib.provenance import write_result  # noqa: E402
 from fo_lib.testing import bench_interleaved, summarize  # noqa: E402
 
@@ -34,7 +33,7 @@ L2_BYTES = 60 * 2**20
 def tile_tables(M, N, cfg, ctas):
     """The AllReduce (tile) tables the engine would use, one group per wave (the finest partition:
     the most signals and the most scattered slices)."""
-    grid = TileGrid(M, N, cfg.BM, cfg.BN, order=cfg.order, swizzle=cfg.swizzle, _ctas=ctas)
+    grid = cfg.grid(M, N, ctas)
     plan = reorder.tile_reorder(grid, (1,) * grid.num_waves)
     return (torch.from_numpy(plan.row_offset).cuda(), torch.from_numpy(plan.tile_group).cuda(),
             torch.zeros(plan.num_groups, dtype=torch.int32, device="cuda"))

@@ -15,7 +15,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from fo_lib import gemm, reorder  # noqa: E402
-from fo_lib.tiling import TileGrid  # noqa: E402
 
 
 def main() -> None:
@@ -29,7 +28,7 @@ def main() -> None:
     b = torch.randn(N, K, device="cuda").bfloat16()
     sms = gemm.sm_count()
     cfg = gemm.default_config(M, N, K, sms)
-    grid = TileGrid(M, N, cfg.BM, cfg.BN, order=cfg.order, swizzle=cfg.swizzle, _ctas=sms)
+    grid = cfg.grid(M, N, sms)
     plan = reorder.tile_reorder(grid, (1,) * grid.num_waves)
     ro = torch.from_numpy(plan.row_offset).cuda()
     tg = torch.from_numpy(plan.tile_group).cuda()

@@ -30,7 +30,7 @@ def main() -> None:
             ref = a.double() @ b.double().T
             out = gemm.gemm_nt(a, b, config=cfg, ctas=3)
             assert calc_diff(out, ref) < 1e-2, cname
-            grid = TileGrid(M, N, cfg.BM, cfg.BN, order="row", swizzle=2, _ctas=3)
+            grid = cfg.grid(M, N, 3)
             plan = reorder.tile_reorder(grid, (1,) * grid.num_waves)
             comm = torch.empty(M * N, dtype=torch.bfloat16, device="cuda")
             counters = torch.zeros(plan.num_groups, dtype=torch.int32, device="cuda")

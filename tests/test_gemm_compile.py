@@ -2,7 +2,7 @@
 sources themselves are compiled for every target by tests/test_kernels.py."""
 import pytest
 
-from fo_lib import gemm, kernels
+from fo_lib import gemm
 from fo_lib.tiling import TileGrid
 
 SOURCES = list(gemm.compile_check_sources())
@@ -60,8 +60,9 @@ def test_configs_properties():
 def test_default_config(M, N, K):
     cfg = gemm.default_config(M, N, K, 132)
     cfg.validate()
-    grid = TileGrid(M, N, cfg.BM, cfg.BN, order=cfg.order, swizzle=cfg.swizzle, sm_count=132)
-    assert grid.num_tiles >= 1
+    grid = cfg.grid(M, N, 132)
+    assert grid == TileGrid(M, N, cfg.BM, cfg.BN, order=cfg.order, swizzle=cfg.swizzle, sm_count=132, _ctas=132)
+    assert grid.num_tiles >= 1 and grid.ctas == 132
     if M * N <= 64 * 64 * 132:
         assert (cfg.BM, cfg.BN) == (64, 64)  # tiny: spread over the SMs
     if M >= 4096 and N >= 4096:

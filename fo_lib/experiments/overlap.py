@@ -115,7 +115,6 @@ def measure(*, world: int = 2, quick: bool = False, primitives=("all_reduce", "r
     from ..engine import OverlapPlan, Routing
     from ..predictor import OverlapModel
     from ..testing import bench_interleaved, summarize
-    from ..tiling import TileGrid
 
     shapes = shapes or (SHAPES[:3] if quick else SHAPES)
     rounds, inner = (4, 2) if quick else (6, 3)
@@ -137,7 +136,7 @@ def measure(*, world: int = 2, quick: bool = False, primitives=("all_reduce", "r
             ctas = sms - comm_sms
             profile = tuning.measure_gemm_profile(M, N, K, config=cfg, ctas=ctas)
             if prim == "all_to_all":  # what a skewed All-to-All moves, not the output size
-                grid = TileGrid(M, N, cfg.BM, cfg.BN, order=cfg.order, swizzle=cfg.swizzle, _ctas=ctas)
+                grid = cfg.grid(M, N, ctas)
                 profile = dataclasses.replace(profile, wave_bytes=tuning.all_to_all_wave_bytes(grid, routing))
             if prim not in curves:
                 curves[prim] = tuning.measure_curve(comm, prim, tuning.default_sizes(2 * 8192 * 8192))

@@ -18,7 +18,6 @@ def measure(M=2048, N=8192, K=8192, configs=(("256x128x64", "row", 1), ("256x128
     import torch
 
     from .. import gemm
-    from ..tiling import TileGrid
 
     sms = gemm.sm_count()
     a = torch.randn(M, K, device="cuda").bfloat16()
@@ -26,7 +25,7 @@ def measure(M=2048, N=8192, K=8192, configs=(("256x128x64", "row", 1), ("256x128
     frames = []
     for name, order, swizzle in configs:
         cfg = gemm.CONFIGS[name].with_raster(order, swizzle)
-        grid = TileGrid(M, N, cfg.BM, cfg.BN, order=order, swizzle=swizzle, _ctas=sms)
+        grid = cfg.grid(M, N, sms)
         for rep in range(repeats + 1):
             _, probe = gemm.gemm_nt_probe(a, b, config=cfg, ctas=sms)
             torch.cuda.synchronize()

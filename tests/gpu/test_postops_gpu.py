@@ -2,7 +2,6 @@
 reference (random tile layouts, tails in R and N, both dtypes, both paths, NaN-poisoned outputs and
 buffers, guard frames), and the counting-table wait (release by a later bump, timeout -> WaitError,
 back-to-back epochs without resets, counters already past the target)."""
-import time
 
 import numpy as np
 import pytest
