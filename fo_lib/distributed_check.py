@@ -145,6 +145,19 @@ def check_inconsistent_routing(comm, device: str) -> list[str]:
     return ["(no error on this rank)"]
 
 
+def check_agreement(comm) -> list[str]:
+    """The helpers that keep measuring ranks in step: rank 0's object everywhere, the slowest time."""
+    W, rank = comm.world_size, comm.rank
+    failures = []
+    got = comm.broadcast_object({"from": rank, "partition": (1, 2, rank)})
+    if got != {"from": 0, "partition": (1, 2, 0)}:
+        failures.append(f"broadcast_object gave {got}")
+    worst = comm.max_over_ranks([rank, -rank, 0.5 * rank])
+    if worst != [W - 1, 0, 0.5 * (W - 1)]:
+        failures.append(f"max_over_ranks gave {worst}")
+    return failures
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
@@ -161,6 +174,7 @@ def main(argv=None) -> int:
         except Exception:  # noqa: BLE001 - report and keep the ranks in step
             failures.append(f"{case}: {traceback.format_exc(limit=6)}")
             print(f"rank {comm.rank}: EXC {failures[-1]}", flush=True)
+    failures += check_agreement(comm)
     routing_result = check_inconsistent_routing(comm, args.device)
     import torch
     import torch.distributed as dist

@@ -14,7 +14,8 @@ sampled latency curve (no extrapolation: a size outside the samples is an error)
 * ``launch_ms`` per collective (host enqueue + wait-kernel wake-up);
 * ``comm_slowdown`` on collectives that run while the GEMM still computes, ``gemm_slowdown`` on
   compute that shares the GPU with communication (memory-bandwidth contention);
-* no overlap is the plain GEMM on every SM (``full_ms``) followed by one collective.
+* no overlap is the fastest plain GEMM on every SM (``full_ms``, or cuBLAS's ``baseline_ms`` when
+  profiled) followed by one collective: the fallback when no partition wins.
 
 Both models return a :class:`Prediction` with a per-group timeline for plots.
 """
@@ -171,7 +172,8 @@ class OverlapModel:
     def predict_no_overlap(self) -> Prediction:
         if self.model == "paper":
             return self.predict(part_mod.no_overlap(self.num_waves))
-        gemm = self.profile.full_ms
+        # The fallback runs the fastest non-overlapped GEMM we have (ours, or cuBLAS when profiled).
+        gemm = min(self.profile.full_ms, self.profile.baseline_ms or self.profile.full_ms)
         comm = self.curve.latency_ms(self.group_bytes(0, self.num_waves))
         g = GroupTiming(0, 0, self.num_waves, self.group_bytes(0, self.num_waves), 0.0, gemm, gemm, gemm + comm)
         return Prediction((self.num_waves,), gemm + comm, (g,), self.model)

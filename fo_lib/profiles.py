@@ -193,6 +193,9 @@ class GemmProfile:
     wave_bytes: tuple[int, ...]
     full_ms: float
     gpu: str = "unknown"
+    # torch.matmul (cuBLAS) for the same GEMM on every SM: what the non-overlapped fallback costs when
+    # it is faster than our kernel. None: unknown (the fallback is then our own GEMM, full_ms).
+    baseline_ms: float | None = None
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -212,6 +215,8 @@ class GemmProfile:
             raise ProfileError(f"{where}: {len(self.wave_ms)} wave durations but "
                                f"{len(self.wave_bytes)} wave sizes")
         _positive_finite("full_ms", self.full_ms, where)
+        if self.baseline_ms is not None:
+            _positive_finite("baseline_ms", self.baseline_ms, where)
 
     @property
     def num_waves(self) -> int:

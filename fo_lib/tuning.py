@@ -69,6 +69,7 @@ def measure_gemm_profile(M: int, N: int, K: int, *, config=None, ctas: int | Non
     waves = np.median(np.stack(runs[1:]), axis=0)  # the first run pays for loading the kernel
     out = torch.empty(M, N, dtype=tdtype, device="cuda")
     full = _event_ms(lambda: gemm.gemm_nt(a, b, out, config=config), repeats)
+    baseline = _event_ms(lambda: torch.matmul(a, b.T, out=out), repeats)  # the sequential fallback's GEMM
     # The probe's clock reads add a little: scale the waves to the signaled GEMM's event time.
     ro = torch.zeros(M, grid.tiles_n, dtype=torch.int64, device="cuda")
     ro += torch.arange(M, device="cuda")[:, None] * N + torch.arange(grid.tiles_n, device="cuda")[None, :] * config.BN
@@ -82,32 +83,107 @@ def measure_gemm_profile(M: int, N: int, K: int, *, config=None, ctas: int | Non
                        sm_count=sms, comm_sms=sms - ctas if ctas <= sms else 0, ctas=ctas,
                        wave_ms=tuple(float(w) for w in waves),
                        wave_bytes=tuple(int(x) * elem for x in grid.wave_elements()), full_ms=full,
-                       gpu=torch.cuda.get_device_name())
+                       baseline_ms=baseline, gpu=torch.cuda.get_device_name())
 
 
 def measure_curve(comm, primitive: str, sizes_bytes, *, dtype: str = "bf16", repeats: int = 5) -> BandwidthCurve:
     """Median latency of ``primitive`` on ``comm`` for each message size (bytes handed to the collective)."""
     torch = _torch()
+    points = []
+    for nbytes in sorted(set(int(s) for s in sizes_bytes)):
+        fn, moved = collective_fn(comm, primitive, nbytes, dtype)
+        points.append((float(moved), _event_ms(fn, repeats)))
+    return BandwidthCurve(tuple(points), primitive=primitive, world_size=comm.world_size, link=comm.link,
+                          meta={"gpu": torch.cuda.get_device_name()})
+
+
+def collective_fn(comm, primitive: str, nbytes: int, dtype: str = "bf16"):
+    """A closure running ``primitive`` on ``comm`` over a message of about ``nbytes`` (equal splits);
+    returns ``(fn, bytes actually moved per call)``."""
+    torch = _torch()
     tdtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
     elem = torch.finfo(tdtype).bits // 8
     W = comm.world_size
-    points = []
-    for nbytes in sorted(set(int(s) for s in sizes_bytes)):
-        n = max(W, nbytes // elem // W * W)
-        send = torch.randn(n, device="cuda").to(tdtype)
-        if primitive == "all_reduce":
-            fn = lambda: comm.all_reduce(send)  # noqa: E731
-        elif primitive == "reduce_scatter":
-            recv = torch.empty(n // W, dtype=tdtype, device="cuda")
-            fn = lambda: comm.reduce_scatter(send, recv)  # noqa: E731
-        elif primitive == "all_to_all":
-            recv = torch.empty(n, dtype=tdtype, device="cuda")
-            fn = lambda: comm.all_to_all(send, [n // W] * W, recv, [n // W] * W)  # noqa: E731
-        else:
-            raise ValueError(f"unknown primitive {primitive!r}")
-        points.append((float(n * elem), _event_ms(fn, repeats)))
-    return BandwidthCurve(tuple(points), primitive=primitive, world_size=W, link=comm.link,
-                          meta={"gpu": torch.cuda.get_device_name()})
+    n = max(W, int(nbytes) // elem // W * W)
+    send = torch.randn(n, device="cuda").to(tdtype)
+    if primitive == "all_reduce":
+        fn = lambda: comm.all_reduce(send)  # noqa: E731
+    elif primitive == "reduce_scatter":
+        recv = torch.empty(n // W, dtype=tdtype, device="cuda")
+        fn = lambda: comm.reduce_scatter(send, recv)  # noqa: E731
+    elif primitive == "all_to_all":
+        recv = torch.empty(n, dtype=tdtype, device="cuda")
+        fn = lambda: comm.all_to_all(send, [n // W] * W, recv, [n // W] * W)  # noqa: E731
+    else:
+        raise ValueError(f"unknown primitive {primitive!r}")
+    return fn, n * elem
+
+
+def _kernel_grids(fn, name_part: str) -> list[tuple[int, int]]:
+    """(CTAs, threads per CTA) of every CUDA kernel whose name contains ``name_part`` that ``fn``
+    launches, read from a torch.profiler (CUPTI) trace."""
+    import json
+    import tempfile
+
+    torch = _torch()
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        events = json.load(open(f.name)).get("traceEvents", [])
+    out = []
+    for e in events:
+        args = e.get("args") or {}
+        if e.get("cat") == "kernel" and name_part in e.get("name", "").lower() and "grid" in args:
+            out.append((int(np.prod(args["grid"])), int(np.prod(args.get("block", [0])))))
+    return out
+
+
+def measure_sm_footprint(comm, primitive: str = "all_reduce", nbytes: int = 256 << 20, *, M: int = 8192,
+                         N: int = 8192, K: int = 4096, config=None, kernel_name: str = "nccl") -> dict:
+    """The SMs a collective takes from a GEMM that runs beside it, measured two ways.
+
+    * ``collective_ctas``: the CTA count of the collective's kernels (profiler trace; NCCL runs one
+      CTA per channel).
+    * ``sms_taken``: the persistent GEMM is launched with one CTA per SM while the collective is in
+      flight; a GEMM CTA that does not fit beside a collective CTA starts only when the collective
+      ends. The probe epilogue's first-tile start stamps count those delayed CTAs.
+    A persistent GEMM that should overlap the collective must leave ``sms_taken`` SMs free.
+    """
+    torch = _torch()
+    from . import gemm
+
+    sms = gemm.sm_count()
+    config = config or gemm.default_config(M, N, K, sms)
+    fn, moved = collective_fn(comm, primitive, nbytes)
+    coll_ms = _event_ms(fn, 3)
+    grids = _kernel_grids(fn, kernel_name) if comm.link != "emulated" else []
+    a = torch.randn(M, K, device="cuda").bfloat16()
+    b = torch.randn(N, K, device="cuda").bfloat16()
+    gemm.gemm_nt_probe(a, b, config=config, ctas=sms)  # load the kernel before timing anything
+    side = torch.cuda.Stream(priority=-100)
+    delayed = []
+    for _ in range(3):
+        torch.cuda.synchronize()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda._sleep(2_000_000)  # ~1 ms: the collective's CTAs are resident before the GEMM starts
+        _, probe = gemm.gemm_nt_probe(a, b, config=config, ctas=sms)
+        torch.cuda.synchronize()
+        p = probe.cpu().numpy().astype(np.int64)
+        first = np.full(sms, np.iinfo(np.int64).max)
+        np.minimum.at(first, p[:, 3], p[:, 0])
+        first = first[first < np.iinfo(np.int64).max]
+        span = p[:, 1].max() - p[:, 0].min()
+        delayed.append(int((first - first.min() > 0.1 * span).sum()))
+    return dict(primitive=primitive, world_size=comm.world_size, link=comm.link, message_bytes=moved,
+                collective_ms=coll_ms, collective_ctas=max((g for g, _ in grids), default=0),
+                collective_threads=max((t for _, t in grids), default=0), sms_taken=int(np.median(delayed)),
+                sms_taken_runs=delayed, gemm_ctas=sms)
 
 
 def default_sizes(max_bytes: int, per_octave: int = 2, min_bytes: int = 64 * 1024) -> list[int]:

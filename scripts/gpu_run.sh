@@ -3,6 +3,8 @@
 # each under its own time limit, logging everything to $OUT/run.log and writing CSV + provenance
 # sidecars under $OUT/data/. Run from the repo root:
 #   FO_GIT_SHA=<sha of HEAD> FO_STEPS=build,tests,sanitize,bench_gemm,bench_postops scripts/gpu_run.sh
+# Steps: build tests sanitize bench_gemm bench_postops profile record engine multi_gpu bench_overlap;
+# arguments through FO_TEST_ARGS, FO_GEMM_ARGS, FO_POSTOPS_ARGS, FO_MULTI_ARGS, FO_OVERLAP_ARGS.
 # (the GPU machine gets a copy without .git: FO_GIT_SHA is what the provenance sidecars record)
 set -uo pipefail
 OUT=${OUT:-/tmp/fo_out}
@@ -32,6 +34,9 @@ step bench_postops 120 python3 scripts/bench_postops.py ${FO_POSTOPS_ARGS:-} --o
 step profile 200 ncu --clock-control none -k regex:fo_gemm_nt --launch-skip 3 --launch-count 3 --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats python3 scripts/profile_gemm.py
 step record 120 bash -c "python3 scripts/record_experiments.py && cp data/*/wave_pattern.* $OUT/data/"
 step engine 300 python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/gpu/test_engine_gpu.py
+# Multi-GPU (2+ GPUs): correctness with NCCL, then curves, footprint and the speedup sweep, packed into
+# one archive (the data folder holds more files than one call brings back).
+step multi_gpu 560 bash -c "FO_DATA_OUT=$OUT/data/multi bash scripts/multi_gpu.sh ${FO_MULTI_ARGS:-} && tar czf $OUT/multi_gpu_data.tgz -C $OUT/data/multi . && rm -rf $OUT/data/multi"
 step bench_overlap 300 python3 scripts/bench_overlap.py ${FO_OVERLAP_ARGS:-} --out "$OUT/data/overlap_loopback.csv"
 echo "--- summary"; printf '%s\n' "${summary[@]}" | tee -a "$log"
 grep -E "passed|failed|error" "$log" | grep -E "^[0-9]+ (passed|failed)|ERROR SUMMARY|sanitize: ok|geomean|signal vs plain|worst" | tail -n 20

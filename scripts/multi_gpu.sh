@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Multi-GPU job (NCCL, one process per GPU under torchrun). NVLink multicast stays off.
-#   scripts/multi_gpu.sh [--dry-run] [--world W]
-# Runs the correctness check of every primitive at world size W (default: all visible GPUs) and
-# writes its log under ${OUT:-/tmp/fo_out}. --dry-run prints the commands without running them
-# (works on any machine; CI-safe).
+#   scripts/multi_gpu.sh [--dry-run] [--world W] [--quick] [--steps check,bench]
+# 1. check: the correctness check of every primitive (fo_lib.distributed_check) at world size W
+#    (default: all visible GPUs), against a dense float64 reference;
+# 2. bench: NCCL curves, SM footprint and the speedup sweep (scripts/bench_nccl.py) into
+#    data/h200x<W>/ (or $FO_DATA_OUT), with provenance sidecars.
+# Logs go to ${OUT:-/tmp/fo_out}/multi_gpu.log. --dry-run prints the commands without running them
+# (any machine; CI runs it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dry=false; world=""
+dry=false; world=""; quick=""; steps="check,bench"
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry=true ;;
     --world) world="$2"; shift ;;
+    --quick) quick="--quick" ;;
+    --steps) steps="$2"; shift ;;
     *) echo "multi_gpu.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -22,17 +27,16 @@ if [ -z "$world" ]; then
   world=$($py -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
 fi
 OUT=${OUT:-/tmp/fo_out}
-cmds=(
-  "$py -m torch.distributed.run --nproc_per_node $world -m fo_lib.distributed_check --device cuda --cases 24"
-)
+data=${FO_DATA_OUT:-data/h200x$world}
+run="$py -m torch.distributed.run --standalone --nproc_per_node $world"
+cmds=()
+[[ ",$steps," == *",check,"* ]] && cmds+=("$run -m fo_lib.distributed_check --device cuda --cases 24")
+[[ ",$steps," == *",bench,"* ]] && cmds+=("$run scripts/bench_nccl.py --out $data $quick")
 echo "world size $world; NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
 for c in "${cmds[@]}"; do
   if $dry; then echo "would run: $c"; continue; fi
   if [ "$world" -lt 2 ]; then echo "multi_gpu.sh: needs 2+ GPUs (found $world)" >&2; exit 3; fi
   mkdir -p "$OUT"
-  echo "running: $c"
+  echo "running: $c" | tee -a "$OUT/multi_gpu.log"
   $c 2>&1 | tee -a "$OUT/multi_gpu.log"
 done
-if $dry; then
-  echo "not yet scripted: NCCL bandwidth curves and SM footprint per primitive, the NCCL speedup sweep"
-fi

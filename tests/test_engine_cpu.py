@@ -89,3 +89,14 @@ def test_routing_slots_are_a_permutation_per_receiver():
     for q in range(3):
         got = np.concatenate([x[d == q] for d, x in zip(r.dest, r.dst_index)])
         assert np.array_equal(np.sort(got), np.arange(len(got)))
+
+
+def test_multi_gpu_job_dry_run():
+    """The multi-GPU job prints the torchrun commands it would run on W GPUs (no GPU needed)."""
+    proc = subprocess.run(["bash", "scripts/multi_gpu.sh", "--dry-run", "--world", "8", "--quick"],
+                          capture_output=True, text=True, timeout=60,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert proc.returncode == 0, proc.stderr
+    assert "--nproc_per_node 8 -m fo_lib.distributed_check --device cuda" in proc.stdout
+    assert "--nproc_per_node 8 scripts/bench_nccl.py --out data/h200x8 --quick" in proc.stdout
+    assert "NCCL_NVLS_ENABLE=0" in proc.stdout

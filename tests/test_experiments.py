@@ -63,3 +63,36 @@ def test_all_to_all_wave_bytes():
     skewed = Routing.from_destinations([np.zeros(512, dtype=int)] * W)  # everything to rank 0
     got = np.array(all_to_all_wave_bytes(grid, skewed))
     np.testing.assert_allclose(got, out_bytes * W / (W - 1), atol=1)  # ranks 1..3 send all their rows (rounded)
+
+
+class _OneProcessLink:
+    world_size, rank, link = 2, 0, "emulated"
+
+
+class _RankLink:
+    world_size, rank, link = 4, 0, "nccl"
+
+    def broadcast_object(self, obj):
+        return ("from rank 0", obj)
+
+    def max_over_ranks(self, values):
+        return [v + 1 for v in values]
+
+
+def test_rank_agreement_helpers():
+    # One process: nothing to agree on; several: rank 0's choice and the slowest rank's time.
+    assert overlap._agree(_OneProcessLink(), (1, 2)) == (1, 2)
+    assert overlap._agree(_RankLink(), (1, 2)) == ("from rank 0", (1, 2))
+    assert overlap._slowest(_OneProcessLink(), {"b": 1.0, "a": 2.0}) == {"b": 1.0, "a": 2.0}
+    assert overlap._slowest(_RankLink(), {"b": 1.0, "a": 2.0}) == {"a": 3.0, "b": 2.0}
+    assert overlap.link_label(_OneProcessLink()).startswith("emulated")
+    assert overlap.link_label(_RankLink()) == "NCCL (4 GPUs)"
+
+
+def test_sweep_shapes_cover_paper_and_llama():
+    shapes = overlap.PAPER_SHAPES
+    assert len(shapes["all_reduce"]) == 8 and (3072, 8192, 16384) in shapes["all_reduce"]
+    assert {m for m, _, _ in shapes["all_to_all"]} == {512, 1024, 2048, 2560}
+    # Llama-3-70B at TP=8: K = hidden/8 (attention out) and intermediate/8 (MLP down), N = hidden.
+    assert {k for _, _, k in overlap.LLAMA70B_TP8_SHAPES} == {8192 // 8, 28672 // 8}
+    assert overlap.record_name("h200") == "overlap_loopback"

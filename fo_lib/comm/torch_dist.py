@@ -48,6 +48,23 @@ class TorchDistCommunicator:
         rc = check_counts(recv_counts, self.world_size, recv.numel(), "all_to_all recv")
         self._dist.all_to_all_single(recv, send, output_split_sizes=rc, input_split_sizes=sc, group=self.group)
 
+    def broadcast_object(self, obj, src: int = 0):
+        """``obj`` as rank ``src`` has it (picklable), on every rank: measurements that decide what
+        runs next (profiles, chosen partitions) must agree, or the ranks' collectives diverge."""
+        box = [obj]
+        self._dist.broadcast_object_list(box, src=src, group=self.group)
+        return box[0]
+
+    def max_over_ranks(self, values) -> list[float]:
+        """Element-wise maximum of a list of floats over the ranks (the slowest rank decides a time)."""
+        import torch
+
+        t = torch.tensor([float(v) for v in values], dtype=torch.float64)
+        if self.link == "nccl":
+            t = t.cuda()
+        self._dist.all_reduce(t, op=self._dist.ReduceOp.MAX, group=self.group)
+        return t.cpu().tolist()
+
     def all_gather_object_counts(self, local):
         """All-gather a small CPU int64 tensor (plan-time consistency checks)."""
         import torch
@@ -72,7 +89,15 @@ def init_from_env(backend: str | None = None, timeout_s: float = 120.0) -> Torch
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     if not dist.is_initialized():
         backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        kw = {}
         if backend == "nccl":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+            local = int(os.environ.get("LOCAL_RANK", 0))
+            torch.cuda.set_device(local)
+            kw["device_id"] = torch.device("cuda", local)
+            # NCCL's internal stream follows our comm stream; make it high priority too so its
+            # kernels are scheduled ahead of the GEMM's remaining CTAs.
+            opts = dist.ProcessGroupNCCL.Options()
+            opts.is_high_priority_stream = True
+            kw["pg_options"] = opts
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s), **kw)
     return TorchDistCommunicator()

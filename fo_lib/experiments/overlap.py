@@ -19,12 +19,19 @@ PAPER = {"finest_best_share": 0.04, "finest_mean_loss": 0.1734, "predictor_error
          "chosen_of_best": 0.99, "speedup_4090": 1.65, "speedup_a800": 1.30}
 
 
+def record_name(data_set: str) -> str:
+    """The overlap benchmark's record in a data set: ``overlap_nccl`` (measured on several GPUs) or
+    ``overlap_loopback`` (one GPU, emulated link)."""
+    from ..provenance import DATA_DIR
+    return "overlap_nccl" if (DATA_DIR / data_set / "overlap_nccl.csv").exists() else "overlap_loopback"
+
+
 def speedups(data_set: str = "h200"):
-    return load(data_set, "overlap_loopback")
+    return load(data_set, record_name(data_set))
 
 
 def candidates(data_set: str = "h200"):
-    df, meta = load(data_set, "overlap_loopback_candidates")
+    df, meta = load(data_set, record_name(data_set) + "_candidates")
     df["part"] = df.partition.map(lambda s: tuple(ast.literal_eval(s)))
     df["waves"] = df.part.map(sum)
     df["shape"] = df.M.astype(str) + "x" + df.N.astype(str) + "x" + df.K.astype(str)
@@ -86,6 +93,19 @@ def search_time(waves=(4, 8, 12, 14, 16, 64, 128, 200), brute_force_limit: int =
 SHAPES = [(2048, 8192, 8192), (4096, 8192, 8192), (4096, 8192, 16384), (8192, 8192, 8192),
           (8192, 8192, 16384), (2048, 8192, 16384)]
 
+# The paper's evaluation shapes on non-A800 GPUs (artifact tune/preparation.py): AllReduce and
+# ReduceScatter M in {2048, 3072, 4096, 8192} x N 8192 x K in {8192, 16384}; All-to-All M in
+# {512, 1024, 2048, 2560} x 8192 x {8192, 16384}. Plus Llama-3-70B at TP=8 (hidden 8192, MLP 28672):
+# the attention output projection (K = 8192/8) and the MLP down projection (K = 28672/8) for 4k/8k/16k
+# tokens (rows of the GEMM on each rank).
+PAPER_SHAPES = {
+    "all_reduce": [(m, 8192, k) for m in (2048, 3072, 4096, 8192) for k in (8192, 16384)],
+    "reduce_scatter": [(m, 8192, k) for m in (2048, 3072, 4096, 8192) for k in (8192, 16384)],
+    "all_to_all": [(m, 8192, k) for m in (512, 1024, 2048, 2560) for k in (8192, 16384)],
+}
+LLAMA70B_TP8_SHAPES = [(t, 8192, k) for t in (4096, 8192, 16384) for k in (1024, 3584)]
+QUICK_SHAPES = [(2048, 8192, 8192), (4096, 8192, 8192), (4096, 8192, 16384)]
+
 
 def candidate_partitions(T: int, predicted, rng, limit: int):
     """Partitions to time: all of them when few, else the predicted, finest, no-overlap and random ones."""
@@ -99,10 +119,59 @@ def candidate_partitions(T: int, predicted, rng, limit: int):
     return sorted(cands)
 
 
-def measure(*, world: int = 2, quick: bool = False, primitives=("all_reduce", "reduce_scatter", "all_to_all"),
-            candidates_limit: int = 12, comm_sms: int = 4, shapes=None):
-    """Overlapped vs sequential vs decomposition on one GPU over the loopback (emulated) link, and every
-    candidate partition's latency next to the refined model's prediction.
+def _agree(comm, obj):
+    """Rank 0's ``obj`` on every rank (a single-process link has nothing to agree on)."""
+    bcast = getattr(comm, "broadcast_object", None)
+    return obj if bcast is None else bcast(obj)
+
+
+def _slowest(comm, med: dict) -> dict:
+    """Per variant, the slowest rank's median: a collective op is as fast as its slowest rank."""
+    worst = getattr(comm, "max_over_ranks", None)
+    if worst is None:
+        return med
+    names = sorted(med)
+    return dict(zip(names, worst([med[n] for n in names])))
+
+
+def link_label(comm) -> str:
+    if comm.link == "emulated":
+        return LINK
+    return f"{comm.link.upper() if comm.link == 'nccl' else comm.link} ({comm.world_size} GPUs)"
+
+
+def _symm_mem_matmul_rs(comm, a, b):
+    """PyTorch's fused matmul + ReduceScatter over symmetric memory (contiguous row blocks), or None
+    where it does not run (no NCCL process group, an older torch, a device without P2P)."""
+    if comm.link != "nccl" or a.shape[0] % comm.world_size:
+        return None
+    try:
+        import torch
+        import torch.distributed._symmetric_memory as symm_mem
+
+        group = getattr(comm, "group", None) or torch.distributed.group.WORLD
+        symm_mem.enable_symm_mem_for_group(group.group_name)
+        fn = lambda i: torch.ops.symm_mem.fused_matmul_reduce_scatter(a, b.T, "sum", 0, group.group_name)  # noqa: E731
+        fn(0)
+        torch.cuda.synchronize()
+        return fn
+    except Exception as exc:  # noqa: BLE001 - record that it does not run here, keep measuring
+        print(f"symmetric-memory fused_matmul_reduce_scatter does not run here: {type(exc).__name__}: {exc}",
+              flush=True)
+        return None
+
+
+def measure(comm=None, *, world: int = 2, quick: bool = False,
+            primitives=("all_reduce", "reduce_scatter", "all_to_all"), candidates_limit: int = 12,
+            comm_sms: int | None = None, shapes=None, rounds: int | None = None, inner: int | None = None):
+    """Overlapped vs sequential vs decomposition, and every candidate partition's latency next to the
+    refined model's prediction.
+
+    ``comm`` is any communicator: the loopback (emulated) link of ``world`` virtual ranks on one GPU
+    (the default), or NCCL under torchrun (every rank calls this; rank 0's profiles and choices are
+    broadcast so that all ranks run the same collectives, and each time is the slowest rank's).
+    ``shapes`` is a list of ``(M, N, K)`` or a dict ``{primitive: [(M, N, K), ...]}``; ``comm_sms``
+    defaults to the communicator's SM footprint.
 
     Returns ``(summary, candidates, saved)``: one row per (primitive, shape), one row per measured
     partition, and the GEMM profiles and link curves as JSON-ready dicts.
@@ -111,26 +180,31 @@ def measure(*, world: int = 2, quick: bool = False, primitives=("all_reduce", "r
     from tqdm import tqdm
 
     from .. import baselines, gemm, partition as P, tuning
-    from ..comm.loopback import LoopbackCommunicator
     from ..engine import OverlapPlan, Routing
     from ..predictor import OverlapModel
     from ..testing import bench_interleaved, summarize
 
-    shapes = shapes or (SHAPES[:3] if quick else SHAPES)
-    rounds, inner = (4, 2) if quick else (6, 3)
-    comm = LoopbackCommunicator(world)
+    if comm is None:
+        from ..comm.loopback import LoopbackCommunicator
+        comm = LoopbackCommunicator(world)
+    world, root = comm.world_size, comm.rank == 0
+    comm_sms = int(getattr(comm, "sm_footprint", 0) if comm_sms is None else comm_sms)
+    shapes = shapes or (QUICK_SHAPES if quick else SHAPES)
+    per_prim = shapes if isinstance(shapes, dict) else {p: shapes for p in primitives}
+    rounds = rounds or (4 if quick else 6)
+    inner = inner or (2 if quick else 3)
     sms = gemm.sm_count()
     rng = np.random.default_rng(0)
     rows, cand_rows = [], []
     curves = {}
     saved = {"profiles": [], "curves": {}}
     for prim in primitives:
-        for M, N, K in tqdm(shapes, desc=prim):
+        for M, N, K in tqdm(per_prim.get(prim, []), desc=prim, disable=not root):
             cfg = gemm.default_config(M, N, K, sms)
             a = torch.randn(M, K, device="cuda").bfloat16()
             b = torch.randn(N, K, device="cuda").bfloat16()
             routing = None
-            if prim == "all_to_all":
+            if prim == "all_to_all":  # the same seed on every rank: the same routing everywhere
                 dest = rng.choice(world, size=M, p=rng.dirichlet(np.full(world, 2.0)))
                 routing = Routing.from_destinations([dest] * world)
             ctas = sms - comm_sms
@@ -138,8 +212,9 @@ def measure(*, world: int = 2, quick: bool = False, primitives=("all_reduce", "r
             if prim == "all_to_all":  # what a skewed All-to-All moves, not the output size
                 grid = cfg.grid(M, N, ctas)
                 profile = dataclasses.replace(profile, wave_bytes=tuning.all_to_all_wave_bytes(grid, routing))
+            profile = _agree(comm, profile)
             if prim not in curves:
-                curves[prim] = tuning.measure_curve(comm, prim, tuning.default_sizes(2 * 8192 * 8192))
+                curves[prim] = _agree(comm, tuning.measure_curve(comm, prim, tuning.default_sizes(2 * 8192 * 16384)))
             model = OverlapModel(profile, curves[prim], "refined", launch_ms=0.01)
             res = model.tune()
             T = profile.num_waves
@@ -152,6 +227,7 @@ def measure(*, world: int = 2, quick: bool = False, primitives=("all_reduce", "r
             recv_full = torch.empty(M * N, dtype=torch.bfloat16, device="cuda")
             fns = {
                 "gemm": lambda i: gemm.gemm_nt(a, b, out, config=cfg),
+                "cublas": lambda i: torch.matmul(a, b.T, out=out),
                 "comm": lambda i: full_collective(comm, prim, full, recv_full),
                 "sequential": lambda i: baselines.sequential(any_plan, a, b),
                 "ours_sequential": lambda i: (gemm.gemm_nt(a, b, out, config=cfg),
@@ -159,29 +235,42 @@ def measure(*, world: int = 2, quick: bool = False, primitives=("all_reduce", "r
                 "decomp2": lambda i: baselines.decomposition(any_plan, a, b, chunks=2),
                 "decomp4": lambda i: baselines.decomposition(any_plan, a, b, chunks=4),
             }
+            if prim == "reduce_scatter":
+                fused = _symm_mem_matmul_rs(comm, a, b)
+                if fused is not None:
+                    fns["symm_mem_fused"] = fused
             for c, plan in plans.items():
                 fns[f"ovl:{list(c)}"] = (lambda p: lambda i: p.run(a, b))(plan)
-            med = summarize(bench_interleaved(fns, rounds=rounds, inner=inner, warmup=1))
+            med = _slowest(comm, summarize(bench_interleaved(fns, rounds=rounds, inner=inner, warmup=1)))
             for plan in plans.values():
                 plan.check()
             ovl = {c: med[f"ovl:{list(c)}"] for c in cands}
             best_c = min(ovl, key=ovl.get)
-            pred_c = tuple(res.choice.partition)
+            pred_c = tuple(res.best.partition)
             t_pred = ovl.get(pred_c, float("nan"))
             t_seq, t_gemm, t_comm = med["sequential"], med["gemm"], med["comm"]
-            eff = (t_seq - t_pred) / (t_seq - max(t_gemm, t_comm)) if t_seq > max(t_gemm, t_comm) else float("nan")
+            # What the tuner runs: the predicted partition where the model says overlap wins over the
+            # sequential fallback (cuBLAS then the collective), else the fallback itself.
+            overlap_chosen = res.best.total_ms < res.no_overlap.total_ms
+            t_tuned = t_pred if overlap_chosen else t_seq
+            lower = max(min(t_gemm, med["cublas"]), t_comm)
+            eff = (t_seq - t_pred) / (t_seq - lower) if t_seq > lower else float("nan")
             # The same with our own GEMM on both sides (isolates the overlap mechanism from the
             # portable kernel's speed gap to cuBLAS).
             t_oseq = med["ours_sequential"]
             eff_ours = (t_oseq - t_pred) / (t_oseq - max(t_gemm, t_comm))
-            row = dict(primitive=prim, M=M, N=N, K=K, world=world, link="emulated (loopback, copy engine)",
-                       waves=T, config=cfg.tile_name, gemm_ms=t_gemm, comm_ms=t_comm, comm_over_gemm=t_comm / t_gemm,
-                       sequential_ms=t_seq, ours_sequential_ms=t_oseq, comm_sms=comm_sms, decomp2_ms=med["decomp2"], decomp4_ms=med["decomp4"],
-                       predicted_partition=str(list(pred_c)), predicted_model_ms=res.choice.total_ms,
-                       overlap_predicted_ms=t_pred, best_partition=str(list(best_c)), best_ms=ovl[best_c],
+            row = dict(primitive=prim, M=M, N=N, K=K, world=world, link=link_label(comm),
+                       waves=T, config=cfg.tile_name, gemm_ms=t_gemm, cublas_ms=med["cublas"], comm_ms=t_comm,
+                       comm_over_gemm=t_comm / t_gemm, comm_over_cublas=t_comm / med["cublas"],
+                       sequential_ms=t_seq, ours_sequential_ms=t_oseq, comm_sms=comm_sms, decomp2_ms=med["decomp2"],
+                       decomp4_ms=med["decomp4"], symm_mem_fused_ms=med.get("symm_mem_fused", float("nan")),
+                       predicted_partition=str(list(pred_c)), predicted_model_ms=res.best.total_ms,
+                       predicted_sequential_ms=res.no_overlap.total_ms, tuner_overlaps=overlap_chosen,
+                       overlap_predicted_ms=t_pred, tuned_ms=t_tuned, best_partition=str(list(best_c)), best_ms=ovl[best_c],
                        no_overlap_ms=ovl.get(P.no_overlap(T), float("nan")),
                        finest_ms=ovl.get(P.finest(T), float("nan")), candidates=len(cands),
                        predicted_vs_best=t_pred / ovl[best_c], speedup_vs_sequential=t_seq / t_pred,
+                       tuned_speedup_vs_sequential=t_seq / t_tuned,
                        overlap_efficiency=eff, overlap_efficiency_same_gemm=eff_ours,
                        speedup_vs_ours_sequential=t_oseq / t_pred)
             rows.append(row)
@@ -190,9 +279,11 @@ def measure(*, world: int = 2, quick: bool = False, primitives=("all_reduce", "r
                                       measured_ms=ovl[c], model_ms=model.predict(c).total_ms,
                                       sequential_ms=t_seq, ours_sequential_ms=t_oseq))
             saved["profiles"].append(profile.to_dict() | {"primitive": prim})
-            tqdm.write(f"{prim:>14} {M}x{N}x{K} T={T} gemm {t_gemm:.3f} comm {t_comm:.3f} seq {t_seq:.3f} "
-                       f"ovl {t_pred:.3f} (pred {list(pred_c)}) best {ovl[best_c]:.3f} {list(best_c)} "
-                       f"decomp {min(med['decomp2'], med['decomp4']):.3f} eff {eff:.2f} ours-seq {t_oseq:.3f} eff(same GEMM) {eff_ours:.2f}")
+            if root:
+                tqdm.write(f"{prim:>14} {M}x{N}x{K} T={T} gemm {t_gemm:.3f} cublas {med['cublas']:.3f} comm {t_comm:.3f} "
+                           f"seq {t_seq:.3f} ovl {t_pred:.3f} (pred {list(pred_c)}) best {ovl[best_c]:.3f} {list(best_c)} "
+                           f"decomp {min(med['decomp2'], med['decomp4']):.3f} tuned {t_tuned:.3f} "
+                           f"({'overlap' if overlap_chosen else 'fallback'}) eff {eff:.2f} eff(same GEMM) {eff_ours:.2f}")
             plans.clear()
             torch.cuda.empty_cache()
     saved["curves"] = {k: v.to_dict() for k, v in curves.items()}
@@ -213,7 +304,7 @@ def full_collective(comm, prim, buf, recv):
 LINK = "emulated (loopback, copy engine)"
 
 
-def write_records(summary, cands, saved, out_csv, *, world: int, comm_sms: int):
+def write_records(summary, cands, saved, out_csv, *, world: int, comm_sms: int, link: str = LINK, **meta):
     """The three records of one measurement: ``<out>.csv``, ``<out>_candidates.csv`` (each with a
     provenance sidecar) and ``<out>_profiles.json`` (+ sidecar)."""
     from pathlib import Path
@@ -221,8 +312,9 @@ def write_records(summary, cands, saved, out_csv, *, world: int, comm_sms: int):
     from ..provenance import write_result
 
     out = Path(out_csv)
-    write_result(summary, out, world_size=world, link=LINK, comm_sms=comm_sms)
-    write_result(cands, out.with_name(out.stem + "_candidates.csv"), world_size=world, link=LINK, comm_sms=comm_sms)
+    write_result(summary, out, world_size=world, link=link, comm_sms=comm_sms, **meta)
+    write_result(cands, out.with_name(out.stem + "_candidates.csv"), world_size=world, link=link,
+                 comm_sms=comm_sms, **meta)
     profiles = out.with_name(out.stem + "_profiles.json")
     profiles.write_text(json.dumps(saved, indent=1) + "\n")
     meta = json.loads(out.with_suffix(".meta.json").read_text())
