@@ -151,7 +151,8 @@ def measure_sm_footprint(comm, primitive: str = "all_reduce", nbytes: int = 256 
     * ``sms_taken``: the persistent GEMM is launched with one CTA per SM while the collective is in
       flight; a GEMM CTA that does not fit beside a collective CTA starts only when the collective
       ends. The probe epilogue's first-tile start stamps count those delayed CTAs.
-    A persistent GEMM that should overlap the collective must leave ``sms_taken`` SMs free.
+    A persistent GEMM that should overlap the collective must leave ``footprint`` (the larger of the
+    two) SMs free: a collective CTA that finds no room waits for the whole GEMM.
     """
     torch = _torch()
     from . import gemm
@@ -165,13 +166,15 @@ def measure_sm_footprint(comm, primitive: str = "all_reduce", nbytes: int = 256 
     b = torch.randn(N, K, device="cuda").bfloat16()
     gemm.gemm_nt_probe(a, b, config=config, ctas=sms)  # load the kernel before timing anything
     side = torch.cuda.Stream(priority=-100)
+    repeat = int(np.ceil(4.0 / coll_ms))  # keep the collective in flight for the whole GEMM
     delayed = []
-    for _ in range(3):
+    for _ in range(5):
         torch.cuda.synchronize()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            fn()
-        torch.cuda._sleep(2_000_000)  # ~1 ms: the collective's CTAs are resident before the GEMM starts
+            for _ in range(repeat):
+                fn()
+        torch.cuda._sleep(400_000)  # ~0.2 ms: the collective's CTAs are resident before the GEMM starts
         _, probe = gemm.gemm_nt_probe(a, b, config=config, ctas=sms)
         torch.cuda.synchronize()
         p = probe.cpu().numpy().astype(np.int64)
@@ -183,7 +186,8 @@ def measure_sm_footprint(comm, primitive: str = "all_reduce", nbytes: int = 256 
     return dict(primitive=primitive, world_size=comm.world_size, link=comm.link, message_bytes=moved,
                 collective_ms=coll_ms, collective_ctas=max((g for g, _ in grids), default=0),
                 collective_threads=max((t for _, t in grids), default=0), sms_taken=int(np.median(delayed)),
-                sms_taken_runs=delayed, gemm_ctas=sms)
+                sms_taken_runs=delayed, gemm_ctas=sms,
+                footprint=max(int(np.median(delayed)), max((g for g, _ in grids), default=0)))
 
 
 def default_sizes(max_bytes: int, per_octave: int = 2, min_bytes: int = 64 * 1024) -> list[int]:

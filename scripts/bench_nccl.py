@@ -7,9 +7,11 @@
 * ``overlap_nccl.csv`` (+ ``_candidates.csv``, ``_profiles.json``): the speedup sweep over the paper's
   evaluation shapes and Llama-3-70B TP=8 layers, overlapped vs sequential (torch.matmul + NCCL) vs
   decomposition vs PyTorch's symmetric-memory fused matmul+ReduceScatter, predicted vs best partition.
-  The GEMM keeps the measured AllReduce footprint free (``--comm-sms`` overrides).
+  One sweep per NCCL CTA budget (``--ctas``; 0 = NCCL's own choice): the GEMM leaves the measured
+  footprint of that budget free. ``tuned_ms`` per budget is what the tuner runs (predicted partition
+  or the cuBLAS + NCCL fallback); the printed summary lets the tuner also pick the budget.
 
-    torchrun --nproc_per_node 2 scripts/bench_nccl.py --out data/h200x2 [--quick]
+    torchrun --nproc_per_node 2 scripts/bench_nccl.py --out data/h200x2 [--quick] [--ctas 8 16 0]
 
 Every file gets a provenance sidecar; rank 0 writes them. NCCL_NVLS_ENABLE=0 is set (no NVLink
 multicast on the lent machines).
@@ -43,13 +45,47 @@ def sweep_shapes(quick: bool) -> dict:
             "all_to_all": PAPER_SHAPES["all_to_all"]}
 
 
+def tuner_pick(summary):
+    """Per (primitive, shape): the CTA budget whose predicted time (best partition or the sequential
+    fallback) is lowest, and what that choice measured. The reference is the fastest measured
+    sequential run (torch.matmul, then NCCL with any budget: normally NCCL's default)."""
+    import pandas as pd
+
+    summary = summary.assign(predicted_choice_ms=summary[["predicted_model_ms", "predicted_sequential_ms"]].min(axis=1))
+    rows = []
+    for _, g in summary.groupby(["primitive", "M", "N", "K"], sort=False):
+        row = g.loc[g.predicted_choice_ms.idxmin()].copy()
+        seq = g.sequential_ms.min()
+        row["sequential_ms"] = seq
+        row["tuned_ms"] = row.overlap_predicted_ms if row.tuner_overlaps else seq
+        row["tuned_speedup_vs_sequential"] = seq / row.tuned_ms
+        row["best_speedup_vs_sequential"] = seq / g.best_ms.min()
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def report(summary) -> None:
+    picked = tuner_pick(summary)
+    heavy = picked[(picked.primitive == "all_reduce") & (picked.comm_over_cublas >= 0.3)]
+    print(f"tuner (partition, fallback and NCCL CTA budget chosen by prediction): AllReduce with comm >= 30% "
+          f"of the cuBLAS GEMM ({len(heavy)} shapes): median speedup vs sequential "
+          f"{heavy.tuned_speedup_vs_sequential.median():.3f}; worst shape overall "
+          f"{picked.tuned_speedup_vs_sequential.min():.3f}; predicted partition within 3% of the best "
+          f"measured in {(summary.predicted_vs_best <= 1.03).mean():.0%} of (shape, budget) runs", flush=True)
+    cols = ["primitive", "M", "N", "K", "nccl_max_ctas", "comm_sms", "cublas_ms", "gemm_ms", "comm_ms", "sequential_ms",
+            "decomp2_ms", "symm_mem_fused_ms", "overlap_predicted_ms", "best_ms", "tuner_overlaps", "tuned_ms",
+            "tuned_speedup_vs_sequential", "best_speedup_vs_sequential"]
+    print(picked[cols].round(3).to_string(index=False), flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="data folder, e.g. data/h200x2")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--comm-sms", type=int, default=None, help="SMs the GEMM leaves free (default: measured)")
+    ap.add_argument("--ctas", type=int, nargs="+", default=[8, 16, 0],
+                    help="NCCL CTA budgets to sweep (0: NCCL's default); the GEMM leaves the measured footprint free")
     ap.add_argument("--candidates", type=int, default=10)
-    ap.add_argument("--skip", nargs="*", default=[], choices=("curves", "footprint", "sweep"))
+    ap.add_argument("--skip", nargs="*", default=[], choices=("curves", "sweep"))
     args = ap.parse_args(argv)
 
     import pandas as pd
@@ -70,44 +106,42 @@ def main(argv=None) -> int:
         if root:
             print(msg, flush=True)
 
-    if "curves" not in args.skip:
-        rows = []
+    from fo_lib.comm.torch_dist import TorchDistCommunicator
+
+    curves, footprints, summaries, cand_frames, saved_all = [], [], [], [], {}
+    for budget in args.ctas:
+        c = comm if budget == 0 else TorchDistCommunicator(max_ctas=budget)
+        tag = f"NCCL CTAs {'default' if budget == 0 else budget}"
+        if "curves" not in args.skip:
+            for prim in PRIMITIVES:
+                curve = c.broadcast_object(tuning.measure_curve(c, prim, tuning.default_sizes(1 << 30, min_bytes=16 << 10)))
+                curves += [r | {"nccl_max_ctas": budget} for r in curve_rows(curve)]
+                big = max(curve.points)
+                say(f"[{tag}] curve {prim:>14}: {len(curve.points)} sizes, {big[0] / 2**20:.0f} MiB in "
+                    f"{big[1]:.3f} ms (bus {curve.bus_bandwidth_gbps()[-1]:.0f} GB/s)")
+        free = {}
         for prim in PRIMITIVES:
-            curve = comm.broadcast_object(tuning.measure_curve(comm, prim, tuning.default_sizes(1 << 30, min_bytes=16 << 10)))
-            rows += curve_rows(curve)
-            big = max(curve.points)
-            say(f"curve {prim:>14}: {len(curve.points)} sizes, {big[0] / 2**20:.0f} MiB in {big[1]:.3f} ms "
-                f"(bus {curve.bus_bandwidth_gbps()[-1]:.0f} GB/s)")
-        if root:
-            write_result(pd.DataFrame(rows), out / "nccl_curves.csv", **meta)
-
-    comm_sms = args.comm_sms
-    if "footprint" not in args.skip:
-        rows = [comm.broadcast_object(tuning.measure_sm_footprint(comm, prim)) for prim in PRIMITIVES]
-        for r in rows:
-            say(f"footprint {r['primitive']:>14}: {r['collective_ctas']} CTAs x {r['collective_threads']} threads, "
+            r = c.broadcast_object(tuning.measure_sm_footprint(c, prim))
+            footprints.append(r | {"nccl_max_ctas": budget})
+            free[prim] = r["footprint"]
+            say(f"[{tag}] footprint {prim:>14}: {r['collective_ctas']} CTAs x {r['collective_threads']} threads, "
                 f"GEMM CTAs delayed {r['sms_taken']} (runs {r['sms_taken_runs']}), {r['collective_ms']:.3f} ms "
-                f"for {r['message_bytes'] / 2**20:.0f} MiB")
-        if root:
-            write_result(pd.DataFrame(rows), out / "nccl_footprint.csv", **meta)
-        if comm_sms is None:
-            comm_sms = max(r["sms_taken"] for r in rows)
-    comm_sms = comm.sm_footprint if comm_sms is None else comm_sms
-    say(f"GEMM leaves {comm_sms} SMs to communication")
-
-    if "sweep" not in args.skip:
-        summary, cands, saved = measure(comm, quick=args.quick, shapes=sweep_shapes(args.quick),
-                                        candidates_limit=args.candidates, comm_sms=comm_sms)
-        if root:
-            write_records(summary, cands, saved, out / "overlap_nccl.csv", world=W, comm_sms=comm_sms, link=link)
-            heavy = summary[(summary.primitive == "all_reduce") & (summary.comm_over_cublas >= 0.3)]
-            print(f"AllReduce, comm >= 30% of cuBLAS GEMM ({len(heavy)} shapes): median tuned speedup vs "
-                  f"sequential {heavy.tuned_speedup_vs_sequential.median():.3f}; worst shape overall "
-                  f"{summary.tuned_speedup_vs_sequential.min():.3f}; predicted within 3% of best in "
-                  f"{(summary.predicted_vs_best <= 1.03).mean():.0%} of shapes", flush=True)
-            cols = ["primitive", "M", "N", "K", "cublas_ms", "gemm_ms", "comm_ms", "sequential_ms", "decomp2_ms",
-                    "symm_mem_fused_ms", "overlap_predicted_ms", "best_ms", "tuned_ms", "tuned_speedup_vs_sequential"]
-            print(summary[cols].round(3).to_string(index=False), flush=True)
+                f"for {r['message_bytes'] / 2**20:.0f} MiB -> GEMM leaves {free[prim]} SMs")
+        if "sweep" not in args.skip:
+            summary, cands, saved = measure(c, quick=args.quick, shapes=sweep_shapes(args.quick),
+                                            candidates_limit=args.candidates, comm_sms=free)
+            summaries.append(summary)
+            cand_frames.append(cands)
+            saved_all[str(budget)] = saved
+    if root:
+        if curves:
+            write_result(pd.DataFrame(curves), out / "nccl_curves.csv", **meta)
+        write_result(pd.DataFrame(footprints), out / "nccl_footprint.csv", **meta)
+    if root and summaries:
+        summary = pd.concat(summaries, ignore_index=True)
+        write_records(summary, pd.concat(cand_frames, ignore_index=True), saved_all, out / "overlap_nccl.csv",
+                      world=W, comm_sms="measured per primitive and budget (column comm_sms)", link=link)
+        report(summary)
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
     return 0

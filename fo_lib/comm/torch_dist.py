@@ -13,20 +13,39 @@ class TorchDistCommunicator:
     launched on that stream gates them. gloo runs synchronously on the CPU (the CI path).
     """
 
-    def __init__(self, group=None):
+    def __init__(self, group=None, *, max_ctas: int | None = None):
         import torch.distributed as dist
 
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("torch.distributed is not initialized: call init_process_group first "
                                "(torchrun sets the environment; see fo_lib.comm.torch_dist.init_from_env)")
         self._dist = dist
+        self.max_ctas = max_ctas
+        if max_ctas is not None:
+            # A communicator of its own whose kernels use at most max_ctas CTAs (= SMs), so a GEMM can
+            # leave exactly that many SMs free (ncclConfig_t.maxCTAs/minCTAs, NCCL >= 2.17).
+            if dist.get_backend(group) != "nccl":
+                raise ValueError("max_ctas applies to NCCL process groups only")
+            if not isinstance(max_ctas, int) or max_ctas < 1:
+                raise ValueError(f"max_ctas must be a positive integer, got {max_ctas!r}")
+            opts = dist.ProcessGroupNCCL.Options()
+            opts.is_high_priority_stream = True
+            opts.config.max_ctas = max_ctas
+            opts.config.min_ctas = max_ctas
+            ranks = None if group is None else dist.get_process_group_ranks(group)
+            group = dist.new_group(ranks, pg_options=opts)
         self.group = group
         self.world_size = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
         self.link = dist.get_backend(group)
-        # SMs NCCL's kernels occupy beside the GEMM. Not yet measured on multi-GPU H200 machines;
-        # NCCL_MAX_NCHANNELS bounds it (one CTA per channel). Override with OverlapPlan(comm_sms=...).
-        self.sm_footprint = 0 if self.link == "gloo" else int(os.environ.get("NCCL_MAX_NCHANNELS", 16))
+        # SMs NCCL's kernels occupy beside the GEMM (one CTA per channel): max_ctas when bounded, else
+        # NCCL_MAX_CTAS if set, else what NCCL chose for large messages on 2 H200s (24 CTAs for
+        # AllReduce and ReduceScatter, 32 for All-to-All: tuning.measure_sm_footprint, data/h200x2).
+        # Override with OverlapPlan(comm_sms=...).
+        if self.link == "gloo":
+            self.sm_footprint = 0
+        else:
+            self.sm_footprint = int(max_ctas or os.environ.get("NCCL_MAX_CTAS", 32))
 
     def all_reduce(self, buf) -> None:
         self._dist.all_reduce(buf, group=self.group)

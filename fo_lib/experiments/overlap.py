@@ -35,6 +35,8 @@ def candidates(data_set: str = "h200"):
     df["part"] = df.partition.map(lambda s: tuple(ast.literal_eval(s)))
     df["waves"] = df.part.map(sum)
     df["shape"] = df.M.astype(str) + "x" + df.N.astype(str) + "x" + df.K.astype(str)
+    if "nccl_max_ctas" in df and df.nccl_max_ctas.nunique() > 1:  # one sweep per NCCL CTA budget
+        df["shape"] += " @" + df.nccl_max_ctas.astype(str) + " CTAs"
     return df, meta
 
 
@@ -171,7 +173,8 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
     (the default), or NCCL under torchrun (every rank calls this; rank 0's profiles and choices are
     broadcast so that all ranks run the same collectives, and each time is the slowest rank's).
     ``shapes`` is a list of ``(M, N, K)`` or a dict ``{primitive: [(M, N, K), ...]}``; ``comm_sms``
-    defaults to the communicator's SM footprint.
+    (SMs the GEMM leaves free, an int or ``{primitive: int}``) defaults to the communicator's SM
+    footprint.
 
     Returns ``(summary, candidates, saved)``: one row per (primitive, shape), one row per measured
     partition, and the GEMM profiles and link curves as JSON-ready dicts.
@@ -188,7 +191,9 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
         from ..comm.loopback import LoopbackCommunicator
         comm = LoopbackCommunicator(world)
     world, root = comm.world_size, comm.rank == 0
-    comm_sms = int(getattr(comm, "sm_footprint", 0) if comm_sms is None else comm_sms)
+    if comm_sms is None:
+        comm_sms = int(getattr(comm, "sm_footprint", 0))
+    sms_free = comm_sms if isinstance(comm_sms, dict) else {p: int(comm_sms) for p in primitives}
     shapes = shapes or (QUICK_SHAPES if quick else SHAPES)
     per_prim = shapes if isinstance(shapes, dict) else {p: shapes for p in primitives}
     rounds = rounds or (4 if quick else 6)
@@ -207,7 +212,7 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
             if prim == "all_to_all":  # the same seed on every rank: the same routing everywhere
                 dest = rng.choice(world, size=M, p=rng.dirichlet(np.full(world, 2.0)))
                 routing = Routing.from_destinations([dest] * world)
-            ctas = sms - comm_sms
+            ctas = sms - sms_free[prim]
             profile = tuning.measure_gemm_profile(M, N, K, config=cfg, ctas=ctas)
             if prim == "all_to_all":  # what a skewed All-to-All moves, not the output size
                 grid = cfg.grid(M, N, ctas)
@@ -262,7 +267,8 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
             row = dict(primitive=prim, M=M, N=N, K=K, world=world, link=link_label(comm),
                        waves=T, config=cfg.tile_name, gemm_ms=t_gemm, cublas_ms=med["cublas"], comm_ms=t_comm,
                        comm_over_gemm=t_comm / t_gemm, comm_over_cublas=t_comm / med["cublas"],
-                       sequential_ms=t_seq, ours_sequential_ms=t_oseq, comm_sms=comm_sms, decomp2_ms=med["decomp2"],
+                       sequential_ms=t_seq, ours_sequential_ms=t_oseq, comm_sms=sms_free[prim],
+                       nccl_max_ctas=getattr(comm, "max_ctas", None) or 0, decomp2_ms=med["decomp2"],
                        decomp4_ms=med["decomp4"], symm_mem_fused_ms=med.get("symm_mem_fused", float("nan")),
                        predicted_partition=str(list(pred_c)), predicted_model_ms=res.best.total_ms,
                        predicted_sequential_ms=res.no_overlap.total_ms, tuner_overlaps=overlap_chosen,
@@ -275,7 +281,8 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
                        speedup_vs_ours_sequential=t_oseq / t_pred)
             rows.append(row)
             for c in cands:
-                cand_rows.append(dict(primitive=prim, M=M, N=N, K=K, partition=str(list(c)), groups=len(c),
+                cand_rows.append(dict(primitive=prim, M=M, N=N, K=K, nccl_max_ctas=getattr(comm, "max_ctas", None) or 0,
+                                      partition=str(list(c)), groups=len(c),
                                       measured_ms=ovl[c], model_ms=model.predict(c).total_ms,
                                       sequential_ms=t_seq, ours_sequential_ms=t_oseq))
             saved["profiles"].append(profile.to_dict() | {"primitive": prim})
