@@ -330,10 +330,17 @@ class OverlapPlan:
         if self.device == "cpu":
             return self._run_cpu(a, b, ops, bias, residual, residual_out, weight)
         self.check(block=False)
+        result = self._enqueue(a, b, self.targets.next(), ops, bias=bias, residual=residual,
+                               residual_out=residual_out, weight=weight, out=out)
+        self._mark_pending()
+        return result
+
+    def _enqueue(self, a, b, targets, ops, **operands):
+        """GEMM on the caller's stream, the groups' waits and collectives on the communication stream,
+        the post-reorder back on the caller's stream (which ends up waiting for everything)."""
         torch = _torch()
         from . import gemm, postops
         compute = torch.cuda.current_stream(self._dev)
-        targets = self.targets.next()
         # The communication stream may reuse the receive buffer only after the caller's stream has
         # consumed the previous call's output.
         self.comm_stream.wait_stream(compute)
@@ -343,12 +350,38 @@ class OverlapPlan:
         compute.wait_stream(self.comm_stream)
         src = self.send if self.primitive == "all_reduce" else self.recv
         result = postops.post_reorder(src, self.post_table_dev, (self.out_rows, self.N), self.grid.BN, ops,
-                                      bias=bias, residual=residual, residual_out=residual_out, weight=weight,
-                                      out=out, stream=compute)
+                                      stream=compute, **operands)
         self._error_host.copy_(self.error, non_blocking=True)
-        self._done.record(compute)
-        self._pending_check = True
         return result
+
+    def _mark_pending(self) -> None:
+        self._done.record(_torch().cuda.current_stream(self._dev))
+        self._pending_check = True
+
+    def capture(self, a, b, *, ops: PostOps = PostOps(), **operands) -> "GraphedCall":
+        """Capture one whole call (GEMM, every wait and collective, post-reorder) in a CUDA graph.
+
+        ``a``, ``b`` and the operands become static: each replay computes on whatever they hold then
+        and writes the same output tensor. Host work per call drops to one graph launch. A replayed
+        call cannot advance host-side epoch targets, so the graph zeroes the counting table first
+        and waits for one epoch (safe: a replay starts only after the previous one finished); eager
+        calls of the same plan continue from there.
+        """
+        if self.device != "cuda":
+            raise PlanError("CUDA-graph capture needs device='cuda'")
+        self._check_inputs(a, b)
+        torch = _torch()
+        self.check()
+        torch.cuda.synchronize(self._dev)
+        graph = torch.cuda.CUDAGraph()
+        one_epoch = [int(v) for v in self.tables.group_tiles]
+        with torch.cuda.graph(graph):
+            self.counters.zero_()
+            output = self._enqueue(a, b, one_epoch, ops, **operands)
+        torch.cuda.synchronize(self._dev)
+        self.targets.epoch = 1  # capture ran nothing, but every replay leaves the table at epoch 1
+        self.counters.copy_(torch.as_tensor(one_epoch, dtype=torch.int32))
+        return GraphedCall(self, graph, output)
 
     def _run_cpu(self, a, b, ops, bias, residual, residual_out, weight):
         torch = _torch()
@@ -392,6 +425,21 @@ class OverlapPlan:
     def describe(self) -> str:
         return (f"{self.primitive} {self.M}x{self.N}x{self.K} {self.dtype} on {self.device}, world "
                 f"{self.world_size} ({self.comm.link}), {self.grid.describe()}, partition {list(self.partition)}")
+
+
+class GraphedCall:
+    """A captured :meth:`OverlapPlan.run`; calling it replays the graph and returns its output tensor
+    (the same tensor on every call: copy it if a later replay must not overwrite it)."""
+
+    def __init__(self, plan: OverlapPlan, graph, output):
+        self.plan, self.graph, self.output = plan, graph, output
+
+    def __call__(self):
+        self.plan.check(block=False)
+        self.graph.replay()
+        self.plan.targets.epoch = 1
+        self.plan._mark_pending()
+        return self.output
 
 
 class _nullcontext:

@@ -30,7 +30,17 @@ def main(argv=None):
     ap.add_argument("--comm-sms", type=int, default=4,
                     help="SMs left free for the communication side (wait kernel, the link's reduction "
                          "kernels): the GEMM runs on SMs - comm_sms persistent CTAs")
+    ap.add_argument("--host-overhead", action="store_true",
+                    help="also measure the host time per call, eager vs CUDA graph (<out>_host_overhead.csv)")
     args = ap.parse_args(argv)
+    if args.host_overhead:
+        from fo_lib.experiments.overlap import LINK, host_overhead
+        from fo_lib.provenance import write_result
+
+        ho = host_overhead(world=args.world)
+        out = Path(args.out)
+        write_result(ho, out.with_name(out.stem + "_host_overhead.csv"), world_size=args.world, link=LINK)
+        print(ho.round(3).to_string(index=False), flush=True)
     df, cand, saved = measure(world=args.world, quick=args.quick, primitives=args.primitives,
                               candidates_limit=args.candidates, comm_sms=args.comm_sms)
     write_records(df, cand, saved, args.out, world=args.world, comm_sms=args.comm_sms)
