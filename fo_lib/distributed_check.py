@@ -145,6 +145,58 @@ def check_inconsistent_routing(comm, device: str) -> list[str]:
     return ["(no error on this rank)"]
 
 
+def check_modules(comm, device: str, seed: int = 7) -> list[str]:
+    """The torch modules of :mod:`fo_lib.modules` against a dense reference, two token counts each
+    (a plan per shape, reused on the second call of a shape)."""
+    import torch
+
+    from . import gemm
+    from .modules import MoECombine, RowParallelLinear, SequenceParallelLinear
+
+    W, rank = comm.world_size, comm.rank
+    K, N = 48, 136
+    dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
+    kw = dict(device=device, plan_kw=dict(config=gemm.CONFIGS["64x64x32"], ctas=3))
+    failures = []
+    rpl = RowParallelLinear(K, N, comm, bias=True, ops=PostOps(activation="gelu_tanh"), **kw)
+    spl = SequenceParallelLinear(K, N, comm, **kw)
+    moe = MoECombine(K, N, comm, **kw)
+    gen = torch.Generator().manual_seed(seed)
+    weights = [torch.randn(N, K, generator=gen).bfloat16() for _ in range(W)]
+    bias = torch.randn(N, generator=gen).bfloat16()
+    with torch.no_grad():
+        for m in (rpl, spl, moe):
+            m.weight.copy_(weights[rank])
+        rpl.bias.copy_(bias)
+    for M in (150, 150, 77):
+        xs = [torch.randn(M, K, generator=gen).bfloat16() for _ in range(W)]
+        C = [x.double() @ w.double().T for x, w in zip(xs, weights)]
+        dense = sum(C)
+        x = xs[rank].to(dev)
+        got = rpl(x).cpu()
+        want = baselines.torch_post_ops(dense, PostOps(bias=True, activation="gelu_tanh"), bias=bias.double())
+        if not calc_diff(got, want) < 3e-2:
+            failures.append(f"RowParallelLinear M={M}: rel. error {calc_diff(got, want):.3g}")
+        local = spl(x)
+        rows = torch.from_numpy(spl.owned_rows(M))
+        if not calc_diff(local.cpu(), dense[rows]) < 3e-2:
+            failures.append(f"SequenceParallelLinear M={M}: rel. error {calc_diff(local.cpu(), dense[rows]):.3g}")
+        full = spl.gather(local, M).cpu()
+        if not calc_diff(full, dense) < 3e-2:
+            failures.append(f"SequenceParallelLinear.gather M={M}: rel. error {calc_diff(full, dense):.3g}")
+        routing = _routing(np.random.default_rng(seed + M), W, M, 0.7, True)
+        got = moe(x, routing).cpu()
+        want = torch.zeros(got.shape, dtype=torch.float64)
+        for src in range(W):
+            m = routing.dest[src] == rank
+            want[torch.from_numpy(routing.dst_index[src][m])] = C[src][torch.from_numpy(np.flatnonzero(m))]
+        if got.numel() and not calc_diff(got, want) < 3e-2:
+            failures.append(f"MoECombine M={M}: rel. error {calc_diff(got, want):.3g}")
+    if len(rpl._cache.plans) != 2:
+        failures.append(f"RowParallelLinear cached {len(rpl._cache.plans)} plans for 2 shapes")
+    return failures
+
+
 def check_agreement(comm) -> list[str]:
     """The helpers that keep measuring ranks in step: rank 0's object everywhere, the slowest time."""
     W, rank = comm.world_size, comm.rank
@@ -175,6 +227,10 @@ def main(argv=None) -> int:
             failures.append(f"{case}: {traceback.format_exc(limit=6)}")
             print(f"rank {comm.rank}: EXC {failures[-1]}", flush=True)
     failures += check_agreement(comm)
+    try:
+        failures += check_modules(comm, args.device)
+    except Exception:  # noqa: BLE001 - report and keep the ranks in step
+        failures.append(f"modules: {traceback.format_exc(limit=6)}")
     routing_result = check_inconsistent_routing(comm, args.device)
     import torch
     import torch.distributed as dist

@@ -172,3 +172,24 @@ def test_cuda_graph_replay_matches_eager(primitive):
     plan.check()
     assert calc_diff(y, _expected(plan, C2, W)) < TOL
     assert calc_diff(eager, _expected(plan, C, W)) < TOL
+
+
+def test_row_parallel_linear_module_with_graphs():
+    """The module builds a plan per token count and, with graphs=True, replays captured calls that
+    follow new inputs and new weights."""
+    from fo_lib.modules import RowParallelLinear
+
+    comm = LoopbackCommunicator(2)
+    layer = RowParallelLinear(96, 520, comm, bias=True, ops=PostOps(activation="relu"), graphs=True,
+                              plan_kw=dict(config=gemm.CONFIGS["64x64x32"], ctas=40))
+    for M in (300, 300, 300, 128):
+        x = torch.randn(M, 96, device="cuda").bfloat16()
+        with torch.no_grad():
+            layer.weight.normal_()
+            layer.bias.normal_()
+        want = baselines.torch_post_ops(2 * (x.double() @ layer.weight.double().T), PostOps(bias=True, activation="relu"),
+                                        bias=layer.bias.double())
+        got = layer(x)
+        torch.cuda.synchronize()
+        assert calc_diff(got, want) < TOL, M
+    assert len(layer._cache.plans) == 2

@@ -1,0 +1,176 @@
+"""Drop-in torch modules built on :class:`fo_lib.engine.OverlapPlan`.
+
+* :class:`RowParallelLinear`: ``y = AllReduce(x @ W_r^T)`` over the tensor-parallel ranks, then the
+  fused post-ops (bias, activation, residual, RMSNorm) in the post-reorder kernel. ``W_r`` is this
+  rank's ``[out_features, in_features / world]`` slice (the row-parallel half of a Megatron MLP or
+  attention output projection).
+* :class:`SequenceParallelLinear`: the same GEMM with ReduceScatter: each rank keeps its rows of the
+  sum (``plan.owned_rows``, block-cyclic); :meth:`SequenceParallelLinear.gather` is the AllGather
+  that restores global row order.
+* :class:`MoECombine`: each rank's expert output ``x @ W_e^T`` goes back to the tokens' home ranks
+  with one All-to-All, given a :class:`fo_lib.engine.Routing`.
+
+A plan is built per input shape (and routing) on first use and cached, so the first call of a new
+shape pays for tables, buffers and kernel loading; later calls only launch. ``partition`` picks the
+wave groups: a tuple, a callable ``(M, N, K, T) -> tuple`` (e.g. a tuner), or ``None`` for the
+engine's default. ``graphs=True`` replays each shape's call as a CUDA graph after the first call
+(inputs are copied into the graph's static buffers; see :meth:`OverlapPlan.capture`).
+
+The modules run the forward pass only (inference): no gradient flows through the overlapped op.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .engine import OverlapPlan, PlanError, Routing
+from .postops import PostOps
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def _tdtype(dtype: str):
+    torch = _torch()
+    return {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
+
+
+def _module_base():
+    return _torch().nn.Module
+
+
+class _PlanCache:
+    """Plans keyed by shape (and routing), with optional CUDA-graph replay per plan."""
+
+    def __init__(self, primitive, comm, *, dtype, device, partition, graphs, plan_kw):
+        self.primitive, self.comm, self.dtype, self.device = primitive, comm, dtype, device
+        self.partition, self.graphs, self.plan_kw = partition, graphs, dict(plan_kw or {})
+        self.plans: dict = {}
+
+    def plan(self, M: int, N: int, K: int, routing: Routing | None = None) -> OverlapPlan:
+        key = (M, N, K, id(routing))
+        plan = self.plans.get(key)
+        if plan is None:
+            kw = dict(self.plan_kw)
+            if self.partition is not None and not callable(self.partition):
+                kw["partition"] = self.partition
+            plan = OverlapPlan(self.primitive, M, N, K, self.comm, dtype=self.dtype, device=self.device,
+                               routing=routing, **kw)
+            if callable(self.partition):
+                part = tuple(self.partition(M, N, K, plan.grid.num_waves))
+                plan = OverlapPlan(self.primitive, M, N, K, self.comm, dtype=self.dtype, device=self.device,
+                                   routing=routing, partition=part, **kw)
+            self.plans[key] = plan
+        return plan
+
+    def run(self, plan: OverlapPlan, x, weight, ops: PostOps, operands: dict):
+        if not (self.graphs and self.device == "cuda"):
+            return plan.run(x, weight, ops=ops, **operands)
+        graphed = getattr(plan, "_module_graph", None)
+        if graphed is None:
+            first = plan.run(x, weight, ops=ops, **operands)  # eager once, then capture on static copies
+            static = {"a": x.clone(), "b": weight.detach().clone(),
+                      **{k: v.clone() for k, v in operands.items() if v is not None}}
+            graphed = plan.capture(static["a"], static["b"], ops=ops,
+                                   **{k: static[k] for k in operands if operands[k] is not None})
+            plan._module_graph, plan._module_static = graphed, static
+            return first
+        static = plan._module_static
+        static["a"].copy_(x)
+        static["b"].copy_(weight.detach())
+        for k, v in operands.items():
+            if v is not None:
+                static[k].copy_(v)
+        return graphed().clone()
+
+
+class _LinearBase(_module_base()):
+    primitive = "all_reduce"
+
+    def __init__(self, in_features: int, out_features: int, comm, *, bias: bool = False, ops: PostOps = PostOps(),
+                 dtype: str = "bf16", device: str = "cuda", partition=None, graphs: bool = False,
+                 plan_kw: dict | None = None):
+        super().__init__()
+        torch = _torch()
+        if ops.residual_out:
+            raise PlanError("residual_out is not exposed by the modules (pass residual= for the add)")
+        ops = dataclasses.replace(ops, bias=bool(bias))
+        self.in_features, self.out_features, self.comm, self.ops = int(in_features), int(out_features), comm, ops
+        dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
+        self.weight = torch.nn.Parameter(torch.empty(out_features, in_features, dtype=_tdtype(dtype), device=dev))
+        torch.nn.init.normal_(self.weight, std=in_features ** -0.5)
+        self.bias = torch.nn.Parameter(torch.zeros(out_features, dtype=_tdtype(dtype), device=dev)) if bias else None
+        self.norm_weight = (torch.nn.Parameter(torch.ones(out_features, dtype=_tdtype(dtype), device=dev))
+                            if ops.rmsnorm else None)
+        self._cache = _PlanCache(self.primitive, comm, dtype=dtype, device=device, partition=partition,
+                                 graphs=graphs, plan_kw=plan_kw)
+
+    def plan_for(self, x) -> OverlapPlan:
+        if x.dim() != 2 or x.shape[1] != self.in_features:
+            raise PlanError(f"input must be [tokens, {self.in_features}], got {tuple(x.shape)}")
+        return self._cache.plan(int(x.shape[0]), self.out_features, self.in_features)
+
+    def _forward(self, x, residual=None):
+        plan = self.plan_for(x)
+        operands = {"bias": self.bias, "residual": residual, "weight": self.norm_weight}
+        if self.ops.residual and residual is None:
+            raise PlanError("this module fuses a residual add: pass residual=")
+        return self._cache.run(plan, x.detach().contiguous(), self.weight.detach(), self.ops,
+                               {k: (None if v is None else v.detach()) for k, v in operands.items()})
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features} (per rank), out_features={self.out_features}, "
+                f"world={self.comm.world_size} ({self.comm.link}), ops={self.ops}")
+
+
+class RowParallelLinear(_LinearBase):
+    """``AllReduce(x @ weight.T)`` + fused post-ops; ``x`` is this rank's ``[tokens, in_features]``
+    slice of the activations, the result ``[tokens, out_features]`` is the same on every rank."""
+
+    primitive = "all_reduce"
+
+    def forward(self, x, residual=None):
+        return self._forward(x, residual)
+
+
+class SequenceParallelLinear(_LinearBase):
+    """``ReduceScatter(x @ weight.T)`` + fused post-ops: this rank's rows ``plan.owned_rows`` of the
+    sum. :meth:`gather` restores all ``[tokens, out_features]`` rows in global order."""
+
+    primitive = "reduce_scatter"
+
+    def forward(self, x, residual=None):
+        return self._forward(x, residual)
+
+    def owned_rows(self, tokens: int):
+        """The global row indices this rank's output holds, in order."""
+        return self._cache.plan(int(tokens), self.out_features, self.in_features).owned_rows
+
+    def gather(self, local, tokens: int):
+        return self._cache.plan(int(tokens), self.out_features, self.in_features).all_gather(local)
+
+
+class MoECombine(_module_base()):
+    """Expert output back to the tokens' ranks: ``x @ weight.T`` for this rank's expert, then an
+    All-to-All with ``routing`` (row ``i`` of rank ``s`` lands at row ``routing.dst_index[s][i]`` of
+    rank ``routing.dest[s][i]``); fused post-ops on the received rows."""
+
+    def __init__(self, in_features: int, out_features: int, comm, *, ops: PostOps = PostOps(), dtype: str = "bf16",
+                 device: str = "cuda", partition=None, plan_kw: dict | None = None):
+        super().__init__()
+        torch = _torch()
+        if ops.bias or ops.rmsnorm:
+            raise PlanError("MoECombine fuses activation and residual only (no bias or RMSNorm here)")
+        self.in_features, self.out_features, self.comm, self.ops = int(in_features), int(out_features), comm, ops
+        dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
+        self.weight = torch.nn.Parameter(torch.empty(out_features, in_features, dtype=_tdtype(dtype), device=dev))
+        torch.nn.init.normal_(self.weight, std=in_features ** -0.5)
+        self._cache = _PlanCache("all_to_all", comm, dtype=dtype, device=device, partition=partition,
+                                 graphs=False, plan_kw=plan_kw)
+
+    def forward(self, x, routing: Routing, residual=None):
+        if x.dim() != 2 or x.shape[1] != self.in_features:
+            raise PlanError(f"input must be [rows, {self.in_features}], got {tuple(x.shape)}")
+        plan = self._cache.plan(int(x.shape[0]), self.out_features, self.in_features, routing)
+        return plan.run(x.detach().contiguous(), self.weight.detach(), ops=self.ops, residual=residual)
