@@ -283,7 +283,10 @@ def _check_matrix(t, name: str, rows: int | None = None) -> None:
         raise GemmError(f"{name} must have {rows} rows, got {t.size(0)}")
 
 
-def _check_operands(a, b, config: GemmConfig | None, ctas: int | None):
+def _check_operands(a, b, config: GemmConfig | None, ctas: int | None, pick_default=None):
+    """Validate ``a``, ``b``, ``config`` and ``ctas``; returns ``(dtype, M, N, K, config, ctas)``.
+    ``pick_default(M, N, K, sm_count, smem_limit)`` chooses the config when ``config`` is None
+    (default: :func:`default_config`; fo_lib.gemm_sm90 passes its own)."""
     _check_matrix(a, "a")
     _check_matrix(b, "b")
     dtype = _dtype_name(a)
@@ -304,7 +307,7 @@ def _check_operands(a, b, config: GemmConfig | None, ctas: int | None):
             raise GemmError(f"{name} row stride must be a multiple of 8 elements, got {t.stride(0)}")
     dev_index = a.device.index
     sms, smem_limit = _device_info(dev_index)
-    cfg = default_config(M, N, K, sms, smem_limit) if config is None else config
+    cfg = (pick_default or default_config)(M, N, K, sms, smem_limit) if config is None else config
     cfg.validate()
     if cfg.smem_bytes > smem_limit:
         raise GemmError(f"config {cfg.tile_name} needs {cfg.smem_bytes} B of shared memory; "

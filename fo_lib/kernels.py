@@ -87,9 +87,16 @@ def _debug() -> bool:
 
 def compile_cubin(source: str, arch: str, name: str = "fo_kernel.cu") -> bytes:
     """Compile a generated source for ``arch``; raise :class:`KernelCompileError` with the log."""
+    return compile_with_log(source, arch, name)[0]
+
+
+def compile_with_log(source: str, arch: str, name: str = "fo_kernel.cu",
+                     extra_options: Iterable[str] = ()) -> tuple[bytes, str]:
+    """:func:`compile_cubin` plus NVRTC's log; ``extra_options`` e.g. ``("--ptxas-options=-v",)`` puts
+    ptxas' register / spill report in the log."""
     nvrtc = _nvrtc()
     names, contents = _headers()
-    options = nvrtc_options(arch)
+    options = (*nvrtc_options(arch), *extra_options)
     if _debug():
         print(f"--- fo_lib JIT source ({arch}) ---\n{source}")
     prog = nvrtc.createProgram(source, name, list(contents), [n.encode() for n in names])
@@ -100,9 +107,11 @@ def compile_cubin(source: str, arch: str, name: str = "fo_kernel.cu") -> bytes:
             log = nvrtc.getProgramLog(prog)
             raise KernelCompileError(f"NVRTC failed for {name} ({arch}, options {' '.join(options)}):\n"
                                      f"{log}\n--- source ---\n{source}") from exc
+        log = nvrtc.getProgramLog(prog)
+        log = (log.decode(errors="replace") if isinstance(log, bytes) else str(log)).rstrip("\x00")
         if _debug():
-            print(f"--- NVRTC log ---\n{nvrtc.getProgramLog(prog)}")
-        return nvrtc.getCUBIN(prog)
+            print(f"--- NVRTC log ---\n{log}")
+        return nvrtc.getCUBIN(prog), log
     finally:
         nvrtc.destroyProgram(prog)
 
@@ -157,7 +166,7 @@ def build_all(arch: str | None = None, jobs: int | None = None) -> list[tuple[st
     from concurrent.futures import ProcessPoolExecutor
 
     arch = arch or current_arch()
-    work = [(label, src, arch) for label, src in compile_check_sources()]
+    work = [(label, src, arch) for label, src in compile_check_sources(arch)]
     jobs = jobs or max(1, min(len(work), os.cpu_count() or 1))
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         return list(pool.map(_build_one, work))
@@ -228,18 +237,46 @@ def ptr(t):
     return np.uint64(0 if t is None else t.data_ptr())
 
 
-# --- compile-check registry (CI compiles every registered source for every target) -------------
-_compile_checks: list[Callable[[], Iterable[tuple[str, str]]]] = []
+# --- compile-check registry (CI compiles every registered source for every target it supports) --
+_compile_checks: list[tuple[Callable[[], Iterable[tuple[str, str]]], tuple[str, ...]]] = []
 
 
-def register_compile_check(fn: Callable[[], Iterable[tuple[str, str]]]):
-    """Decorator: ``fn()`` yields ``(label, source)`` pairs that must compile for every arch."""
-    _compile_checks.append(fn)
-    return fn
+def register_compile_check(fn: Callable[[], Iterable[tuple[str, str]]] | None = None, *,
+                           archs: Iterable[str] = ARCHS):
+    """Decorator: ``fn()`` yields ``(label, source)`` pairs that must compile for every target in
+    ``archs`` (default: all of :data:`ARCHS`). Use bare, or as ``@register_compile_check(archs=("sm_90a",))``
+    for sources that exist on one target only (wgmma, setmaxnreg)."""
+    archs = tuple(archs)
+    for a in archs:
+        if a not in ARCHS:
+            raise ValueError(f"unknown target {a!r}; choose from {ARCHS}")
+
+    def register(f):
+        _compile_checks.append((f, archs))
+        return f
+
+    return register if fn is None else register(fn)
 
 
-def compile_check_sources() -> Iterator[tuple[str, str]]:
+def _register_all() -> None:
     # Importing the host modules registers their generators.
-    from . import counting, gemm, postops  # noqa: F401
-    for fn in _compile_checks:
-        yield from fn()
+    from . import counting, gemm, gemm_sm90, postops  # noqa: F401
+
+
+def compile_check_sources(arch: str | None = None) -> Iterator[tuple[str, str]]:
+    """``(label, source)`` of every registered kernel; with ``arch``, only those built for that target."""
+    if arch is not None and arch not in ARCHS:
+        raise ValueError(f"unknown target {arch!r}; choose one of {ARCHS}")
+    _register_all()
+    for fn, archs in _compile_checks:
+        if arch is None or arch in archs:
+            yield from fn()
+
+
+def compile_check_cases() -> Iterator[tuple[str, str, str]]:
+    """``(label, source, arch)`` for every registered source and every target it declares."""
+    _register_all()
+    for fn, archs in _compile_checks:
+        for label, source in fn():
+            for arch in archs:
+                yield label, source, arch

@@ -7,6 +7,8 @@ import pytest
 from fo_lib import kernels
 
 SOURCES = list(kernels.compile_check_sources())
+# (label, source, arch): each source for every target it declares (sm_90a-only ones: wgmma, TMA).
+CASES = list(kernels.compile_check_cases())
 
 
 def _nvrtc_or_skip():
@@ -18,8 +20,7 @@ def _nvrtc_or_skip():
         pytest.skip("NVRTC (cupy) not installed")
 
 
-@pytest.mark.parametrize("arch", kernels.ARCHS)
-@pytest.mark.parametrize("label,source", SOURCES, ids=[label for label, _ in SOURCES])
+@pytest.mark.parametrize("label,source,arch", CASES, ids=[f"{label}-{arch}" for label, _, arch in CASES])
 def test_every_kernel_compiles(label, source, arch):
     _nvrtc_or_skip()
     cubin = kernels.compile_cubin(source, arch, name=f"{label}.cu")
@@ -31,6 +32,22 @@ def test_registry_covers_every_family():
     for family in ("gemm", "post_reorder", "wait", "raster_tile"):
         assert family in labels, family
     assert len({label for label, _ in SOURCES}) == len(SOURCES)
+
+
+def test_registry_targets():
+    """Sources registered for one target are offered for that target only; the rest for all."""
+    per_arch = {arch: {label for label, _ in kernels.compile_check_sources(arch)} for arch in kernels.ARCHS}
+    assert {label for label, _ in SOURCES} == set().union(*per_arch.values())
+    sm90_only = {label for label in per_arch["sm_90a"] if label.startswith("gemm_sm90 ")}
+    assert sm90_only, "the sm_90a GEMM is registered"
+    for arch in ("sm_80", "sm_86", "sm_89"):
+        assert not sm90_only & per_arch[arch]
+        assert per_arch[arch] == per_arch["sm_90a"] - sm90_only
+    assert len(CASES) == sum(len(v) for v in per_arch.values())
+    with pytest.raises(ValueError, match="unknown target"):
+        list(kernels.compile_check_sources("sm_70"))
+    with pytest.raises(ValueError, match="unknown target"):
+        kernels.register_compile_check(archs=("sm_100",))
 
 
 def test_options_per_arch():

@@ -1,0 +1,505 @@
+// Hopper (sm_90a) GEMM, C = A @ B^T ("NT"), with the FlashOverlap epilogues.
+//
+//   A: M x K row-major, B: N x K row-major (the nn.Linear weight), both read through 2-D TMA tensor
+//   maps (128B swizzle, OOB zero fill: tails in M, N and K need no predication in the main loop).
+//   C: M x N row-major (ldc). bf16 or fp16 in, fp32 accumulation, same 16-bit type out.
+//
+// Structure: one persistent CTA per SM, 384 threads = 3 warpgroups, tile 128 x BN x 64.
+//   * WG 0 (producer, setmaxnreg.dec to 40 registers):
+//       - warp 0, lane 0: TMA loads of A (128 x 64) and B (BN x 64) into a STAGES-deep ring guarded
+//         by full/empty mbarriers; it runs ahead across tile boundaries.
+//       - warps 1-3 ("store warps"): take a finished C tile from shared memory, store it to global
+//         (C, or comm_buf through the row table), then publish it (signal / probe).
+//   * WG 1 and WG 2 (consumers, setmaxnreg.inc to 232): rows 0-63 and 64-127 of the tile,
+//     wgmma.m64n{BN}k16 with A and B from shared-memory descriptors, fp32 accumulators in registers.
+//     After a tile's last k-block they write the accumulators (16-bit) to the C staging tile and go
+//     straight on to the next tile: the global stores, the fence and the atomic are off their path.
+//   * Tile schedule: CTA b of P runs s = b, b + P, ... through fo::raster_tile (tile_schedule.cuh),
+//     the same function as the portable kernel, so fo_lib.tiling's wave model holds.
+//
+// Handshakes (all mbarriers, phase parity tracked by counters, never re-initialised):
+//   full[s]   : 1 arrival (producer's expect_tx) + the TMA bytes     -> consumers may read stage s
+//   empty[s]  : 2 arrivals (one thread per consumer WG, after wgmma.wait_group 0) -> producer may refill
+//   c_full    : 256 arrivals (every consumer thread after its st.shared of C) -> store warps may read C
+//   c_empty   : 96 arrivals (every store thread after its ld.shared of C)     -> consumers may write C
+// NOTES: smem C is written and read by the generic proxy only (st.shared / ld.shared), and the operand
+// ring by the async proxy only (TMA writes, wgmma reads), so no fence.proxy.async is needed anywhere.
+//
+// EPILOGUE 0 plain, 1 signal (comm_buf through row_offset, then red.release.gpu on the tile's group
+// counter), 2 probe (plain + per-tile start/end %globaltimer, smid, CTA), 3 scatter (table store, no
+// signal) -- the same meaning and arguments as gemm_mma.cuh.
+#pragma once
+
+#include "common.cuh"
+#include "tile_schedule.cuh"
+
+namespace fo {
+
+// The driver's CUtensorMap (cuTensorMapEncodeTiled): 128 opaque bytes, 64-byte aligned. Kernels take
+// it by value as a `const __grid_constant__` parameter so TMA can read it from parameter space.
+struct alignas(64) TmaDesc {
+    unsigned long long opaque[16];
+};
+
+namespace sm90 {
+
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+    u32 r;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
+    return r;
+}
+
+// --- mbarrier ------------------------------------------------------------------------------------
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+// Arrive (release, CTA scope) and announce `bytes` of TMA traffic that completes this phase too.
+__device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// True once the phase with parity `parity` has completed (acquire, CTA scope). A fresh barrier is in
+// phase 0, so waiting for parity 1 returns at once: that is how the first pass over `empty` works.
+__device__ __forceinline__ bool mbar_try_wait(u32 bar, u32 parity) {
+    u32 ok;
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(ok)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    return ok != 0;
+}
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    while (!mbar_try_wait(bar, parity)) {
+    }
+}
+
+// --- TMA -----------------------------------------------------------------------------------------
+__device__ __forceinline__ void prefetch_tma_desc(const TmaDesc& desc) {
+    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(&desc)) : "memory");
+}
+// One box of a 2-D tensor map into shared memory; completes `bytes` (the full box, zero-filled
+// where it is out of bounds) on the mbarrier. c0 = innermost (K) coordinate, c1 = row.
+__device__ __forceinline__ void tma_load_2d(u32 dst, const TmaDesc& desc, u32 bar, int c0, int c1) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
+            dst),
+        "l"(reinterpret_cast<u64>(&desc)), "r"(bar), "r"(c0), "r"(c1)
+        : "memory");
+}
+
+// --- wgmma ---------------------------------------------------------------------------------------
+// Shared-memory matrix descriptor of a K-major operand in the 128B-swizzle canonical layout that a
+// TMA box of 64 16-bit elements x rows produces: rows of 128 bytes, 8-row (1024-byte) swizzle atoms
+// stacked along M/N. Fields: start address >> 4 (bits 0-13), leading byte offset >> 4 (bits 16-29;
+// unused for swizzled K-major, 1 by convention), stride byte offset >> 4 (bits 32-45; 1024 B between
+// 8-row atoms), base offset (bits 49-51; 0: every atom starts 1024-aligned), swizzle (bits 62-63;
+// 1 = 128B). The k16 step inside the 128-byte row is +32 bytes on the start address: the hardware
+// applies the swizzle to the absolute address, so base offset stays 0.
+__device__ __forceinline__ u64 desc_sw128(u32 smem_addr) {
+    return u64((smem_addr & 0x3FFFF) >> 4) | (u64(16 >> 4) << 16) | (u64(1024 >> 4) << 32) | (u64(1) << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// NOTES: wgmma writes the accumulators asynchronously, behind the compiler's back. An empty asm
+// that "reads and writes" every accumulator after wgmma.wait_group (and before wgmma.fence) keeps
+// the compiler from moving ordinary uses of them across the wait.
+template <int N>
+__device__ __forceinline__ void fence_acc(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D (64 x N, fp32) = A (64 x 16, smem desc) * B^T (N x 16, smem desc) + (scale_d ? D : 0).
+// Both operands K-major (imm-trans 0), scale-a/b = 1.
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], u64 desc_a, u64 desc_b, int scale_d, bf16_tag) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], u64 desc_a, u64 desc_b, int scale_d, f16_tag) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], u64 desc_a, u64 desc_b, int scale_d, bf16_tag) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], u64 desc_a, u64 desc_b, int scale_d, f16_tag) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+template <int BN>
+struct Wgmma;
+template <>
+struct Wgmma<256> {
+    template <class T>
+    static __device__ __forceinline__ void mma(float (&d)[128], u64 a, u64 b, int scale_d, T t) {
+        wgmma_m64n256k16(d, a, b, scale_d, t);
+    }
+};
+template <>
+struct Wgmma<128> {
+    template <class T>
+    static __device__ __forceinline__ void mma(float (&d)[64], u64 a, u64 b, int scale_d, T t) {
+        wgmma_m64n128k16(d, a, b, scale_d, t);
+    }
+};
+
+// --- misc ----------------------------------------------------------------------------------------
+template <int R>
+__device__ __forceinline__ void regs_dealloc() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R));
+}
+template <int R>
+__device__ __forceinline__ void regs_alloc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R));
+}
+// Named barrier over `count` threads (whole warps); id 0 is __syncthreads.
+__device__ __forceinline__ void bar_sync(u32 id, u32 count) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void st_shared_b32(u32 addr, u32 v) {
+    asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_shared_s64(u32 addr, i64 v) {
+    asm volatile("st.shared.s64 [%0], %1;" ::"r"(addr), "l"(v) : "memory");
+}
+__device__ __forceinline__ i64 ld_shared_s64(u32 addr) {
+    i64 v;
+    asm volatile("ld.shared.s64 %0, [%1];" : "=l"(v) : "r"(addr) : "memory");
+    return v;
+}
+__device__ __forceinline__ void ld_shared_v4(u32 addr, u32 (&v)[4]) {
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+                 : "r"(addr)
+                 : "memory");
+}
+__device__ __forceinline__ void st_global_v4(void* p, const u32 (&v)[4]) {
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
+                 : "memory");
+}
+
+}  // namespace sm90
+
+template <int BN, int STAGES>
+struct Sm90Shape {
+    static constexpr int BM = 128;
+    static constexpr int BK = 64;  // one 128-byte swizzle span of 16-bit elements
+    static constexpr int THREADS = 384;
+    static constexpr int STORE_THREADS = 96;  // warps 1-3 of the producer warpgroup
+    static constexpr int ACC = BN / 2;        // fp32 accumulators per consumer thread (64 x BN / 128)
+    static constexpr int A_BYTES = BM * BK * 2;
+    static constexpr int B_BYTES = BN * BK * 2;
+    static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
+    static constexpr int C_BYTES = BM * BN * 2;
+    static constexpr int RO_BYTES = BM * 8;
+    static constexpr int BAR_BYTES = (2 * STAGES + 2) * 8;
+    // + 1024: the dynamic shared memory is aligned up to the 1024-byte swizzle atom in the kernel.
+    static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + C_BYTES + RO_BYTES + BAR_BYTES;
+    static constexpr int C_CHUNKS = BN / 8;           // 16-byte chunks per C row
+    static constexpr int ROWS_PER_PASS = 32 / C_CHUNKS;  // C rows one store warp covers per pass
+    static constexpr int PRODUCER_REGS = 56;
+    static constexpr int CONSUMER_REGS = 224;
+
+    static_assert(BN == 128 || BN == 256, "BN must be 128 or 256 (wgmma m64n128 / m64n256)");
+    static_assert(STAGES >= 2 && STAGES <= 8, "STAGES must be in [2, 8]");
+    static_assert(STAGE_BYTES % 1024 == 0 && A_BYTES % 1024 == 0, "stages must keep 1024-byte alignment");
+    static_assert(SMEM_BYTES <= 232448, "more shared memory than an sm_90 block can have");
+    static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 256 <= 65536, "register file overcommitted");
+};
+
+// Pointers an epilogue does not use may be null.
+template <int BN, int STAGES, class T, int EPILOGUE>
+__device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDesc& tma_b, bits16* __restrict__ C,
+                                               int M, int N, int K, i64 ldc, int order, int swizzle,
+                                               bits16* __restrict__ comm_buf, const i64* __restrict__ row_offset,
+                                               const int* __restrict__ tile_group, u32* group_counter,
+                                               u64* __restrict__ probe) {
+    using S = Sm90Shape<BN, STAGES>;
+    using namespace sm90;
+    static_assert(EPILOGUE >= 0 && EPILOGUE <= 3, "EPILOGUE is 0 plain, 1 signal, 2 probe or 3 scatter");
+    constexpr bool kTableStore = EPILOGUE == 1 || EPILOGUE == 3;
+    constexpr int BM = S::BM, BK = S::BK;
+
+    extern __shared__ unsigned char fo_sm90_smem[];
+    // NOTES: 128B-swizzled TMA boxes and wgmma descriptors assume 1024-byte aligned atoms; the
+    // dynamic shared window is not promised to start there, so align up (SMEM_BYTES has the slack).
+    const u32 base = (smem_u32(fo_sm90_smem) + 1023u) & ~1023u;
+    const u32 smem_c = base + STAGES * S::STAGE_BYTES;
+    const u32 smem_ro = smem_c + S::C_BYTES;
+    const u32 bar_full = smem_ro + S::RO_BYTES;  // full[s] = bar_full + 8 s
+    const u32 bar_empty = bar_full + 8 * STAGES;
+    const u32 bar_c_full = bar_empty + 8 * STAGES;
+    const u32 bar_c_empty = bar_c_full + 8;
+
+    const int tiles_m = (M + BM - 1) / BM;
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tiles = tiles_m * tiles_n;
+    const int KT = (K + BK - 1) / BK;  // the last k-block's columns past K are zero-filled by TMA
+    const int wg = threadIdx.x / 128;
+    const int tid = threadIdx.x % 128;
+
+    if (threadIdx.x == 0) {
+        prefetch_tma_desc(tma_a);
+        prefetch_tma_desc(tma_b);
+#pragma unroll
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(bar_full + 8 * s, 1);
+            mbar_init(bar_empty + 8 * s, 2);
+        }
+        mbar_init(bar_c_full, 256);
+        mbar_init(bar_c_empty, S::STORE_THREADS);
+        // Make the initialised barriers visible to the async proxy (TMA complete_tx) as well.
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        // ----------------------------------------------------------------- producer warpgroup
+        regs_dealloc<S::PRODUCER_REGS>();
+        const int warp = tid / 32;
+        const int lane = tid % 32;
+        if (warp == 0) {
+            if (lane == 0) {
+                int stage = 0;
+                u32 phase = 0;
+#pragma unroll 1
+                for (int s = blockIdx.x; s < tiles; s += gridDim.x) {
+                    int tm, tn;
+                    raster_tile(s, tiles_m, tiles_n, order, swizzle, tm, tn);
+#pragma unroll 1
+                    for (int kb = 0; kb < KT; ++kb) {
+                        mbar_wait(bar_empty + 8 * stage, phase ^ 1u);
+                        const u32 full = bar_full + 8 * stage;
+                        const u32 dst = base + stage * S::STAGE_BYTES;
+                        mbar_arrive_expect_tx(full, S::STAGE_BYTES);
+                        tma_load_2d(dst, tma_a, full, kb * BK, tm * BM);
+                        tma_load_2d(dst + S::A_BYTES, tma_b, full, kb * BK, tn * BN);
+                        if (++stage == STAGES) {
+                            stage = 0;
+                            phase ^= 1u;
+                        }
+                    }
+                }
+            }
+        } else {
+            // Store warps: warp sw (0..2) covers C rows (sw + 3 i) * ROWS_PER_PASS + lane / C_CHUNKS,
+            // one 16-byte chunk per lane: a full 512-byte (BN 256) or two 256-byte (BN 128) rows per
+            // coalesced warp store.
+            const int st = tid - 32;
+            const int sw = st / 32;
+            const int r_in = lane / S::C_CHUNKS;
+            const int ch = lane % S::C_CHUNKS;
+            u32 parity = 0;
+#pragma unroll 1
+            for (int s = blockIdx.x; s < tiles; s += gridDim.x) {
+                int tm, tn;
+                raster_tile(s, tiles_m, tiles_n, order, swizzle, tm, tn);
+                const int rows = min(BM, M - tm * BM);
+                const int cols = min(BN, N - tn * BN);
+                if (kTableStore) {
+                    // The tile's row offsets, fetched while the consumers still compute it.
+                    for (int r = st; r < rows; r += S::STORE_THREADS)
+                        st_shared_s64(smem_ro + r * 8, row_offset[i64(tm * BM + r) * tiles_n + tn]);
+                }
+                mbar_wait(bar_c_full, parity);
+                if (kTableStore) bar_sync(1, S::STORE_THREADS);  // row offsets visible to all store warps
+#pragma unroll 2
+                for (int g = sw; g * S::ROWS_PER_PASS < rows; g += 3) {
+                    const int r = g * S::ROWS_PER_PASS + r_in;
+                    if (r < rows && ch * 8 < cols) {
+                        u32 v[4];
+                        ld_shared_v4(smem_c + r * (BN * 2) + ((ch ^ (r & 7)) << 4), v);
+                        bits16* dst;
+                        if (kTableStore) {
+                            dst = comm_buf + ld_shared_s64(smem_ro + r * 8) + ch * 8;
+                        } else {
+                            dst = C + i64(tm * BM + r) * ldc + tn * BN + ch * 8;
+                        }
+                        const int n = cols - ch * 8;
+                        if (n >= 8 && (reinterpret_cast<unsigned long long>(dst) & 15) == 0) {
+                            st_global_v4(dst, v);
+                        } else {
+#pragma unroll
+                            for (int e = 0; e < 8; ++e)
+                                if (e < n) dst[e] = bits16(v[e >> 1] >> ((e & 1) * 16));
+                        }
+                    }
+                }
+                // This thread's reads of smem C are done (their values are in the stores above).
+                mbar_arrive(bar_c_empty);
+                // Every store warp's global stores (and reads of smem_ro) precede the publication
+                // below and the next tile's row-offset fetch.
+                bar_sync(1, S::STORE_THREADS);
+                if ((EPILOGUE == 1 || EPILOGUE == 2) && st == 0) {
+                    const int tile_id = tm * tiles_n + tn;
+                    if (EPILOGUE == 1) {
+                        // bar.sync orders the other store threads' stores before this thread at CTA
+                        // scope; red.release.gpu is cumulative, so a waiter that acquires the counter
+                        // sees the whole tile (the same protocol as gemm_mma.cuh).
+                        red_release_gpu_add(group_counter + tile_group[tile_id], 1u);
+                    } else {
+                        probe[tile_id * 4 + 1] = globaltimer_ns();
+                        probe[tile_id * 4 + 2] = smid();
+                        probe[tile_id * 4 + 3] = blockIdx.x;
+                    }
+                }
+                parity ^= 1u;
+            }
+        }
+    } else {
+        // ----------------------------------------------------------------- consumer warpgroups
+        regs_alloc<S::CONSUMER_REGS>();
+        const int c = wg - 1;  // rows 64 c .. 64 c + 63 of the tile
+        const int warp = tid / 32;
+        const int lane = tid % 32;
+        float acc[S::ACC];
+#pragma unroll
+        for (int i = 0; i < S::ACC; ++i) acc[i] = 0.f;
+        int stage = 0;
+        u32 phase = 0;
+        u32 c_parity = 0;
+#pragma unroll 1
+        for (int s = blockIdx.x; s < tiles; s += gridDim.x) {
+            int tm, tn;
+            raster_tile(s, tiles_m, tiles_n, order, swizzle, tm, tn);
+            if (EPILOGUE == 2 && c == 0 && tid == 0) probe[(tm * tiles_n + tn) * 4 + 0] = globaltimer_ns();
+#pragma unroll 1
+            for (int kb = 0; kb < KT; ++kb) {
+                mbar_wait(bar_full + 8 * stage, phase);
+                const u32 sa = base + stage * S::STAGE_BYTES + c * (64 * BK * 2);
+                const u32 sb = base + stage * S::STAGE_BYTES + S::A_BYTES;
+                fence_acc(acc);
+                wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < BK / 16; ++kk) {
+                    // scale_d = 0 on the tile's first k16 step: D = A B^T, no zeroing pass needed.
+                    Wgmma<BN>::mma(acc, desc_sw128(sa + kk * 32), desc_sw128(sb + kk * 32), (kb | kk) != 0, T{});
+                }
+                wgmma_commit();
+                wgmma_wait<0>();
+                fence_acc(acc);
+                // wgmma.wait_group 0 means this warpgroup's MMAs (and their shared-memory reads of
+                // the stage) are complete: one arrival per warpgroup frees the stage.
+                if (tid == 0) mbar_arrive(bar_empty + 8 * stage);
+                if (++stage == STAGES) {
+                    stage = 0;
+                    phase ^= 1u;
+                }
+            }
+            // Epilogue: accumulators -> smem C (16-bit), 16-byte chunks swizzled by row & 7.
+            // Fragment of wgmma m64nNk16: acc[4 j + 2 h + e] is row 16 warp + lane / 4 + 8 h,
+            // column 8 j + 2 (lane % 4) + e of this warpgroup's 64 x BN block.
+            mbar_wait(bar_c_empty, c_parity ^ 1u);  // the store warps are done with the previous tile
+            const int row0 = c * 64 + warp * 16 + lane / 4;
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = row0 + 8 * h;
+                    st_shared_b32(smem_c + row * (BN * 2) + ((j ^ (row & 7)) << 4) + (lane % 4) * 4,
+                                  pack2(T{}, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]));
+                }
+            }
+            mbar_arrive(bar_c_full);
+            c_parity ^= 1u;
+        }
+    }
+}
+
+}  // namespace fo

@@ -1,0 +1,372 @@
+"""The Hopper GEMM ``C = A @ B^T`` (sm_90a: TMA + wgmma, warp-specialized, persistent) and its
+FlashOverlap epilogues (host side). Same public API and epilogue semantics as :mod:`fo_lib.gemm`.
+
+Device code: ``fo_lib/cuda/gemm_sm90.cuh`` (the tile schedule is ``fo_lib/cuda/tile_schedule.cuh``,
+shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the waves of both).
+
+* ``A`` is ``M x K`` row-major, ``B`` is the ``nn.Linear`` weight ``N x K`` row-major ("NT"); bf16 or
+  fp16, fp32 accumulation, output in the input type. Needs a compute capability 9.0 GPU.
+* Operands are read by TMA through 2-D tensor maps (built here with ``cuda.bindings``, cached). TMA
+  fills everything outside ``M x K`` / ``N x K`` with zeros, so ``M``, ``N`` and ``K`` tails need no
+  special case. ``K`` must still be a multiple of 8 (and row strides too): a tensor map's row stride
+  must be a multiple of 16 bytes. Operands must be 16-byte aligned.
+* Tile ``128 x BN x 64`` (``BN`` 256 or 128), 384 threads: one producer warpgroup (a TMA warp and
+  three store warps) and two consumer warpgroups (64 rows each). ``stages`` is the depth of the
+  operand ring. Run-time raster (``order``, ``swizzle``) and CTA count (``ctas``) as in fo_lib.gemm.
+* Epilogues: ``plain`` stores ``C``; ``signal`` stores row ``i`` of tile column ``tn`` at
+  ``comm_buf[row_offset[i, tn] + c]`` then adds 1 to ``group_counter[tile_group[tile_id]]`` (release,
+  gpu scope, never reset); ``probe`` stores ``C`` and records per tile ``(start ns, end ns, smid,
+  cta)``; ``scatter`` is ``signal`` without the counter. The stores, the release and the probe's end
+  stamp are done by the store warps after the consumers hand the tile over in shared memory, so a
+  tile's probe interval may overlap the next tile's start on the same CTA (start = the consumers
+  begin the tile's main loop, end = the tile is in global memory: the moment the signal is sent).
+
+``import fo_lib.gemm_sm90`` needs neither torch, CuPy nor cuda-bindings; they are imported at launch.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import ClassVar
+
+from . import kernels
+from .gemm import DTYPES, EPILOGUES, GemmError, _check_operands, _check_out, _check_table_store, sm_count
+from .tiling import RASTER_ORDERS
+
+__all__ = ["Sm90Config", "CONFIGS", "default_config", "gemm_nt", "gemm_nt_signal", "gemm_nt_scatter",
+           "gemm_nt_probe", "generate_source", "kernel_name", "tma_desc_fields", "is_supported",
+           "GemmError", "sm_count"]
+
+_EPILOGUE_ID = {"plain": 0, "signal": 1, "probe": 2, "scatter": 3}
+_DTYPE_TAG = {"bf16": "fo::bf16_tag", "f16": "fo::f16_tag"}
+_MAX_SMEM = 227 * 1024  # sm_90 opt-in limit per block (232448 B)
+ARCH = "sm_90a"
+
+
+@dataclass(frozen=True)
+class Sm90Config:
+    """One sm_90a tile configuration: ``128 x BN x 64`` tiles, ``stages`` operand buffers.
+    ``order``/``swizzle`` are run-time arguments (no recompile)."""
+
+    BN: int = 256
+    stages: int = 3
+    order: str = "row"
+    swizzle: int = 1
+
+    BM: ClassVar[int] = 128  # two consumer warpgroups x wgmma m64
+    BK: ClassVar[int] = 64   # one 128-byte swizzle span of 16-bit elements
+    threads: ClassVar[int] = 384
+
+    @property
+    def smem_bytes(self) -> int:
+        """1024 (alignment slack) + operand ring + C staging tile + BM int64 row offsets + mbarriers;
+        the same sum as ``Sm90Shape::SMEM_BYTES`` in gemm_sm90.cuh."""
+        return (1024 + self.stages * (self.BM + self.BN) * self.BK * 2 + self.BM * self.BN * 2
+                + 8 * self.BM + 8 * (2 * self.stages + 2))
+
+    @property
+    def tile_name(self) -> str:
+        """Identifies the compiled specialization (everything but the run-time raster)."""
+        return f"m{self.BM}n{self.BN}k{self.BK}_s{self.stages}"
+
+    def grid(self, M: int, N: int, ctas: int):
+        """The :class:`~fo_lib.tiling.TileGrid` (tiles, raster, waves) of ``M x N`` on ``ctas`` CTAs."""
+        from .tiling import TileGrid
+        return TileGrid(M, N, self.BM, self.BN, order=self.order, swizzle=self.swizzle, _ctas=ctas)
+
+    def with_raster(self, order: str | None = None, swizzle: int | None = None) -> "Sm90Config":
+        return replace(self, order=self.order if order is None else order,
+                       swizzle=self.swizzle if swizzle is None else swizzle)
+
+    def validate(self) -> "Sm90Config":
+        def bad(msg: str):
+            raise GemmError(f"Sm90Config {self.tile_name}: {msg}")
+
+        for name in ("BN", "stages", "swizzle"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                bad(f"{name} must be a positive int, got {v!r}")
+        if self.BN not in (128, 256):
+            bad(f"BN must be 128 or 256 (wgmma m64n128 / m64n256), got {self.BN}")
+        if not 2 <= self.stages <= 8:
+            bad(f"stages must be in [2, 8], got {self.stages}")
+        if self.smem_bytes > _MAX_SMEM:
+            bad(f"needs {self.smem_bytes} B of shared memory, more than {_MAX_SMEM}")
+        if self.order not in RASTER_ORDERS:
+            bad(f"order must be one of {RASTER_ORDERS}, got {self.order!r}")
+        return self
+
+
+CONFIGS: dict[str, Sm90Config] = {
+    # 3 x 48 KB operand stages + the 64 KB C tile: the most that fits 227 KB.
+    "128x256x64": Sm90Config(256, 3),
+    # Small N / many tiles: 5 x 32 KB stages + the 32 KB C tile.
+    "128x128x64": Sm90Config(128, 5),
+}
+for _c in CONFIGS.values():
+    _c.validate()
+
+# Relative full-tile throughput per unit area, a GUESS until measured on the H200 (the bigger tile
+# reuses each A/B byte twice as often); only used to trade tile size against wave count.
+_TILE_SPEED = {"128x256x64": 1.0, "128x128x64": 0.9}
+_DEFAULT_CANDIDATES = ("128x256x64", "128x128x64")
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@lru_cache(maxsize=1024)
+def default_config(M: int, N: int, K: int, sm_count: int = 132, smem_limit: int = _MAX_SMEM) -> Sm90Config:
+    """Pick a config by the wave-count model of :func:`fo_lib.gemm.default_config` (pure): estimated
+    time = waves x padded tile area / tile speed; the smaller tile must win by 3 %. Raster: row
+    order, bands of up to 8 tile rows; swizzle 1 when everything fits in one wave."""
+    for name, v in (("M", M), ("N", N), ("K", K), ("sm_count", sm_count), ("smem_limit", smem_limit)):
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise GemmError(f"{name} must be a positive int, got {v!r}")
+    best, best_cost = None, math.inf
+    for name in _DEFAULT_CANDIDATES:
+        cfg = CONFIGS[name]
+        if cfg.smem_bytes > smem_limit:
+            continue
+        tiles = _ceil_div(M, cfg.BM) * _ceil_div(N, cfg.BN)
+        cost = _ceil_div(tiles, sm_count) * cfg.BM * cfg.BN / _TILE_SPEED[name]
+        if cost < best_cost * 0.97:
+            best, best_cost = cfg, cost
+    if best is None:
+        raise GemmError(f"no sm90 GEMM config fits {smem_limit} B of shared memory per block")
+    tiles_m = _ceil_div(M, best.BM)
+    tiles = tiles_m * _ceil_div(N, best.BN)
+    swizzle = 1 if tiles <= sm_count else min(8, tiles_m)
+    return best.with_raster("row", swizzle)
+
+
+# --- source generation --------------------------------------------------------------------------
+def kernel_name(cfg: Sm90Config, dtype: str, epilogue: str) -> str:
+    return f"fo_gemm_sm90_nt_{cfg.tile_name}_{dtype}_{epilogue}"
+
+
+def generate_source(cfg: Sm90Config, dtype: str, epilogue: str) -> tuple[str, str]:
+    """The instantiation source of one (tile config, dtype, epilogue) and its kernel name."""
+    if not isinstance(cfg, Sm90Config):
+        raise GemmError(f"config must be an Sm90Config, got {type(cfg).__name__}")
+    cfg.validate()
+    if dtype not in DTYPES:
+        raise GemmError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    if epilogue not in EPILOGUES:
+        raise GemmError(f"epilogue must be one of {EPILOGUES}, got {epilogue!r}")
+    name = kernel_name(cfg, dtype, epilogue)
+    targs = f"{cfg.BN}, {cfg.stages}, {_DTYPE_TAG[dtype]}, {_EPILOGUE_ID[epilogue]}"
+    # NOTES: __launch_bounds__(384, 1) gives the kernel a register cap at entry, without which
+    # setmaxnreg is ignored (ptxas warning C7508).
+    source = f"""#include "gemm_sm90.cuh"
+
+extern "C" __global__ void __launch_bounds__({cfg.threads}, 1)
+{name}(const __grid_constant__ fo::TmaDesc tma_a, const __grid_constant__ fo::TmaDesc tma_b,
+       fo::bits16* C, int M, int N, int K, long long ldc, int order, int swizzle,
+       fo::bits16* comm_buf, const long long* row_offset, const int* tile_group,
+       unsigned int* group_counter, unsigned long long* probe) {{
+    fo::gemm_sm90_body<{targs}>(tma_a, tma_b, C, M, N, K, ldc, order, swizzle,
+                                comm_buf, row_offset, tile_group, group_counter, probe);
+}}
+"""
+    return source, name
+
+
+@kernels.register_compile_check(archs=(ARCH,))
+def compile_check_sources():
+    """Every config x dtype x epilogue; wgmma/setmaxnreg exist on sm_90a only."""
+    for cname, cfg in CONFIGS.items():
+        for dtype in DTYPES:
+            for epi in EPILOGUES:
+                yield f"gemm_sm90 {cname} {dtype} {epi}", generate_source(cfg, dtype, epi)[0]
+
+
+# --- TMA tensor maps ----------------------------------------------------------------------------
+def tma_desc_fields(rows: int, cols: int, row_stride: int, box_rows: int, box_cols: int = 64,
+                    elem_bytes: int = 2) -> dict:
+    """The ``cuTensorMapEncodeTiled`` geometry of a row-major ``rows x cols`` matrix read in
+    ``box_rows x box_cols`` boxes (dimension 0 is the contiguous one). Pure; raises GemmError
+    where the driver would refuse."""
+    if min(rows, cols, box_rows, box_cols) <= 0:
+        raise GemmError(f"tensor map of a {rows} x {cols} matrix in {box_rows} x {box_cols} boxes is empty")
+    # A single row's stride is never used, but it must still be a legal multiple of 16 bytes.
+    stride = row_stride if rows > 1 else _ceil_div(cols, 8) * 8
+    stride_bytes = stride * elem_bytes
+    if stride_bytes % 16 or stride < cols:
+        raise GemmError(f"tensor map row stride {stride} elements must be >= {cols} and a multiple of "
+                        f"{16 // elem_bytes}")
+    if box_rows > 256 or box_cols > 256 or box_cols * elem_bytes > 128:
+        raise GemmError(f"TMA box {box_rows} x {box_cols} exceeds 256 rows or the 128-byte swizzle span")
+    if cols >= 2**32 or rows >= 2**32 or stride_bytes >= 2**40:
+        raise GemmError(f"{rows} x {cols} (stride {stride}) is too large for a tensor map")
+    return dict(global_dim=(cols, rows), global_strides=(stride_bytes,), box_dim=(box_cols, box_rows),
+                element_strides=(1, 1))
+
+
+@lru_cache(maxsize=1)
+def _driver():
+    try:
+        from cuda.bindings import driver
+    except ImportError as exc:
+        raise kernels.CudaUnavailableError(
+            "fo_lib.gemm_sm90 builds TMA tensor maps with cuda-bindings: pip install 'fo_lib[cuda13]' "
+            "(or [cuda12])") from exc
+    # Idempotent; torch/CuPy have normally initialised the driver already.
+    driver.cuInit(0)
+    return driver
+
+
+@lru_cache(maxsize=512)
+def _tma_desc(ptr: int, rows: int, cols: int, row_stride: int, box_rows: int, dtype: str):
+    """A 128B-swizzled, zero-filling 2-D tensor map as a size-1 ``void128`` numpy array (CuPy passes
+    it to the kernel by value). Cached: a map only encodes (address, shape, stride, box, type), so a
+    reused address with the same geometry gets an identical, still valid map."""
+    import ctypes
+
+    import numpy as np
+
+    f = tma_desc_fields(rows, cols, row_stride, box_rows)
+    drv = _driver()
+    dt = {"bf16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+          "f16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16}[dtype]
+    err, tmap = drv.cuTensorMapEncodeTiled(
+        dt, 2, ptr,
+        [drv.cuuint64_t(v) for v in f["global_dim"]],
+        [drv.cuuint64_t(v) for v in f["global_strides"]],
+        [drv.cuuint32_t(v) for v in f["box_dim"]],
+        [drv.cuuint32_t(v) for v in f["element_strides"]],
+        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        # NONE = out-of-bounds elements read as zero: the M/N/K tails contribute nothing.
+        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    if err != drv.CUresult.CUDA_SUCCESS:
+        raise GemmError(f"cuTensorMapEncodeTiled failed ({err}) for a {rows} x {cols} {dtype} matrix, "
+                        f"row stride {row_stride}, box {box_rows} x 64, address {ptr:#x}")
+    raw = ctypes.string_at(tmap.getPtr(), 128)
+    return np.frombuffer(raw, dtype=np.uint8).copy().view(np.dtype((np.void, 128)))
+
+
+def _operand_desc(t, box_rows: int, dtype: str):
+    return _tma_desc(t.data_ptr(), t.size(0), t.size(1), t.stride(0), box_rows, dtype)
+
+
+# --- launch -------------------------------------------------------------------------------------
+def is_supported(device=None) -> bool:
+    """Whether ``device`` (default: the current one) can run this kernel (compute capability 9.0)."""
+    try:
+        import torch
+        return torch.cuda.is_available() and torch.cuda.get_device_capability(device) == (9, 0)
+    except Exception:  # noqa: BLE001 - no torch / no driver
+        return False
+
+
+_kernel_cache: dict[tuple[str, str, str, int], object] = {}
+
+
+def _check_config(config) -> None:
+    if config is not None and not isinstance(config, Sm90Config):
+        raise GemmError(f"config must be an fo_lib.gemm_sm90.Sm90Config, got {type(config).__name__} "
+                        "(fo_lib.gemm.GemmConfig belongs to the portable kernel)")
+
+
+def _operands(a, b, config, ctas):
+    _check_config(config)
+    dtype, M, N, K, cfg, ctas = _check_operands(a, b, config, ctas, pick_default=default_config)
+    import torch
+    cap = torch.cuda.get_device_capability(a.device)
+    if cap != (9, 0):
+        raise GemmError(f"fo_lib.gemm_sm90 needs a compute capability 9.0 GPU (TMA + wgmma), "
+                        f"{a.device} is {cap[0]}.{cap[1]}: use fo_lib.gemm")
+    return dtype, M, N, K, cfg, ctas
+
+
+def _launch(cfg: Sm90Config, dtype: str, epilogue: str, a, b, c_ptr: int, ldc: int, ctas: int,
+            stream, comm_ptr: int = 0, row_offset_ptr: int = 0, tile_group_ptr: int = 0,
+            counter_ptr: int = 0, probe_ptr: int = 0) -> None:
+    import cupy
+    import numpy as np
+    import torch
+
+    M, K = a.shape
+    N = b.shape[0]
+    tiles = _ceil_div(M, cfg.BM) * _ceil_div(N, cfg.BN)
+    dev = a.device.index
+    with cupy.cuda.Device(dev):
+        key = (cfg.tile_name, dtype, epilogue, dev)
+        kernel = _kernel_cache.get(key)
+        if kernel is None:
+            src, name = generate_source(cfg, dtype, epilogue)
+            kernel = kernels.get_kernel(src, name)
+            kernel.max_dynamic_shared_size_bytes = cfg.smem_bytes
+            _kernel_cache[key] = kernel
+        if stream is None:
+            stream = torch.cuda.current_stream(a.device)
+        tma_a = _operand_desc(a, cfg.BM, dtype)
+        tma_b = _operand_desc(b, cfg.BN, dtype)
+        # NOTES: CTAs past the last tile would only exit; launching min(ctas, tiles) keeps the
+        # schedule (tile s -> CTA s % ctas) unchanged.
+        grid = min(ctas, tiles)
+        u64, i32, i64 = np.uint64, np.int32, np.int64
+        args = (tma_a, tma_b, u64(c_ptr), i32(M), i32(N), i32(K), i64(ldc),
+                i32(RASTER_ORDERS.index(cfg.order)), i32(cfg.swizzle), u64(comm_ptr), u64(row_offset_ptr),
+                u64(tile_group_ptr), u64(counter_ptr), u64(probe_ptr))
+        kernels.launch(kernel, (grid,), (cfg.threads,), args, stream=stream, device_index=dev,
+                       shared_mem=cfg.smem_bytes)
+
+
+def gemm_nt(a, b, out=None, *, config: Sm90Config | None = None, ctas: int | None = None, stream=None):
+    """``out = a @ b.T`` (``a``: M x K, ``b``: N x K); returns ``out``."""
+    import torch
+    dtype, M, N, K, cfg, ctas = _operands(a, b, config, ctas)
+    if out is None:
+        out = torch.empty(M, N, dtype=a.dtype, device=a.device)
+    else:
+        _check_out(out, M, N, a)
+    _launch(cfg, dtype, "plain", a, b, out.data_ptr(), out.stride(0), ctas, stream)
+    return out
+
+
+def gemm_nt_signal(a, b, comm_buf, row_offset, tile_group, group_counter, *, config: Sm90Config,
+                   ctas: int | None = None, stream=None) -> None:
+    """``a @ b.T`` stored through the row table into ``comm_buf``, signalling a counter per tile group
+    (see :func:`fo_lib.gemm.gemm_nt_signal`; the tables must be built for ``config``'s 128 x BN tiles)."""
+    if config is None:
+        raise GemmError("gemm_nt_signal needs an explicit config (the tables are built for its tiles)")
+    dtype, M, N, K, cfg, ctas = _operands(a, b, config, ctas)
+    _check_table_store(a, comm_buf, row_offset, tile_group, group_counter, cfg, M, N)
+    _launch(cfg, dtype, "signal", a, b, 0, 0, ctas, stream, comm_ptr=comm_buf.data_ptr(),
+            row_offset_ptr=row_offset.data_ptr(), tile_group_ptr=tile_group.data_ptr(),
+            counter_ptr=group_counter.data_ptr())
+
+
+def gemm_nt_scatter(a, b, comm_buf, row_offset, *, config: Sm90Config, ctas: int | None = None,
+                    stream=None) -> None:
+    """``a @ b.T`` stored through the row table into ``comm_buf`` with no signal."""
+    if config is None:
+        raise GemmError("gemm_nt_scatter needs an explicit config (the table is built for its tiles)")
+    dtype, M, N, K, cfg, ctas = _operands(a, b, config, ctas)
+    _check_table_store(a, comm_buf, row_offset, None, None, cfg, M, N)
+    _launch(cfg, dtype, "scatter", a, b, 0, 0, ctas, stream, comm_ptr=comm_buf.data_ptr(),
+            row_offset_ptr=row_offset.data_ptr())
+
+
+def gemm_nt_probe(a, b, out=None, *, config: Sm90Config, ctas: int | None = None, stream=None):
+    """``a @ b.T`` plus a per-tile probe: returns ``(out, probe)``, ``probe`` int64 ``[tiles, 4]`` =
+    (start globaltimer ns, end ns, smid, CTA index), indexed by row-major tile id. Start: the
+    consumers begin the tile; end: the tile's stores are done (when a signal would be sent)."""
+    import torch
+    if config is None:
+        raise GemmError("gemm_nt_probe needs an explicit config")
+    dtype, M, N, K, cfg, ctas = _operands(a, b, config, ctas)
+    if out is None:
+        out = torch.empty(M, N, dtype=a.dtype, device=a.device)
+    else:
+        _check_out(out, M, N, a)
+    tiles = _ceil_div(M, cfg.BM) * _ceil_div(N, cfg.BN)
+    probe = torch.zeros(tiles, 4, dtype=torch.int64, device=a.device)
+    _launch(cfg, dtype, "probe", a, b, out.data_ptr(), out.stride(0), ctas, stream,
+            probe_ptr=probe.data_ptr())
+    return out, probe
