@@ -5,14 +5,35 @@ gives ``W * x``; ReduceScatter gives rank ``r`` ``W`` times its chunk; AllGather
 All-to-All returns the chunk a rank sends to itself from every source). The time is what a ring
 over a slow link would take: the bytes one rank of a ring sends (``2 (W-1)/W`` of the buffer for
 AllReduce, ``(W-1)/W`` for ReduceScatter and AllGather, the off-rank share for All-to-All) are
-copied device -> pinned host -> device with the copy engines (``mode="copy_engine"``, no SM used),
-on the current stream. Everything measured with it is labelled "emulated link".
+copied device -> pinned host -> device on the current stream, either by the copy engines
+(``mode="copy_engine"``: no SM used) or by a copy kernel of ``ctas`` CTAs that reads and writes the
+mapped pinned buffer itself (``mode="sm_copy"``: like NCCL, the link then takes ``ctas`` SMs from a
+GEMM running beside it). Everything measured with it is labelled "emulated link".
 """
 from __future__ import annotations
 
+import numpy as np
+
+from .. import kernels
 from . import check_counts
 
-MODES = ("copy_engine",)
+MODES = ("copy_engine", "sm_copy")
+SM_COPY_KERNEL = "fo_sm_copy16"
+# Grid-stride 16-byte copy: with UVA a pinned host buffer is addressable from the device, so the
+# bytes cross the host link inside the kernel, on the SMs it runs on.
+SM_COPY_SOURCE = f"""
+extern "C" __global__ void {SM_COPY_KERNEL}(const uint4* __restrict__ src, uint4* __restrict__ dst,
+                                           unsigned long long n) {{
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    dst[i] = src[i];
+}}
+"""
+
+
+@kernels.register_compile_check
+def _compile_checks():
+    yield "sm_copy", SM_COPY_SOURCE
 
 
 class LoopbackCommunicator:
@@ -21,7 +42,8 @@ class LoopbackCommunicator:
     # 4 measured on the H200: with 0 nothing overlapped (docs/perf-log.md).
     sm_footprint = 4
 
-    def __init__(self, world_size: int, rank: int = 0, *, mode: str = "copy_engine", device=None):
+    def __init__(self, world_size: int, rank: int = 0, *, mode: str = "copy_engine", ctas: int = 8,
+                 device=None):
         import torch
 
         if not isinstance(world_size, int) or world_size < 1:
@@ -32,7 +54,13 @@ class LoopbackCommunicator:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if not torch.cuda.is_available():
             raise RuntimeError("the loopback link emulates a link on one GPU: no CUDA GPU is visible")
+        if mode == "sm_copy" and (not isinstance(ctas, int) or ctas < 1):
+            raise ValueError(f"ctas must be a positive integer for mode='sm_copy', got {ctas!r}")
         self.world_size, self.rank, self.mode = world_size, rank, mode
+        self.ctas = ctas if mode == "sm_copy" else 0
+        if mode == "sm_copy":
+            self.sm_footprint = ctas  # the copy kernel's CTAs (the wait kernel fits beside a GEMM CTA)
+        self._kernel = None
         self.device = torch.device("cuda", torch.cuda.current_device() if device is None else device)
         self._host = None
         self._scratch = None
@@ -58,9 +86,31 @@ class LoopbackCommunicator:
         done = 0
         while done < volume_bytes:
             n = min(volume_bytes - done, raw.numel(), self._host.numel())
-            self._host[:n].copy_(raw[:n], non_blocking=True)
-            self._scratch[:n].copy_(self._host[:n], non_blocking=True)
+            if self.mode == "copy_engine":
+                self._host[:n].copy_(raw[:n], non_blocking=True)
+                self._scratch[:n].copy_(self._host[:n], non_blocking=True)
+            else:
+                self._sm_copy(raw, n)
             done += n
+
+    def _sm_copy(self, raw, n: int) -> None:
+        """``n`` bytes from ``raw`` to the pinned buffer and back, by ``ctas`` CTAs. Only the volume
+        matters here, so the source is read from its 16-byte-aligned start and ``n`` rounded down."""
+        import torch
+
+        from .. import kernels
+
+        if self._kernel is None:
+            with kernels._cupy().cuda.Device(self.device.index):
+                self._kernel = kernels.get_kernel(SM_COPY_SOURCE, SM_COPY_KERNEL)
+        vecs = n // 16
+        if vecs == 0:
+            return
+        base = raw.data_ptr() & ~15
+        stream = torch.cuda.current_stream(self.device)
+        for src, dst in ((base, self._host.data_ptr()), (self._host.data_ptr(), self._scratch.data_ptr())):
+            kernels.launch(self._kernel, (self.ctas,), (512,), (np.uint64(src), np.uint64(dst), np.uint64(vecs)),
+                           stream=stream, device_index=self.device.index)
 
     def all_reduce(self, buf) -> None:
         W = self.world_size

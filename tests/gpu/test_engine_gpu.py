@@ -193,3 +193,41 @@ def test_row_parallel_linear_module_with_graphs():
         torch.cuda.synchronize()
         assert calc_diff(got, want) < TOL, M
     assert len(layer._cache.plans) == 2
+
+
+@pytest.mark.parametrize("primitive", ["all_reduce", "reduce_scatter", "all_to_all"])
+def test_loopback_sm_copy_mode(primitive):
+    """The SM-copy link gives the same results as the copy-engine link, and really moves its volume
+    (a 2-rank AllReduce of 64 MiB moves 64 MiB each way through host memory: it cannot take under
+    0.1 ms on any host link)."""
+    W, M, N, K = 2, 640, 768, 64
+    comm = LoopbackCommunicator(W, mode="sm_copy", ctas=6)
+    assert comm.sm_footprint == 6
+    routing = None
+    if primitive == "all_to_all":
+        dest = np.random.default_rng(3).choice(W, size=M)
+        routing = Routing.from_destinations([dest] * W)
+    plan = OverlapPlan(primitive, M, N, K, comm, config=gemm.CONFIGS["64x64x32"], routing=routing)
+    assert plan.ctas == gemm.sm_count() - 6
+    a, b, C = _inputs(M, N, K, seed=21)
+    y = plan.run(a, b)
+    torch.cuda.synchronize()
+    plan.check()
+    assert calc_diff(y, _expected(plan, C, W)) < TOL
+    buf = torch.ones(32 << 20, dtype=torch.bfloat16, device="cuda")
+    comm.all_reduce(buf)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    comm.all_reduce(buf)
+    end.record()
+    end.synchronize()
+    assert start.elapsed_time(end) > 0.1
+    assert float(buf[0]) == 4.0
+
+
+def test_loopback_rejects_bad_mode():
+    with pytest.raises(ValueError, match="mode"):
+        LoopbackCommunicator(2, mode="nvlink")
+    with pytest.raises(ValueError, match="ctas"):
+        LoopbackCommunicator(2, mode="sm_copy", ctas=0)
