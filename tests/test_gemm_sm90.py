@@ -1,0 +1,170 @@
+"""CPU checks of the sm_90a GEMM's host logic: configs, heuristic, source generation, tensor-map
+geometry, and ptxas' report for every specialization (no spills, setmaxnreg honoured, wgmma not
+serialized). Plain compile checks of the same sources run in tests/test_kernels.py (sm_90a only)."""
+import os
+import re
+
+import pytest
+
+from fo_lib import gemm, gemm_sm90, kernels
+from fo_lib.tiling import TileGrid
+
+SOURCES = list(gemm_sm90.compile_check_sources())
+
+
+def _nvrtc_or_skip():
+    try:
+        kernels.nvrtc_version()
+    except kernels.CudaUnavailableError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("NVRTC (cupy) not installed")
+
+
+def test_compile_check_covers_every_config_dtype_epilogue():
+    labels = {label for label, _ in SOURCES}
+    assert len(labels) == len(SOURCES) == len(gemm_sm90.CONFIGS) * len(gemm.DTYPES) * len(gemm.EPILOGUES)
+    for cname in gemm_sm90.CONFIGS:
+        for dtype in gemm.DTYPES:
+            for epi in gemm.EPILOGUES:
+                assert f"gemm_sm90 {cname} {dtype} {epi}" in labels
+    assert labels <= {label for label, _ in kernels.compile_check_sources("sm_90a")}
+    assert not labels & {label for label, _ in kernels.compile_check_sources("sm_80")}
+
+
+@pytest.mark.parametrize("label,source", SOURCES, ids=[label for label, _ in SOURCES])
+def test_ptxas_report(label, source):
+    """No local memory, and neither C7508 (setmaxnreg ignored) nor C7510 (wgmma serialized)."""
+    _nvrtc_or_skip()
+    cubin, log = kernels.compile_with_log(source, "sm_90a", f"{label}.cu", ("--ptxas-options=-v",))
+    assert cubin[:4] == b"\x7fELF"
+    assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in log, log
+    assert not re.search(r"C75\d\d|warning", log, re.IGNORECASE), log
+    regs = int(re.search(r"Used (\d+) registers", log).group(1))
+    assert regs <= 168, f"{regs} registers at entry: 384 threads x {regs} overcommit the register file"
+
+
+@pytest.mark.parametrize("cname", list(gemm_sm90.CONFIGS))
+def test_smem_bytes_matches_device_code(cname):
+    """Sm90Config.smem_bytes is the same sum as Sm90Shape::SMEM_BYTES (checked by the compiler)."""
+    _nvrtc_or_skip()
+    cfg = gemm_sm90.CONFIGS[cname]
+    src = (f'#include "gemm_sm90.cuh"\n'
+           f"static_assert(fo::Sm90Shape<{cfg.BN}, {cfg.stages}>::SMEM_BYTES == {cfg.smem_bytes}, \"smem\");\n"
+           f"static_assert(fo::Sm90Shape<{cfg.BN}, {cfg.stages}>::BM == {cfg.BM}, \"BM\");\n"
+           f"static_assert(fo::Sm90Shape<{cfg.BN}, {cfg.stages}>::BK == {cfg.BK}, \"BK\");\n"
+           f"static_assert(fo::Sm90Shape<{cfg.BN}, {cfg.stages}>::THREADS == {cfg.threads}, \"threads\");\n"
+           'extern "C" __global__ void k(int* x) { x[0] = 1; }\n')
+    kernels.compile_cubin(src, "sm_90a")
+
+
+def test_kernel_names_unique_and_distinct_from_portable():
+    names = [gemm_sm90.generate_source(cfg, d, e)[1] for cfg in gemm_sm90.CONFIGS.values()
+             for d in gemm.DTYPES for e in gemm.EPILOGUES]
+    assert len(names) == len(set(names))
+    portable = {gemm.generate_source(cfg, d, e)[1] for cfg in gemm.CONFIGS.values()
+                for d in gemm.DTYPES for e in gemm.EPILOGUES}
+    assert not set(names) & portable
+
+
+def test_generate_source_ignores_raster_and_checks_inputs():
+    cfg = gemm_sm90.CONFIGS["128x256x64"]
+    assert gemm_sm90.generate_source(cfg, "bf16", "plain") == \
+        gemm_sm90.generate_source(cfg.with_raster("col", 4), "bf16", "plain")
+    with pytest.raises(gemm.GemmError, match="dtype"):
+        gemm_sm90.generate_source(cfg, "fp32", "plain")
+    with pytest.raises(gemm.GemmError, match="epilogue"):
+        gemm_sm90.generate_source(cfg, "bf16", "nope")
+    with pytest.raises(gemm.GemmError, match="Sm90Config"):
+        gemm_sm90.generate_source(gemm.CONFIGS["128x256x64"], "bf16", "plain")
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(BN=192), "BN"),
+    (dict(BN=64), "BN"),
+    (dict(stages=1), "stages"),
+    (dict(stages=9), "stages"),
+    (dict(BN=256, stages=4), "shared memory"),
+    (dict(BN=128, stages=7), "shared memory"),
+    (dict(order="diag"), "order"),
+    (dict(swizzle=0), "swizzle"),
+    (dict(BN=True), "BN"),
+    (dict(stages=2.0), "stages"),
+])
+def test_config_validate_rejects(kw, match):
+    with pytest.raises(gemm.GemmError, match=match):
+        gemm_sm90.Sm90Config(**kw).validate()
+
+
+def test_config_properties():
+    big, small = gemm_sm90.CONFIGS["128x256x64"], gemm_sm90.CONFIGS["128x128x64"]
+    assert (big.BM, big.BN, big.BK, big.threads) == (128, 256, 64, 384)
+    assert big.smem_bytes == 1024 + 3 * 384 * 128 + 128 * 256 * 2 + 1024 + 8 * 8
+    assert all(c.smem_bytes <= 227 * 1024 for c in gemm_sm90.CONFIGS.values())
+    assert gemm_sm90.Sm90Config(128, 6).validate().smem_bytes <= 227 * 1024  # the deepest BN=128 ring
+    assert small.BN == 128 and small.stages >= 4
+    g = big.with_raster("col", 3).grid(1000, 3000, 100)
+    assert g == TileGrid(1000, 3000, 128, 256, order="col", swizzle=3, _ctas=100)
+    assert g.num_waves == -(-(8 * 12) // 100)
+
+
+@pytest.mark.parametrize("M,N,K", [(1, 8, 8), (64, 64, 64), (512, 512, 1024), (4096, 4096, 4096),
+                                   (8192, 8192, 8192), (16384, 4096, 1024), (300, 70000, 64),
+                                   (2048, 1024, 8192), (128 * 132, 256, 4096)])
+def test_default_config(M, N, K):
+    cfg = gemm_sm90.default_config(M, N, K, 132)
+    assert isinstance(cfg, gemm_sm90.Sm90Config)
+    cfg.validate()
+    grid = cfg.grid(M, N, 132)
+    assert grid.ctas == 132 and grid.num_tiles >= 1
+    if M >= 4096 and N >= 4096:
+        assert cfg.BN == 256
+    if grid.num_tiles <= 132:
+        assert cfg.swizzle == 1
+    else:
+        assert cfg.swizzle == min(8, grid.tiles_m)
+    # The small tile wins only when its padded work (waves x tile area / speed) is lower.
+    big = gemm_sm90.CONFIGS["128x256x64"].grid(M, N, 132)
+    if cfg.BN == 128:
+        assert grid.num_waves * 128 * 128 / 0.9 < big.num_waves * 128 * 256
+
+
+def test_default_config_prefers_small_tile_when_it_pads_less():
+    # N = 384: 128 x 256 tiles pad it to 512 (264 tiles, 2 waves, 2 x 32768 elements per CTA);
+    # 128 x 128 tiles fit exactly (396 tiles, 3 waves, 3 x 16384 elements per CTA).
+    cfg = gemm_sm90.default_config(128 * 132, 384, 4096, 132)
+    assert cfg.BN == 128
+
+
+def test_default_config_rejects():
+    with pytest.raises(gemm.GemmError):
+        gemm_sm90.default_config(0, 8, 8, 132)
+    with pytest.raises(gemm.GemmError, match="no sm90 GEMM config fits"):
+        gemm_sm90.default_config(8, 8, 8, 132, 1000)
+
+
+def test_tma_desc_fields():
+    f = gemm_sm90.tma_desc_fields(rows=1000, cols=4096, row_stride=4104, box_rows=128)
+    assert f == dict(global_dim=(4096, 1000), global_strides=(8208,), box_dim=(64, 128), element_strides=(1, 1))
+    # One row: its stride is unused but must be legal.
+    assert gemm_sm90.tma_desc_fields(1, 24, 3, 256)["global_strides"] == (48,)
+    # K tails and boxes larger than the matrix are fine (TMA zero-fills).
+    assert gemm_sm90.tma_desc_fields(5, 8, 8, 128)["box_dim"] == (64, 128)
+    with pytest.raises(gemm.GemmError, match="stride"):
+        gemm_sm90.tma_desc_fields(10, 64, 68, 128)
+    with pytest.raises(gemm.GemmError, match="stride"):
+        gemm_sm90.tma_desc_fields(10, 64, 32, 128)
+    with pytest.raises(gemm.GemmError, match="box"):
+        gemm_sm90.tma_desc_fields(10, 64, 64, 512)
+    with pytest.raises(gemm.GemmError, match="empty"):
+        gemm_sm90.tma_desc_fields(0, 64, 64, 128)
+
+
+def test_import_without_gpu_libraries():
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['cupy'] = None; sys.modules['torch'] = None; sys.modules['cuda'] = None\n"
+            "import fo_lib.gemm_sm90 as g; print(g.default_config(1024, 1024, 1024, 132).tile_name)\n"
+            "assert not g.is_supported()")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
