@@ -45,33 +45,15 @@ def sweep_shapes(quick: bool) -> dict:
             "all_to_all": PAPER_SHAPES["all_to_all"]}
 
 
-def tuner_pick(summary):
-    """Per (primitive, shape): the CTA budget whose predicted time (best partition or the sequential
-    fallback) is lowest, and what that choice measured. The reference is the fastest measured
-    sequential run (torch.matmul, then NCCL with any budget: normally NCCL's default)."""
-    import pandas as pd
-
-    summary = summary.assign(predicted_choice_ms=summary[["predicted_model_ms", "predicted_sequential_ms"]].min(axis=1))
-    rows = []
-    for _, g in summary.groupby(["primitive", "M", "N", "K"], sort=False):
-        row = g.loc[g.predicted_choice_ms.idxmin()].copy()
-        seq = g.sequential_ms.min()
-        row["sequential_ms"] = seq
-        row["tuned_ms"] = row.overlap_predicted_ms if row.tuner_overlaps else seq
-        row["tuned_speedup_vs_sequential"] = seq / row.tuned_ms
-        row["best_speedup_vs_sequential"] = seq / g.best_ms.min()
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
 def report(summary) -> None:
+    from fo_lib.experiments.multi_gpu import bar_summary, tuner_pick
+
     picked = tuner_pick(summary)
-    heavy = picked[(picked.primitive == "all_reduce") & (picked.comm_over_cublas >= 0.3)]
+    bar = bar_summary(picked)
     print(f"tuner (partition, fallback and NCCL CTA budget chosen by prediction): AllReduce with comm >= 30% "
-          f"of the cuBLAS GEMM ({len(heavy)} shapes): median speedup vs sequential "
-          f"{heavy.tuned_speedup_vs_sequential.median():.3f}; worst shape overall "
-          f"{picked.tuned_speedup_vs_sequential.min():.3f}; predicted partition within 3% of the best "
-          f"measured in {(summary.predicted_vs_best <= 1.03).mean():.0%} of (shape, budget) runs", flush=True)
+          f"of the cuBLAS GEMM ({bar['allreduce_shapes']} shapes): median speedup vs sequential "
+          f"{bar['allreduce_median_speedup']:.3f}; worst shape overall {bar['worst_speedup']:.3f}; predicted "
+          f"partition within 3% of the best measured in {bar['predicted_within_3pct']:.0%} of shapes", flush=True)
     cols = ["primitive", "M", "N", "K", "nccl_max_ctas", "comm_sms", "cublas_ms", "gemm_ms", "comm_ms", "sequential_ms",
             "decomp2_ms", "symm_mem_fused_ms", "overlap_predicted_ms", "best_ms", "tuner_overlaps", "tuned_ms",
             "tuned_speedup_vs_sequential", "best_speedup_vs_sequential"]
