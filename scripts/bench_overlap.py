@@ -32,6 +32,7 @@ def main(argv=None):
                          "kernels): the GEMM runs on SMs - comm_sms persistent CTAs")
     ap.add_argument("--host-overhead", action="store_true",
                     help="also measure the host time per call, eager vs CUDA graph (<out>_host_overhead.csv)")
+    ap.add_argument("--no-sweep", action="store_true", help="skip the speedup sweep (with --host-overhead)")
     args = ap.parse_args(argv)
     if args.host_overhead:
         from fo_lib.experiments.overlap import LINK, host_overhead
@@ -41,6 +42,8 @@ def main(argv=None):
         out = Path(args.out)
         write_result(ho, out.with_name(out.stem + "_host_overhead.csv"), world_size=args.world, link=LINK)
         print(ho.round(3).to_string(index=False), flush=True)
+    if args.no_sweep:
+        return
     df, cand, saved = measure(world=args.world, quick=args.quick, primitives=args.primitives,
                               candidates_limit=args.candidates, comm_sms=args.comm_sms)
     write_records(df, cand, saved, args.out, world=args.world, comm_sms=args.comm_sms)
