@@ -1,0 +1,302 @@
+"""GPU checks of fo_lib.gemm_sm90 (compute capability 9.0 only): numerics against float64 on fresh
+random inputs with poisoned outputs and guard frames, the signal epilogue's row tables (random and
+fo_lib.reorder's tile / subtile / subtoken layouts) and exact counters over back-to-back epochs, a
+counter-gated reader on a second stream, and the probe's timestamps against the wave model."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("cupy")
+if not torch.cuda.is_available():  # pragma: no cover - conftest skips these anyway
+    pytest.skip("no CUDA GPU", allow_module_level=True)
+
+from fo_lib import counting, gemm, gemm_sm90, reorder  # noqa: E402
+from fo_lib.testing import calc_diff  # noqa: E402
+from fo_lib.tiling import TileGrid  # noqa: E402
+from gemm_helpers import DTYPES, SHAPES, TOL, gather_index, guarded_out, inputs, ref, signal_tables  # noqa: E402
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not gemm_sm90.is_supported(), reason="needs a compute capability 9.0 GPU")]
+
+CONFIG_NAMES = list(gemm_sm90.CONFIGS)
+# K tails inside the last 64-wide k-block and K below one k-block (TMA zero fill), on top of SHAPES.
+SHAPES_SM90 = SHAPES + [(129, 130, 8), (200, 300, 72), (1000, 777, 4104), (333, 4100, 4040)]
+SECOND = 1_000_000_000
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("cname", CONFIG_NAMES)
+@pytest.mark.parametrize("M,N,K", SHAPES_SM90)
+def test_gemm_plain(M, N, K, cname, dtype):
+    cfg = gemm_sm90.CONFIGS[cname].with_raster("row", 4)
+    a, b = inputs(M, N, K, dtype, seed=M * 7 + N * 13 + K + 1)
+    buf, out, mask = guarded_out(M, N, dtype)
+    gemm_sm90.gemm_nt(a, b, out, config=cfg)
+    torch.cuda.synchronize()
+    assert not torch.isnan(out).any(), "unwritten (NaN) elements in the output"
+    assert torch.isnan(buf[~mask]).all(), "the kernel wrote outside the output view"
+    err = calc_diff(out, ref(a, b))
+    assert err < TOL[dtype], f"rel. error {err:.3g}"
+
+
+@pytest.mark.parametrize("M,N,K", [(4096, 4096, 4096), (1000, 3000, 1000), (77, 9000, 264)])
+def test_gemm_matches_torch(M, N, K):
+    """Same order of magnitude of error as cuBLAS against float64 (not just under a loose bound)."""
+    a, b = inputs(M, N, K, "bf16", seed=17)
+    r = ref(a, b)
+    ours = calc_diff(gemm_sm90.gemm_nt(a, b), r)
+    theirs = calc_diff(torch.matmul(a, b.T), r)
+    assert ours < 2 * theirs + 1e-4, (ours, theirs)
+
+
+def test_gemm_operand_views():
+    """Operands that are row slices / column slices of bigger tensors (row stride != K), unaligned M."""
+    base_a = torch.randn(700, 1040, device="cuda").bfloat16()
+    base_b = torch.randn(530, 1040, device="cuda").bfloat16()
+    a, b = base_a[3:650, 8:1000], base_b[1:517, 16:1008]  # K = 992, strides 1040
+    out = gemm_sm90.gemm_nt(a, b, config=gemm_sm90.CONFIGS["128x128x64"])
+    assert calc_diff(out, ref(a, b)) < TOL["bf16"]
+
+
+@pytest.mark.parametrize("M,N,K,ctas,order,swizzle", [
+    (1000, 3000, 256, None, "row", 1), (1000, 3000, 256, 7, "col", 3), (4096, 4096, 512, 132, "row", 8),
+    (77, 9000, 64, 5, "col", 1), (3333, 333, 96, 1, "row", 2)])
+def test_gemm_default_and_ctas(M, N, K, ctas, order, swizzle):
+    a, b = inputs(M, N, K, "bf16", seed=1)
+    out = gemm_sm90.gemm_nt(a, b, ctas=ctas)  # default config
+    assert calc_diff(out, ref(a, b)) < TOL["bf16"]
+    cfg = gemm_sm90.default_config(M, N, K, gemm.sm_count()).with_raster(order, swizzle)
+    out2 = gemm_sm90.gemm_nt(a, b, config=cfg, ctas=ctas)
+    assert torch.equal(out, out2), "raster/ctas must not change the result (same k order per tile)"
+
+
+def test_gemm_on_side_stream():
+    a, b = inputs(1024, 1024, 1024, "f16", seed=2)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        out = gemm_sm90.gemm_nt(a, b)
+    s.synchronize()
+    assert calc_diff(out, ref(a, b)) < TOL["f16"]
+    out2 = gemm_sm90.gemm_nt(a, b, stream=s)
+    s.synchronize()
+    assert torch.equal(out, out2)
+
+
+def test_gemm_rejects_bad_inputs():
+    a, b = inputs(64, 64, 64, "bf16", seed=3)
+    with pytest.raises(gemm.GemmError, match="bfloat16 and float16"):
+        gemm_sm90.gemm_nt(a.float(), b.float())
+    with pytest.raises(gemm.GemmError, match="K mismatch"):
+        gemm_sm90.gemm_nt(a, b[:, :32])
+    with pytest.raises(gemm.GemmError, match="multiple of 8"):
+        gemm_sm90.gemm_nt(a[:, :60], b[:, :60])
+    with pytest.raises(gemm.GemmError, match="unit stride"):
+        gemm_sm90.gemm_nt(a.T, b)
+    with pytest.raises(gemm.GemmError, match="aligned"):
+        gemm_sm90.gemm_nt(a.flatten()[1:4097 - 64].view(63, 64), b)
+    with pytest.raises(gemm.GemmError, match="Sm90Config"):
+        gemm_sm90.gemm_nt(a, b, config=gemm.CONFIGS["128x256x64"])
+    with pytest.raises(gemm.GemmError, match="must be"):
+        gemm_sm90.gemm_nt(a, b, torch.empty(64, 65, dtype=a.dtype, device="cuda"))
+
+
+# --- signal epilogue -----------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("cname", CONFIG_NAMES)
+@pytest.mark.parametrize("M,N,K,groups", [(1, 8, 8, 1), (100, 300, 64, 3), (1000, 2000, 264, 5),
+                                          (2048, 4096, 512, 8), (257, 129, 40, 2), (77, 1000, 16, 4)])
+@pytest.mark.parametrize("epilogue", ["signal", "scatter"])
+def test_gemm_signal(M, N, K, groups, cname, dtype, epilogue):
+    cfg = gemm_sm90.CONFIGS[cname].with_raster("col", 2)
+    a, b = inputs(M, N, K, dtype, seed=M + N + K)
+    row_offset, tile_group, grid = signal_tables(M, N, cfg, groups, seed=M * N)
+    guard = 64
+    comm = torch.full((M * N + guard,), float("nan"), dtype=DTYPES[dtype], device="cuda")
+    ro = torch.from_numpy(row_offset).cuda()
+    tg = torch.from_numpy(tile_group).cuda()
+    counters = torch.zeros(groups, dtype=torch.int32, device="cuda")
+    if epilogue == "signal":
+        gemm_sm90.gemm_nt_signal(a, b, comm, ro, tg, counters, config=cfg)
+    else:
+        gemm_sm90.gemm_nt_scatter(a, b, comm, ro, config=cfg)
+    plain = gemm_sm90.gemm_nt(a, b, config=cfg)
+    torch.cuda.synchronize()
+    assert not torch.isnan(comm[:M * N]).any(), "comm_buf elements left unwritten"
+    assert torch.isnan(comm[M * N:]).all(), "comm_buf written past the table's range"
+    got = comm[torch.from_numpy(gather_index(row_offset, M, N, cfg.BN)).cuda()]
+    assert torch.equal(got, plain), "signal epilogue stored different values / places than plain"
+    assert calc_diff(got, ref(a, b)) < TOL[dtype]
+    expect = np.bincount(tile_group, minlength=groups) if epilogue == "signal" else np.zeros(groups)
+    assert counters.cpu().numpy().tolist() == expect.tolist()
+
+
+def _plan(mode, grid, part, M, rng):
+    if mode == "tile":
+        return reorder.tile_reorder(grid, part)
+    if mode == "subtile":
+        return reorder.subtile_reorder(grid, part, 4)
+    W = 3
+    dest = [rng.integers(0, W, M) for _ in range(W)]
+    idx = [np.zeros(M, dtype=np.int64) for _ in range(W)]
+    cnt = np.zeros(W, dtype=np.int64)
+    for s_ in range(W):
+        for i in range(M):
+            idx[s_][i] = cnt[dest[s_][i]]
+            cnt[dest[s_][i]] += 1
+    return reorder.subtoken_reorder(grid, part, dest, idx, 1)
+
+
+@pytest.mark.parametrize("cname", CONFIG_NAMES)
+@pytest.mark.parametrize("mode", ["tile", "subtile", "subtoken"])
+@pytest.mark.parametrize("M,N,K", [(1000, 1100, 64), (4096, 2048, 128), (300, 4096, 32), (777, 1000, 200)])
+def test_gemm_signal_with_reorder_tables(mode, M, N, K, cname):
+    """The kernel stores exactly where fo_lib.reorder's tables say (the NumPy pre-reorder)."""
+    cfg = gemm_sm90.CONFIGS[cname].with_raster("row", 4)
+    ctas = 40
+    grid = cfg.grid(M, N, ctas)
+    T = grid.num_waves
+    part = tuple([1] * min(T, 3) + ([T - 3] if T > 3 else []))
+    plan = _plan(mode, grid, part, M, np.random.default_rng(M + N))
+    a, b = inputs(M, N, K, "bf16", seed=M)
+    n = plan.buffer_elements
+    comm = torch.full((n,), float("nan"), dtype=torch.bfloat16, device="cuda")
+    counters = torch.zeros(len(part), dtype=torch.int32, device="cuda")
+    gemm_sm90.gemm_nt_signal(a, b, comm, torch.from_numpy(plan.row_offset).cuda(),
+                             torch.from_numpy(plan.tile_group).cuda(), counters, config=cfg, ctas=ctas)
+    plain = gemm_sm90.gemm_nt(a, b, config=cfg).float().cpu().numpy()
+    expect = reorder.pre_reorder(plain, plan.row_offset, n, cfg.BN)
+    got = comm.float().cpu().numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(expect))
+    np.testing.assert_array_equal(got[~np.isnan(got)], expect[~np.isnan(expect)])
+    assert counters.cpu().numpy().tolist() == plan.group_tiles.tolist()
+
+
+def test_gemm_signal_counters_accumulate():
+    """120 back-to-back calls: every counter = calls x its group's tiles (epochs, never reset)."""
+    cfg = gemm_sm90.CONFIGS["128x128x64"].with_raster("row", 2)
+    M, N, K, groups, calls = 1000, 1500, 128, 6, 120
+    a, b = inputs(M, N, K, "bf16", seed=5)
+    row_offset, tile_group, grid = signal_tables(M, N, cfg, groups, seed=6)
+    comm = torch.empty(M * N, dtype=torch.bfloat16, device="cuda")
+    ro, tg = torch.from_numpy(row_offset).cuda(), torch.from_numpy(tile_group).cuda()
+    counters = torch.zeros(groups, dtype=torch.uint32, device="cuda")
+    for _ in range(calls):
+        gemm_sm90.gemm_nt_signal(a, b, comm, ro, tg, counters, config=cfg, ctas=50)
+    torch.cuda.synchronize()
+    expect = calls * np.bincount(tile_group, minlength=groups)
+    assert counters.cpu().to(torch.int64).numpy().tolist() == expect.tolist()
+
+
+@pytest.mark.parametrize("cname", CONFIG_NAMES)
+def test_gemm_signal_gates_a_reader_on_another_stream(cname):
+    """The protocol end to end: a second stream waits for each group's epoch target, then copies that
+    group's slice while the GEMM is still running later groups. Calls alternate between two input
+    sets (so a stale slice is caught) and two buffers; every copied slice must hold its call's data."""
+    cfg = gemm_sm90.CONFIGS[cname].with_raster("row", 2)
+    M, N, K, ctas, calls = 2048, 4096, 1024, 33, 8
+    grid = cfg.grid(M, N, ctas)
+    plan = reorder.tile_reorder(grid, (1,) * grid.num_waves)
+    sets = [inputs(M, N, K, "bf16", seed=40 + i) for i in range(2)]
+    ro = torch.from_numpy(plan.row_offset).cuda()
+    tg = torch.from_numpy(plan.tile_group).cuda()
+    n = plan.buffer_elements
+    expect = [reorder.pre_reorder(gemm_sm90.gemm_nt(a, b, config=cfg).float().cpu().numpy(), plan.row_offset, n,
+                                  cfg.BN) for a, b in sets]
+    bufs = [torch.empty(n, dtype=torch.bfloat16, device="cuda") for _ in range(2)]
+    snaps = [torch.full((n,), float("nan"), dtype=torch.bfloat16, device="cuda") for _ in range(calls)]
+    counters = torch.zeros(plan.num_groups, dtype=torch.int32, device="cuda")
+    err = torch.zeros(1, dtype=torch.int32, device="cuda")
+    # Warm-up: load the GEMM and wait kernels before any wait spins (lazy module loading would deadlock).
+    warm = torch.zeros(plan.num_groups, dtype=torch.int32, device="cuda")
+    gemm_sm90.gemm_nt_signal(*sets[0], bufs[0], ro, tg, warm, config=cfg, ctas=ctas)
+    counting.wait_counter(warm, 0, 1, err, SECOND)
+    torch.cuda.synchronize()
+    # Two non-blocking side streams (never the legacy default stream, which would serialize them).
+    compute, comm = torch.cuda.Stream(), torch.cuda.Stream(priority=-1)
+    targets = counting.EpochTargets(plan.group_tiles)
+    done = []
+    for e in range(calls):
+        if e >= 2:
+            compute.wait_event(done[e - 2])  # buffer e % 2 was read by call e - 2's copies
+        a, b = sets[e % 2]
+        gemm_sm90.gemm_nt_signal(a, b, bufs[e % 2], ro, tg, counters, config=cfg, ctas=ctas, stream=compute)
+        with torch.cuda.stream(comm):
+            for g, target in enumerate(targets.next()):
+                counting.wait_counter(counters, g, target, err, 20 * SECOND, stream=comm)
+                s0, s1 = (int(v) for v in plan.group_slices[g])
+                snaps[e][s0:s1].copy_(bufs[e % 2][s0:s1])
+            ev = torch.cuda.Event()
+            ev.record(comm)
+            done.append(ev)
+    counting.check_wait_error(err, comm)
+    torch.cuda.synchronize()
+    for e in range(calls):
+        got = snaps[e].float().cpu().numpy()
+        np.testing.assert_array_equal(got, expect[e % 2], err_msg=f"call {e}")
+    assert counters.cpu().numpy().tolist() == (calls * plan.group_tiles).tolist()
+
+
+def test_gemm_signal_rejects_bad_tables():
+    cfg = gemm_sm90.CONFIGS["128x128x64"]
+    a, b = inputs(256, 256, 64, "bf16", seed=7)
+    comm = torch.empty(256 * 256, dtype=torch.bfloat16, device="cuda")
+    ro = torch.zeros(256, 2, dtype=torch.int64, device="cuda")
+    tg = torch.zeros(4, dtype=torch.int32, device="cuda")
+    cnt = torch.zeros(1, dtype=torch.int32, device="cuda")
+    gemm_sm90.gemm_nt_signal(a, b, comm, ro, tg, cnt, config=cfg)  # valid (all rows overlap, fine)
+    with pytest.raises(gemm.GemmError, match="row_offset"):
+        gemm_sm90.gemm_nt_signal(a, b, comm, ro.int(), tg, cnt, config=cfg)
+    with pytest.raises(gemm.GemmError, match="row_offset"):
+        gemm_sm90.gemm_nt_signal(a, b, comm, ro[:, :1].contiguous(), tg, cnt, config=cfg)
+    with pytest.raises(gemm.GemmError, match="tile_group"):
+        gemm_sm90.gemm_nt_signal(a, b, comm, ro, tg[:3], cnt, config=cfg)
+    with pytest.raises(gemm.GemmError, match="group_counter"):
+        gemm_sm90.gemm_nt_signal(a, b, comm, ro, tg, cnt.cpu(), config=cfg)
+    with pytest.raises(gemm.GemmError, match="comm_buf"):
+        gemm_sm90.gemm_nt_signal(a, b, comm[:100], ro, tg, cnt, config=cfg)
+    with pytest.raises(gemm.GemmError, match="explicit config"):
+        gemm_sm90.gemm_nt_signal(a, b, comm, ro, tg, cnt, config=None)
+
+
+# --- probe: timing, waves, raster ----------------------------------------------------------------
+@pytest.mark.parametrize("cname,M,N,K,ctas,order,swizzle", [
+    ("128x256x64", 4096, 4096, 1024, None, "row", 1),
+    ("128x256x64", 4096, 4096, 1024, 132, "row", 8),
+    ("128x128x64", 3000, 2000, 512, 40, "col", 3),
+    ("128x128x64", 1000, 1000, 256, 17, "col", 1),
+    ("128x256x64", 2000, 3000, 512, 64, "row", 5),
+    ("128x256x64", 1024, 8192, 512, 100, "col", 8),
+])
+def test_gemm_probe_waves_and_raster(cname, M, N, K, ctas, order, swizzle):
+    cfg = gemm_sm90.CONFIGS[cname].with_raster(order, swizzle)
+    a, b = inputs(M, N, K, "f16", seed=11)
+    out, probe = gemm_sm90.gemm_nt_probe(a, b, config=cfg, ctas=ctas)
+    torch.cuda.synchronize()
+    assert calc_diff(out, ref(a, b)) < TOL["f16"]
+    sms = gemm.sm_count()
+    P = sms if ctas is None else ctas
+    grid = TileGrid.with_ctas(M, N, P, BM=cfg.BM, BN=cfg.BN, order=order, swizzle=swizzle)
+    assert grid == cfg.grid(M, N, P)
+    p = probe.cpu().numpy()
+    start, end, smid, cta = p[:, 0], p[:, 1], p[:, 2], p[:, 3]
+    assert (start > 0).all() and (end >= start).all()
+    assert (smid < sms).all() and (smid >= 0).all()
+    # Raster: CTA b ran exactly the tiles at schedule indices b, b + P, ...
+    s_idx = grid.schedule_index
+    assert np.array_equal(cta, s_idx % P)
+    # Waves: a CTA starts its tiles in schedule order and finishes them in that order; tile j of a CTA
+    # is wave j. (A tile's end may pass the next tile's start: the store warps finish tile j while
+    # the consumers already compute tile j + 1.)
+    wave = np.empty(grid.num_tiles, dtype=np.int64)
+    for b_ in range(min(P, grid.num_tiles)):
+        tiles = np.flatnonzero(cta == b_)
+        tiles = tiles[np.argsort(s_idx[tiles], kind="stable")]  # schedule order
+        order_t = tiles[np.argsort(start[tiles], kind="stable")]  # time order (ties keep schedule)
+        assert np.array_equal(order_t, tiles), f"CTA {b_} started its tiles out of schedule order"
+        assert (start[tiles[1:]] > start[tiles[:-1]]).all()
+        assert (end[tiles[1:]] >= end[tiles[:-1]]).all(), f"CTA {b_} finished its tiles out of order"
+        wave[order_t] = np.arange(len(order_t))
+    assert np.array_equal(wave, grid.tile_wave)
+    for b_ in range(min(P, grid.num_tiles)):
+        assert len(set(smid[cta == b_].tolist())) == 1
