@@ -3,8 +3,9 @@
 # each under its own time limit, logging everything to $OUT/run.log and writing CSV + provenance
 # sidecars under $OUT/data/. Run from the repo root:
 #   FO_GIT_SHA=<sha of HEAD> FO_STEPS=build,tests,sanitize,bench_gemm,bench_postops scripts/gpu_run.sh
-# Steps: build tests sanitize bench_gemm bench_postops profile record engine multi_gpu bench_overlap;
-# arguments through FO_TEST_ARGS, FO_GEMM_ARGS, FO_POSTOPS_ARGS, FO_MULTI_ARGS, FO_OVERLAP_ARGS.
+# Steps: build tests sanitize sanitize_sm90 bench_gemm bench_sm90 bench_postops profile record engine
+# multi_gpu bench_overlap; arguments through FO_TEST_ARGS, FO_GEMM_ARGS, FO_SM90_ARGS, FO_POSTOPS_ARGS,
+# FO_MULTI_ARGS, FO_OVERLAP_ARGS. (tests runs every file in tests/gpu, the sm90 GEMM's included.)
 # (the GPU machine gets a copy without .git: FO_GIT_SHA is what the provenance sidecars record)
 set -uo pipefail
 OUT=${OUT:-/tmp/fo_out}
@@ -27,9 +28,11 @@ step() {  # step NAME LIMIT_S CMD...
 python3 -m fo_lib info >>"$log" 2>&1
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv >>"$log" 2>&1
 step build 120 python3 -m fo_lib build
-step tests 240 python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/gpu ${FO_TEST_ARGS:-}
+step tests 420 python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/gpu ${FO_TEST_ARGS:-}
 step sanitize 150 bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_kernels.py && compute-sanitizer --tool racecheck --error-exitcode 9 python3 scripts/sanitize_kernels.py"
+step sanitize_sm90 150 bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_kernels.py --sm90 && compute-sanitizer --tool racecheck --error-exitcode 9 python3 scripts/sanitize_kernels.py --sm90"
 step bench_gemm 240 python3 scripts/bench_gemm.py ${FO_GEMM_ARGS:-} --out "$OUT/data/gemm_portable.csv"
+step bench_sm90 300 python3 scripts/bench_gemm_sm90.py ${FO_SM90_ARGS:-} --out "$OUT/data/gemm_sm90.csv"
 step bench_postops 120 python3 scripts/bench_postops.py ${FO_POSTOPS_ARGS:-} --out "$OUT/data/postops.csv"
 step profile 200 ncu --clock-control none -k regex:fo_gemm_nt --launch-skip 3 --launch-count 3 --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats python3 scripts/profile_gemm.py
 step record 120 bash -c "python3 scripts/record_experiments.py && cp data/*/wave_pattern.* $OUT/data/"
