@@ -238,7 +238,8 @@ def ptr(t):
 
 
 # --- compile-check registry (CI compiles every registered source for every target it supports) --
-_compile_checks: list[tuple[Callable[[], Iterable[tuple[str, str]]], tuple[str, ...]]] = []
+_compile_checks: list[Callable[[], Iterable[tuple[str, str]]]] = []
+_compile_check_archs: dict[Callable, tuple[str, ...]] = {}  # targets of each registered generator
 
 
 def register_compile_check(fn: Callable[[], Iterable[tuple[str, str]]] | None = None, *,
@@ -252,7 +253,8 @@ def register_compile_check(fn: Callable[[], Iterable[tuple[str, str]]] | None = 
             raise ValueError(f"unknown target {a!r}; choose from {ARCHS}")
 
     def register(f):
-        _compile_checks.append((f, archs))
+        _compile_checks.append(f)
+        _compile_check_archs[f] = archs
         return f
 
     return register if fn is None else register(fn)
@@ -268,15 +270,15 @@ def compile_check_sources(arch: str | None = None) -> Iterator[tuple[str, str]]:
     if arch is not None and arch not in ARCHS:
         raise ValueError(f"unknown target {arch!r}; choose one of {ARCHS}")
     _register_all()
-    for fn, archs in _compile_checks:
-        if arch is None or arch in archs:
+    for fn in _compile_checks:
+        if arch is None or arch in _compile_check_archs[fn]:
             yield from fn()
 
 
 def compile_check_cases() -> Iterator[tuple[str, str, str]]:
     """``(label, source, arch)`` for every registered source and every target it declares."""
     _register_all()
-    for fn, archs in _compile_checks:
+    for fn in _compile_checks:
         for label, source in fn():
-            for arch in archs:
+            for arch in _compile_check_archs[fn]:
                 yield label, source, arch

@@ -294,7 +294,7 @@ def test_gemm_probe_waves_and_raster(cname, M, N, K, ctas, order, swizzle):
         tiles = tiles[np.argsort(s_idx[tiles], kind="stable")]  # schedule order
         order_t = tiles[np.argsort(start[tiles], kind="stable")]  # time order (ties keep schedule)
         assert np.array_equal(order_t, tiles), f"CTA {b_} started its tiles out of schedule order"
-        assert (start[tiles[1:]] > start[tiles[:-1]]).all()
+        assert (start[tiles[1:]] >= start[tiles[:-1]]).all()  # >=: %globaltimer ticks coarsely
         assert (end[tiles[1:]] >= end[tiles[:-1]]).all(), f"CTA {b_} finished its tiles out of order"
         wave[order_t] = np.arange(len(order_t))
     assert np.array_equal(wave, grid.tile_wave)
