@@ -64,9 +64,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="data folder, e.g. data/h200x2")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--ctas", type=int, nargs="+", default=[8, 16, 0],
+    ap.add_argument("--ctas", type=int, nargs="+", default=[0, 8, 16],
                     help="NCCL CTA budgets to sweep (0: NCCL's default); the GEMM leaves the measured footprint free")
-    ap.add_argument("--candidates", type=int, default=10)
+    ap.add_argument("--candidates", type=int, default=8)
     ap.add_argument("--skip", nargs="*", default=[], choices=("curves", "sweep"))
     args = ap.parse_args(argv)
 
@@ -94,15 +94,18 @@ def main(argv=None) -> int:
     for budget in args.ctas:
         c = comm if budget == 0 else TorchDistCommunicator(max_ctas=budget)
         tag = f"NCCL CTAs {'default' if budget == 0 else budget}"
+        # A bounded CTA budget applies to AllReduce and ReduceScatter; All-to-All (grouped send/recv)
+        # stalled under min=max=8 CTAs on 2 H200s, so it keeps NCCL's own choice.
+        prims = PRIMITIVES if budget == 0 else ("all_reduce", "reduce_scatter")
         if "curves" not in args.skip:
-            for prim in PRIMITIVES:
+            for prim in prims:
                 curve = c.broadcast_object(tuning.measure_curve(c, prim, tuning.default_sizes(1 << 30, min_bytes=16 << 10)))
                 curves += [r | {"nccl_max_ctas": budget} for r in curve_rows(curve)]
                 big = max(curve.points)
                 say(f"[{tag}] curve {prim:>14}: {len(curve.points)} sizes, {big[0] / 2**20:.0f} MiB in "
                     f"{big[1]:.3f} ms (bus {curve.bus_bandwidth_gbps()[-1]:.0f} GB/s)")
         free = {}
-        for prim in PRIMITIVES:
+        for prim in prims:
             r = c.broadcast_object(tuning.measure_sm_footprint(c, prim))
             footprints.append(r | {"nccl_max_ctas": budget})
             free[prim] = r["footprint"]
@@ -110,7 +113,7 @@ def main(argv=None) -> int:
                 f"GEMM CTAs delayed {r['sms_taken']} (runs {r['sms_taken_runs']}), {r['collective_ms']:.3f} ms "
                 f"for {r['message_bytes'] / 2**20:.0f} MiB -> GEMM leaves {free[prim]} SMs")
         if "sweep" not in args.skip:
-            summary, cands, saved = measure(c, quick=args.quick, shapes=sweep_shapes(args.quick),
+            summary, cands, saved = measure(c, quick=args.quick, shapes=sweep_shapes(args.quick), primitives=prims,
                                             candidates_limit=args.candidates, comm_sms=free)
             summaries.append(summary)
             cand_frames.append(cands)

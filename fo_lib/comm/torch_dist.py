@@ -1,6 +1,7 @@
 """Collectives through ``torch.distributed``: NCCL for CUDA tensors, gloo for CPU tensors."""
 from __future__ import annotations
 
+import datetime
 import os
 
 from . import check_counts
@@ -33,7 +34,7 @@ class TorchDistCommunicator:
             opts.config.max_ctas = max_ctas
             opts.config.min_ctas = max_ctas
             ranks = None if group is None else dist.get_process_group_ranks(group)
-            group = dist.new_group(ranks, pg_options=opts)
+            group = dist.new_group(ranks, pg_options=opts, timeout=datetime.timedelta(seconds=120))
         self.group = group
         self.world_size = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
