@@ -81,7 +81,8 @@ class OverlapPlan:
     """Everything one overlapped GEMM + collective needs, built once and reused.
 
     ``comm`` is a :class:`fo_lib.comm.Communicator`; its world size and rank define the plan's.
-    ``config`` is a :class:`fo_lib.gemm.GemmConfig` (default: the GEMM's heuristic for the shape);
+    ``config`` is a :class:`fo_lib.gemm.GemmConfig` (portable) or :class:`fo_lib.gemm_sm90.Sm90Config`
+    (Hopper), default :func:`fo_lib.gemm.auto_config` (the Hopper kernel on sm_90 devices);
     ``ctas`` the persistent CTA count (default: SM count minus ``comm_sms``, which defaults to the
     communicator's ``sm_footprint``: with no SM left, the wait kernel and the collective's kernels
     only start after the GEMM and nothing overlaps). ``partition`` groups
@@ -115,7 +116,8 @@ class OverlapPlan:
         if sm_count is None:
             sm_count = gemm_mod.sm_count() if device == "cuda" else 132
         if config is None:
-            config = gemm_mod.default_config(self.M, self.N, self.K, sm_count)
+            config = (gemm_mod.auto_config(self.M, self.N, self.K, sm_count) if device == "cuda"
+                      else gemm_mod.default_config(self.M, self.N, self.K, sm_count))
         config.validate()
         self.config = config
         if comm_sms is None:
@@ -245,8 +247,8 @@ class OverlapPlan:
         from . import gemm, postops
         a = torch.zeros(self.M, self.K, dtype=self._tdtype, device=self._dev)
         b = torch.zeros(self.N, self.K, dtype=self._tdtype, device=self._dev)
-        gemm.gemm_nt_signal(a, b, self.send, self.row_offset, self.tile_group, self.counters,
-                            config=self.config, ctas=self.ctas)
+        gemm.kernels_for(self.config).gemm_nt_signal(a, b, self.send, self.row_offset, self.tile_group,
+                                                     self.counters, config=self.config, ctas=self.ctas)
         counting.wait_counter(self.counters, 0, 0, self.error, self.timeout_ns)
         src = self.send if self.primitive == "all_reduce" else self.recv
         postops.post_reorder(src, self.post_table_dev, (self.out_rows, self.N), self.grid.BN)
@@ -344,8 +346,8 @@ class OverlapPlan:
         # The communication stream may reuse the receive buffer only after the caller's stream has
         # consumed the previous call's output.
         self.comm_stream.wait_stream(compute)
-        gemm.gemm_nt_signal(a, b, self.send, self.row_offset, self.tile_group, self.counters,
-                            config=self.config, ctas=self.ctas, stream=compute)
+        gemm.kernels_for(self.config).gemm_nt_signal(a, b, self.send, self.row_offset, self.tile_group,
+                                                     self.counters, config=self.config, ctas=self.ctas, stream=compute)
         self._collectives(self.comm_stream, wait=True, targets=targets)
         compute.wait_stream(self.comm_stream)
         src = self.send if self.primitive == "all_reduce" else self.recv

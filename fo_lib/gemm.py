@@ -453,3 +453,24 @@ def gemm_nt_probe(a, b, out=None, *, config: GemmConfig, ctas: int | None = None
     _launch(cfg, dtype, "probe", a, b, out.data_ptr(), out.stride(0), ctas, stream,
             probe_ptr=probe.data_ptr())
     return out, probe
+
+
+# --- which kernel runs a config --------------------------------------------------------------------
+def kernels_for(config):
+    """The module whose ``gemm_nt`` / ``gemm_nt_signal`` / ``gemm_nt_scatter`` / ``gemm_nt_probe`` run
+    ``config``: :mod:`fo_lib.gemm_sm90` for a :class:`~fo_lib.gemm_sm90.Sm90Config`, else this one."""
+    import sys
+
+    from . import gemm_sm90
+    return gemm_sm90 if isinstance(config, gemm_sm90.Sm90Config) else sys.modules[__name__]
+
+
+def auto_config(M: int, N: int, K: int, sm_count: int = 132, device=None):
+    """The default config for a GPU: the Hopper wgmma/TMA kernel on compute capability 9.0 devices,
+    the portable mma.sync kernel elsewhere. ``FO_GEMM=portable`` forces the portable one."""
+    import os
+
+    from . import gemm_sm90
+    if os.environ.get("FO_GEMM", "auto") != "portable" and gemm_sm90.is_supported(device):
+        return gemm_sm90.default_config(M, N, K, sm_count)
+    return default_config(M, N, K, sm_count)

@@ -55,20 +55,21 @@ def measure_gemm_profile(M: int, N: int, K: int, *, config=None, ctas: int | Non
     from . import gemm
 
     sms = gemm.sm_count()
-    config = config or gemm.default_config(M, N, K, sms)
+    config = config or gemm.auto_config(M, N, K, sms)
     ctas = ctas or sms - comm_sms
+    run = gemm.kernels_for(config)
     tdtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
     a = torch.randn(M, K, device="cuda").to(tdtype)
     b = torch.randn(N, K, device="cuda").to(tdtype)
     grid = config.grid(M, N, ctas)
     runs = []
     for _ in range(repeats + 1):
-        _, probe = gemm.gemm_nt_probe(a, b, config=config, ctas=ctas)
+        _, probe = run.gemm_nt_probe(a, b, config=config, ctas=ctas)
         torch.cuda.synchronize()
         runs.append(wave_durations(probe.cpu().numpy(), grid))
     waves = np.median(np.stack(runs[1:]), axis=0)  # the first run pays for loading the kernel
     out = torch.empty(M, N, dtype=tdtype, device="cuda")
-    full = _event_ms(lambda: gemm.gemm_nt(a, b, out, config=config), repeats)
+    full = _event_ms(lambda: run.gemm_nt(a, b, out, config=config), repeats)
     baseline = _event_ms(lambda: torch.matmul(a, b.T, out=out), repeats)  # the sequential fallback's GEMM
     # The probe's clock reads add a little: scale the waves to the signaled GEMM's event time.
     ro = torch.zeros(M, grid.tiles_n, dtype=torch.int64, device="cuda")
@@ -76,7 +77,7 @@ def measure_gemm_profile(M: int, N: int, K: int, *, config=None, ctas: int | Non
     tg = torch.zeros(grid.num_tiles, dtype=torch.int32, device="cuda")
     cnt = torch.zeros(1, dtype=torch.int32, device="cuda")
     buf = torch.empty(M * N, dtype=tdtype, device="cuda")
-    signal_ms = _event_ms(lambda: gemm.gemm_nt_signal(a, b, buf, ro, tg, cnt, config=config, ctas=ctas), repeats)
+    signal_ms = _event_ms(lambda: run.gemm_nt_signal(a, b, buf, ro, tg, cnt, config=config, ctas=ctas), repeats)
     waves = waves * (signal_ms / waves.sum())
     elem = torch.finfo(tdtype).bits // 8
     return GemmProfile(M=M, N=N, K=K, dtype=dtype, config=dataclasses.asdict(config),
@@ -158,13 +159,14 @@ def measure_sm_footprint(comm, primitive: str = "all_reduce", nbytes: int = 256 
     from . import gemm
 
     sms = gemm.sm_count()
-    config = config or gemm.default_config(M, N, K, sms)
+    config = config or gemm.auto_config(M, N, K, sms)
+    probe_gemm = gemm.kernels_for(config).gemm_nt_probe
     fn, moved = collective_fn(comm, primitive, nbytes)
     coll_ms = _event_ms(fn, 3)
     grids = _kernel_grids(fn, kernel_name) if comm.link != "emulated" else []
     a = torch.randn(M, K, device="cuda").bfloat16()
     b = torch.randn(N, K, device="cuda").bfloat16()
-    gemm.gemm_nt_probe(a, b, config=config, ctas=sms)  # load the kernel before timing anything
+    probe_gemm(a, b, config=config, ctas=sms)  # load the kernel before timing anything
     side = torch.cuda.Stream(priority=-100)
     repeat = int(np.ceil(4.0 / coll_ms))  # keep the collective in flight for the whole GEMM
     delayed = []
@@ -175,7 +177,7 @@ def measure_sm_footprint(comm, primitive: str = "all_reduce", nbytes: int = 256 
             for _ in range(repeat):
                 fn()
         torch.cuda._sleep(400_000)  # ~0.2 ms: the collective's CTAs are resident before the GEMM starts
-        _, probe = gemm.gemm_nt_probe(a, b, config=config, ctas=sms)
+        _, probe = probe_gemm(a, b, config=config, ctas=sms)
         torch.cuda.synchronize()
         p = probe.cpu().numpy().astype(np.int64)
         first = np.full(sms, np.iinfo(np.int64).max)

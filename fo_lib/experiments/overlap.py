@@ -205,7 +205,8 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
     saved = {"profiles": [], "curves": {}}
     for prim in primitives:
         for M, N, K in tqdm(per_prim.get(prim, []), desc=prim, disable=not root):
-            cfg = gemm.default_config(M, N, K, sms)
+            cfg = gemm.auto_config(M, N, K, sms)
+            run_gemm = gemm.kernels_for(cfg)
             a = torch.randn(M, K, device="cuda").bfloat16()
             b = torch.randn(N, K, device="cuda").bfloat16()
             routing = None
@@ -231,11 +232,11 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
             full = torch.randn(M * N, device="cuda").bfloat16()
             recv_full = torch.empty(M * N, dtype=torch.bfloat16, device="cuda")
             fns = {
-                "gemm": lambda i: gemm.gemm_nt(a, b, out, config=cfg),
+                "gemm": lambda i: run_gemm.gemm_nt(a, b, out, config=cfg),
                 "cublas": lambda i: torch.matmul(a, b.T, out=out),
                 "comm": lambda i: full_collective(comm, prim, full, recv_full),
                 "sequential": lambda i: baselines.sequential(any_plan, a, b),
-                "ours_sequential": lambda i: (gemm.gemm_nt(a, b, out, config=cfg),
+                "ours_sequential": lambda i: (run_gemm.gemm_nt(a, b, out, config=cfg),
                                               full_collective(comm, prim, full, recv_full)),
                 "decomp2": lambda i: baselines.decomposition(any_plan, a, b, chunks=2),
                 "decomp4": lambda i: baselines.decomposition(any_plan, a, b, chunks=4),
@@ -317,7 +318,7 @@ def host_overhead(comm=None, *, world: int = 2, shapes=((2048, 4096, 1024), (409
     rows = []
     for prim in primitives:
         for M, N, K in shapes:
-            cfg = gemm.default_config(M, N, K, sms)
+            cfg = gemm.auto_config(M, N, K, sms)
             routing = None
             if prim == "all_to_all":
                 dest = np.random.default_rng(0).choice(comm.world_size, size=M)

@@ -231,3 +231,24 @@ def test_loopback_rejects_bad_mode():
         LoopbackCommunicator(2, mode="nvlink")
     with pytest.raises(ValueError, match="ctas"):
         LoopbackCommunicator(2, mode="sm_copy", ctas=0)
+
+
+@pytest.mark.parametrize("primitive", ["all_reduce", "reduce_scatter", "all_to_all"])
+def test_engine_default_gemm_is_hopper_on_sm90(primitive):
+    """Without a config the plan takes the wgmma/TMA kernel on an sm_90 device, and the overlapped op
+    is still exact with tails and several groups."""
+    from fo_lib import gemm_sm90
+
+    W, M, N, K = 2, 1500, 1300, 200
+    routing = None
+    if primitive == "all_to_all":
+        dest = np.random.default_rng(5).choice(W, size=M)
+        routing = Routing.from_destinations([dest] * W)
+    plan = OverlapPlan(primitive, M, N, K, LoopbackCommunicator(W), ctas=40, routing=routing, partition=None)
+    assert isinstance(plan.config, gemm_sm90.Sm90Config) == gemm_sm90.is_supported()
+    a, b, C = _inputs(M, N, K, seed=31)
+    for _ in range(3):
+        y = plan.run(a, b)
+    torch.cuda.synchronize()
+    plan.check()
+    assert calc_diff(y, _expected(plan, C, W)) < TOL
