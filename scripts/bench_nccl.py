@@ -45,6 +45,18 @@ def sweep_shapes(quick: bool) -> dict:
             "all_to_all": PAPER_SHAPES["all_to_all"]}
 
 
+def load_model_params(spec: str, out: Path) -> dict | None:
+    import json
+
+    path = out / "overlap_nccl_calibration.meta.json" if spec == "auto" else Path(spec)
+    if not path.exists():
+        if spec != "auto":
+            raise SystemExit(f"bench_nccl: no model parameters at {path}")
+        return None
+    doc = json.loads(path.read_text())
+    return doc.get("fitted_on_all_shapes", doc)
+
+
 def report(summary) -> None:
     from fo_lib.experiments.multi_gpu import bar_summary, tuner_pick
 
@@ -67,6 +79,10 @@ def main(argv=None) -> int:
     ap.add_argument("--ctas", type=int, nargs="+", default=[0, 8, 16],
                     help="NCCL CTA budgets to sweep (0: NCCL's default); the GEMM leaves the measured footprint free")
     ap.add_argument("--candidates", type=int, default=8)
+    ap.add_argument("--model-params", default="auto",
+                    help="JSON file with the refined model's parameters per primitive, or a calibration "
+                         "sidecar (fitted_on_all_shapes); 'auto': <out>/overlap_nccl_calibration.meta.json if it "
+                         "exists (fitted on an earlier run), else the uncalibrated defaults")
     ap.add_argument("--skip", nargs="*", default=[], choices=("curves", "sweep"))
     args = ap.parse_args(argv)
 
@@ -78,6 +94,7 @@ def main(argv=None) -> int:
     from fo_lib.experiments.overlap import link_label, measure, write_records
     from fo_lib.provenance import write_result
 
+    model_kw = load_model_params(args.model_params, Path(args.out))
     comm = init_from_env("nccl")
     W, root = comm.world_size, comm.rank == 0
     out = Path(args.out)
@@ -114,7 +131,7 @@ def main(argv=None) -> int:
                 f"for {r['message_bytes'] / 2**20:.0f} MiB -> GEMM leaves {free[prim]} SMs")
         if "sweep" not in args.skip:
             summary, cands, saved = measure(c, quick=args.quick, shapes=sweep_shapes(args.quick), primitives=prims,
-                                            candidates_limit=args.candidates, comm_sms=free)
+                                            candidates_limit=args.candidates, comm_sms=free, model_kw=model_kw)
             summaries.append(summary)
             cand_frames.append(cands)
             saved_all[str(budget)] = saved

@@ -27,39 +27,66 @@ from fo_lib.profiles import BandwidthCurve, GemmProfile  # noqa: E402
 from fo_lib.provenance import write_result  # noqa: E402
 
 
-def load(data: Path):
-    cand = pd.read_csv(data / "overlap_loopback_candidates.csv")
-    saved = json.loads((data / "overlap_loopback_profiles.json").read_text())
-    curves = {k: BandwidthCurve.from_dict(v) for k, v in saved["curves"].items()}
-    profiles = {}
-    for d in saved["profiles"]:
-        prim = d.pop("primitive")
-        profiles[(prim, d["M"], d["N"], d["K"])] = GemmProfile.from_dict(d)
+# A wider grid than the single-GPU default: NCCL calls cost far more per group than the loopback's.
+GRID = {"launch_ms": (0.0, 0.01, 0.02, 0.05, 0.1, 0.16, 0.25, 0.35),
+        "comm_slowdown": (1.0, 1.1, 1.2, 1.35, 1.5, 1.7),
+        "gemm_slowdown": (1.0, 1.03, 1.06)}
+
+
+def load(data: Path, record: str):
+    """Candidates, curves and profiles keyed by (budget, primitive[, M, N, K]); a record without CTA
+    budgets (one GPU) counts as budget 0."""
+    cand = pd.read_csv(data / f"{record}_candidates.csv")
+    if "nccl_max_ctas" not in cand:
+        cand["nccl_max_ctas"] = 0
+    saved = json.loads((data / f"{record}_profiles.json").read_text())
+    per_budget = saved if "curves" not in saved else {"0": saved}
+    curves, profiles = {}, {}
+    for budget, sv in per_budget.items():
+        for k, v in sv["curves"].items():
+            curves[(int(budget), k)] = BandwidthCurve.from_dict(v)
+        for d in sv["profiles"]:
+            d = dict(d)
+            prim = d.pop("primitive")
+            profiles[(int(budget), prim, d["M"], d["N"], d["K"])] = GemmProfile.from_dict(d)
     return cand, curves, profiles
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default="data/h200")
+    ap.add_argument("--record", default=None, help="overlap_nccl or overlap_loopback (default: what --data holds)")
     args = ap.parse_args(argv)
     data = Path(args.data)
-    cand, curves, profiles = load(data)
+    record = args.record or ("overlap_nccl" if (data / "overlap_nccl_candidates.csv").exists() else "overlap_loopback")
+    cand, curves, profiles = load(data, record)
     cand["part"] = cand.partition.map(lambda s: tuple(ast.literal_eval(s)))
-    rows = []
+    rows, fitted = [], {}
     for prim, pdf in cand.groupby("primitive"):
-        shapes = sorted({(r.M, r.N, r.K) for r in pdf.itertuples()})
-        for shape in shapes:
-            train = [(profiles[(prim, *s)], curves[prim], r.part, r.measured_ms)
-                     for s in shapes if s != shape for r in pdf[(pdf.M == s[0]) & (pdf.N == s[1]) & (pdf.K == s[2])].itertuples()]
-            params, train_err = calibrate(train)
-            test = pdf[(pdf.M == shape[0]) & (pdf.N == shape[1]) & (pdf.K == shape[2])]
-            model = OverlapModel(profiles[(prim, *shape)], curves[prim], "refined", **params)
+        def samples(keep):
+            return [(profiles[(r.nccl_max_ctas, prim, r.M, r.N, r.K)], curves[(r.nccl_max_ctas, prim)], r.part,
+                     r.measured_ms) for r in pdf.itertuples() if keep((r.M, r.N, r.K))]
+
+        fitted[prim] = calibrate(samples(lambda s: True), GRID)[0]  # all shapes: what later runs use
+        loo = {}  # leave-one-shape-out fit, once per shape (all budgets of the shape left out)
+        for shape, budget in sorted({((r.M, r.N, r.K), r.nccl_max_ctas) for r in pdf.itertuples()}):
+            if shape not in loo:
+                loo[shape] = calibrate(samples(lambda s: s != shape), GRID)
+            params, train_err = loo[shape]
+            test = pdf[(pdf.M == shape[0]) & (pdf.N == shape[1]) & (pdf.K == shape[2]) & (pdf.nccl_max_ctas == budget)]
+            model = OverlapModel(profiles[(budget, prim, *shape)], curves[(budget, prim)], "refined", **params)
             pred = np.array([model.predict(p).total_ms for p in test.part])
             meas = test.measured_ms.to_numpy()
             chosen = int(np.argmin(pred))
             best = float(meas.min())
             tuned = model.tune()
-            rows.append(dict(primitive=prim, M=shape[0], N=shape[1], K=shape[2], candidates=len(test),
+            # What the tuner runs: the model's best measured candidate, or the sequential fallback
+            # (cuBLAS then the collective) when the model predicts that no partition beats it.
+            overlaps = pred[chosen] < tuned.no_overlap.total_ms
+            seq = float(test.sequential_ms.iloc[0])
+            rows.append(dict(primitive=prim, M=shape[0], N=shape[1], K=shape[2], nccl_max_ctas=budget,
+                             candidates=len(test), tuner_overlaps=bool(overlaps),
+                             tuned_ms=float(meas[chosen]) if overlaps else seq, sequential_ms=seq,
                              **{f"fit_{k}": v for k, v in params.items()}, train_error=train_err,
                              mean_abs_error=float(np.mean(np.abs(pred - meas) / meas)),
                              uncalibrated_error=float(np.mean(np.abs(test.model_ms - meas) / meas)),
@@ -69,13 +96,17 @@ def main(argv=None) -> None:
                              dp_choice_all_partitions=str(list(tuned.choice.partition)),
                              dp_choice_was_measured=tuned.choice.partition in set(test.part)))
     df = pd.DataFrame(rows)
-    write_result(df, data / "overlap_calibration.csv", link="emulated (loopback, copy engine)",
-                 derived_from=["overlap_loopback_candidates.csv", "overlap_loopback_profiles.json"],
-                 note="offline: leave-one-shape-out calibration of the refined model on measured partitions")
+    meta = json.loads((data / f"{record}.meta.json").read_text())
+    out = data / ("overlap_calibration.csv" if record == "overlap_loopback" else f"{record}_calibration.csv")
+    write_result(df, out, link=meta.get("link", "?"), world_size=meta.get("world_size", 1),
+                 derived_from=[f"{record}_candidates.csv", f"{record}_profiles.json"],
+                 note="offline: leave-one-shape-out calibration of the refined model on measured partitions",
+                 fitted_on_all_shapes=fitted)
     print(df[["primitive", "M", "K", "mean_abs_error", "uncalibrated_error", "chosen_vs_best", "fit_launch_ms",
               "fit_comm_slowdown", "fit_gemm_slowdown"]].round(3).to_string(index=False))
     print(f"mean model error {df.mean_abs_error.mean():.2%} (uncalibrated {df.uncalibrated_error.mean():.2%}); "
           f"chosen within 3% of the best measured in {(df.chosen_vs_best <= 1.03).mean():.0%} of shapes")
+    print("fitted on all shapes (what later runs use):", json.dumps(fitted))
 
 
 if __name__ == "__main__":

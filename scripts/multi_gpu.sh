@@ -3,7 +3,8 @@
 #   scripts/multi_gpu.sh [--dry-run] [--world W] [--quick] [--steps check,bench]
 # 1. check: the correctness check of every primitive (fo_lib.distributed_check) at world size W
 #    (default: all visible GPUs), against a dense float64 reference;
-# 2. bench: NCCL curves, SM footprint and the speedup sweep (scripts/bench_nccl.py) into
+# 2. bench: NCCL curves, SM footprint and the speedup sweep (scripts/bench_nccl.py, extra arguments
+#    in $FO_BENCH_NCCL_ARGS) into
 #    data/h200x<W>/ (or $FO_DATA_OUT), with provenance sidecars.
 # Logs go to ${OUT:-/tmp/fo_out}/multi_gpu.log. --dry-run prints the commands without running them
 # (any machine; CI runs it).
@@ -31,7 +32,7 @@ data=${FO_DATA_OUT:-data/h200x$world}
 run="$py -m torch.distributed.run --standalone --nproc_per_node $world"
 cmds=()
 [[ ",$steps," == *",check,"* ]] && cmds+=("$run -m fo_lib.distributed_check --device cuda --cases 24")
-[[ ",$steps," == *",bench,"* ]] && cmds+=("$run scripts/bench_nccl.py --out $data $quick")
+[[ ",$steps," == *",bench,"* ]] && cmds+=("$run scripts/bench_nccl.py --out $data $quick ${FO_BENCH_NCCL_ARGS:-}")
 echo "world size $world; NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
 for c in "${cmds[@]}"; do
   if $dry; then echo "would run: $c"; continue; fi

@@ -165,7 +165,8 @@ def _symm_mem_matmul_rs(comm, a, b):
 
 def measure(comm=None, *, world: int = 2, quick: bool = False,
             primitives=("all_reduce", "reduce_scatter", "all_to_all"), candidates_limit: int = 12,
-            comm_sms: int | None = None, shapes=None, rounds: int | None = None, inner: int | None = None):
+            comm_sms: int | None = None, shapes=None, rounds: int | None = None, inner: int | None = None,
+            model_kw: dict | None = None):
     """Overlapped vs sequential vs decomposition, and every candidate partition's latency next to the
     refined model's prediction.
 
@@ -174,7 +175,8 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
     broadcast so that all ranks run the same collectives, and each time is the slowest rank's).
     ``shapes`` is a list of ``(M, N, K)`` or a dict ``{primitive: [(M, N, K), ...]}``; ``comm_sms``
     (SMs the GEMM leaves free, an int or ``{primitive: int}``) defaults to the communicator's SM
-    footprint.
+    footprint. ``model_kw`` (``{primitive: {launch_ms, comm_slowdown, gemm_slowdown}}``) are the
+    refined model's parameters, e.g. fitted by ``scripts/calibrate_overlap.py`` on an earlier run.
 
     Returns ``(summary, candidates, saved)``: one row per (primitive, shape), one row per measured
     partition, and the GEMM profiles and link curves as JSON-ready dicts.
@@ -221,7 +223,7 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
             profile = _agree(comm, profile)
             if prim not in curves:
                 curves[prim] = _agree(comm, tuning.measure_curve(comm, prim, tuning.default_sizes(2 * 8192 * 16384)))
-            model = OverlapModel(profile, curves[prim], "refined", launch_ms=0.01)
+            model = OverlapModel(profile, curves[prim], "refined", **((model_kw or {}).get(prim) or {"launch_ms": 0.01}))
             res = model.tune()
             T = profile.num_waves
             cands = candidate_partitions(T, res.best.partition, rng, candidates_limit)
@@ -247,6 +249,14 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
                     fns["symm_mem_fused"] = fused
             for c, plan in plans.items():
                 fns[f"ovl:{list(c)}"] = (lambda p: lambda i: p.run(a, b))(plan)
+            pred_plan = plans.get(tuple(res.best.partition))
+            if pred_plan is not None:  # the predicted partition replayed as one CUDA graph (no host work)
+                try:
+                    graphed = pred_plan.capture(a, b)
+                    fns["ovl_graph"] = lambda i: graphed()
+                except Exception as exc:  # noqa: BLE001 - a link that cannot be captured: record and go on
+                    if root:
+                        tqdm.write(f"CUDA-graph capture failed: {type(exc).__name__}: {exc}")
             med = _slowest(comm, summarize(bench_interleaved(fns, rounds=rounds, inner=inner, warmup=1)))
             for plan in plans.values():
                 plan.check()
@@ -273,7 +283,9 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
                        decomp4_ms=med["decomp4"], symm_mem_fused_ms=med.get("symm_mem_fused", float("nan")),
                        predicted_partition=str(list(pred_c)), predicted_model_ms=res.best.total_ms,
                        predicted_sequential_ms=res.no_overlap.total_ms, tuner_overlaps=overlap_chosen,
-                       overlap_predicted_ms=t_pred, tuned_ms=t_tuned, best_partition=str(list(best_c)), best_ms=ovl[best_c],
+                       model_params=json.dumps((model_kw or {}).get(prim) or {"launch_ms": 0.01}),
+                       overlap_predicted_ms=t_pred, overlap_predicted_graph_ms=med.get("ovl_graph", float("nan")),
+                       tuned_ms=t_tuned, best_partition=str(list(best_c)), best_ms=ovl[best_c],
                        no_overlap_ms=ovl.get(P.no_overlap(T), float("nan")),
                        finest_ms=ovl.get(P.finest(T), float("nan")), candidates=len(cands),
                        predicted_vs_best=t_pred / ovl[best_c], speedup_vs_sequential=t_seq / t_pred,
