@@ -99,7 +99,7 @@ def main(argv=None) -> int:
     W, root = comm.world_size, comm.rank == 0
     out = Path(args.out)
     link = link_label(comm)
-    meta = dict(world_size=W, link=link)
+    meta = dict(world_size=W, link=link, nccl_env={k: v for k, v in os.environ.items() if k.startswith("NCCL_")})
 
     def say(msg):
         if root:
@@ -142,7 +142,8 @@ def main(argv=None) -> int:
     if root and summaries:
         summary = pd.concat(summaries, ignore_index=True)
         write_records(summary, pd.concat(cand_frames, ignore_index=True), saved_all, out / "overlap_nccl.csv",
-                      world=W, comm_sms="measured per primitive and budget (column comm_sms)", link=link)
+                      world=W, comm_sms="measured per primitive and budget (column comm_sms)", link=link,
+                      nccl_env=meta["nccl_env"])
         report(summary)
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()

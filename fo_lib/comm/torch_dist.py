@@ -33,6 +33,7 @@ class TorchDistCommunicator:
             opts.is_high_priority_stream = True
             opts.config.max_ctas = max_ctas
             opts.config.min_ctas = max_ctas
+            opts.config.cga_cluster_size = int(os.environ.get("NCCL_CGA_CLUSTER_SIZE", 1))
             ranks = None if group is None else dist.get_process_group_ranks(group)
             group = dist.new_group(ranks, pg_options=opts, timeout=datetime.timedelta(seconds=120))
         self.group = group
@@ -107,6 +108,10 @@ def init_from_env(backend: str | None = None, timeout_s: float = 120.0) -> Torch
     import torch.distributed as dist
 
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    # NCCL launches its CTAs in clusters (4 on Hopper by default): a cluster needs that many free SMs
+    # of one GPC at once, which a persistent GEMM beside it rarely leaves, so the collective would wait
+    # for the GEMM to end. Single-CTA clusters fit in any free SM.
+    os.environ.setdefault("NCCL_CGA_CLUSTER_SIZE", "1")
     if not dist.is_initialized():
         backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
         kw = {}
