@@ -168,7 +168,10 @@ def measure_sm_footprint(comm, primitive: str = "all_reduce", nbytes: int = 256 
     b = torch.randn(N, K, device="cuda").bfloat16()
     probe_gemm(a, b, config=config, ctas=sms)  # load the kernel before timing anything
     side = torch.cuda.Stream(priority=-100)
-    repeat = int(np.ceil(4.0 / coll_ms))  # keep the collective in flight for the whole GEMM
+    # Keep the collective in flight for the whole GEMM; every rank must issue the same number of
+    # collectives, so the slowest rank's time decides.
+    worst = getattr(comm, "max_over_ranks", None)
+    repeat = int(np.ceil(4.0 / (worst([coll_ms])[0] if worst else coll_ms)))
     delayed = []
     for _ in range(5):
         torch.cuda.synchronize()
