@@ -49,6 +49,16 @@ def _matmul(a, b):
     return (a.float() @ b.float().T).to(a.dtype)  # CPU: fp32 accumulation like the GPU kernels
 
 
+def _index(idx, device):
+    """A host index array on ``device`` without a host-device synchronisation (a pageable copy would
+    block the host until the GPU reaches it, serialising the baseline's launches)."""
+    torch = _torch()
+    t = torch.from_numpy(np.ascontiguousarray(idx, dtype=np.int64))
+    if device.type != "cuda":
+        return t
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 def _exchange(plan, c, rows: np.ndarray):
     """The collective of ``plan.primitive`` on the output rows ``rows`` (global indices) held in ``c``.
 
@@ -67,7 +77,7 @@ def _exchange(plan, c, rows: np.ndarray):
         send = torch.zeros(W, R, N, dtype=c.dtype, device=c.device)
         for k in range(W):
             sel = np.flatnonzero(owner == k)
-            send[k, :len(sel)] = c[torch.from_numpy(sel).to(c.device)]
+            send[k, :len(sel)] = c[_index(sel, c.device)]
         recv = torch.empty(R * N, dtype=c.dtype, device=c.device)
         comm.reduce_scatter(send.reshape(-1), recv)
         mine = rows[owner == plan.rank]
@@ -77,7 +87,7 @@ def _exchange(plan, c, rows: np.ndarray):
     dest = [np.asarray(d)[rows] for d in plan.routing.dest]
     idx = [np.asarray(x)[rows] for x in plan.routing.dst_index]
     order = np.argsort(dest[plan.rank], kind="stable")
-    send = c[torch.from_numpy(order).to(c.device)].reshape(-1).contiguous()
+    send = c[_index(order, c.device)].reshape(-1).contiguous()
     send_counts = np.bincount(dest[plan.rank], minlength=W) * N
     recv_counts = np.array([int((d == plan.rank).sum()) for d in dest]) * N
     recv = torch.empty(int(recv_counts.sum()), dtype=c.dtype, device=c.device)
@@ -90,10 +100,16 @@ def _finish(plan, pieces, ops, operands):
     torch = _torch()
     out = None
     for local, values in pieces:
+        local = np.asarray(local, dtype=np.int64)
+        if len(pieces) == 1 and len(local) == plan.out_rows and np.array_equal(local, np.arange(plan.out_rows)):
+            out = values[:plan.out_rows]  # the whole output in order (AllReduce): no copy
+            break
         if out is None:
             out = torch.empty(plan.out_rows, plan.N, dtype=values.dtype, device=values.device)
-        if len(local):
-            out[torch.from_numpy(np.asarray(local, dtype=np.int64)).to(values.device)] = values
+        if len(local) and np.array_equal(local, np.arange(local[0], local[0] + len(local))):
+            out[int(local[0]):int(local[0]) + len(local)] = values[:len(local)]  # a row block
+        elif len(local):
+            out[_index(local, values.device)] = values[:len(local)]
     return torch_post_ops(out, ops, **operands)
 
 

@@ -67,32 +67,50 @@ def sweep(data_set: str):
     return load(data_set, "overlap_nccl")
 
 
+def reference_ms(summary: pd.DataFrame) -> pd.Series:
+    """The non-overlapped baseline per row: cuBLAS then the collective on the whole output, measured
+    back to back (``cublas_then_comm_ms``), or, in records made before that variant existed, the sum
+    of the two medians measured in the same rounds. (``sequential_ms`` is our semantics-preserving
+    baseline with row bookkeeping; on recorded data it also carried avoidable host syncs.)"""
+    if "cublas_then_comm_ms" in summary:
+        return summary.cublas_then_comm_ms
+    return summary.cublas_ms + summary.comm_ms
+
+
 def tuner_pick(summary: pd.DataFrame) -> pd.DataFrame:
     """Per (primitive, shape): the run the tuner would make without measuring candidates. Among the
     NCCL CTA budgets it takes the one whose predicted time (best partition, or the sequential
-    fallback) is lowest; ``tuned_ms`` is what that choice measured. The reference is the fastest
-    measured sequential run (torch.matmul, then NCCL with any budget)."""
+    fallback) is lowest; then it runs the predicted partition (eager, or replayed as one CUDA graph)
+    or, where the model says no partition wins, the baseline. The reference is the fastest
+    cuBLAS-then-NCCL time over the budgets (normally NCCL's own)."""
     if "nccl_max_ctas" not in summary:
         summary = summary.assign(nccl_max_ctas=0)
-    summary = summary.assign(predicted_choice_ms=summary[["predicted_model_ms", "predicted_sequential_ms"]].min(axis=1))
+    summary = summary.assign(reference_ms=reference_ms(summary),
+                             predicted_choice_ms=summary[["predicted_model_ms", "predicted_sequential_ms"]].min(axis=1))
+    if "overlap_predicted_graph_ms" not in summary:
+        summary["overlap_predicted_graph_ms"] = float("nan")
     rows = []
     for _, g in summary.groupby(["primitive", "M", "N", "K"], sort=False):
         row = g.loc[g.predicted_choice_ms.idxmin()].copy()
-        seq = g.sequential_ms.min()
-        row["sequential_ms"] = seq
-        row["tuned_ms"] = row.overlap_predicted_ms if row.tuner_overlaps else seq
-        row["tuned_speedup_vs_sequential"] = seq / row.tuned_ms
-        row["best_speedup_vs_sequential"] = seq / g.best_ms.min()
-        row["decomposition_speedup_vs_sequential"] = seq / g[["decomp2_ms", "decomp4_ms"]].min(axis=None)
-        row["symm_mem_speedup_vs_sequential"] = seq / g.symm_mem_fused_ms.min()
+        ref = g.reference_ms.min()
+        row["reference_ms"] = ref
+        row["tuned_eager_ms"] = row.overlap_predicted_ms if row.tuner_overlaps else ref
+        graph = row.overlap_predicted_graph_ms
+        row["tuned_graph_ms"] = graph if (row.tuner_overlaps and graph == graph) else ref
+        for name in ("tuned_eager", "tuned_graph"):
+            row[f"{name}_speedup"] = ref / row[f"{name}_ms"]
+        row["best_eager_speedup"] = ref / g.best_ms.min()
+        row["decomposition_speedup"] = ref / g[["decomp2_ms", "decomp4_ms"]].min(axis=None)
+        row["symm_mem_speedup"] = ref / g.symm_mem_fused_ms.min()
         rows.append(row)
     return pd.DataFrame(rows).reset_index(drop=True)
 
 
-def bar_summary(picked: pd.DataFrame, comm_share: float = 0.3) -> dict:
-    """The multi-GPU bar: median AllReduce speedup where communication is at least ``comm_share`` of
-    the cuBLAS GEMM, and the worst shape of the whole sweep."""
+def bar_summary(picked: pd.DataFrame, comm_share: float = 0.3, mode: str = "graph") -> dict:
+    """The multi-GPU bar: median AllReduce speedup of the tuner's choice over cuBLAS + NCCL where
+    communication is at least ``comm_share`` of the cuBLAS GEMM, and the worst shape of the sweep."""
+    col = f"tuned_{mode}_speedup"
     heavy = picked[(picked.primitive == "all_reduce") & (picked.comm_over_cublas >= comm_share)]
-    return {"allreduce_shapes": len(heavy), "allreduce_median_speedup": float(heavy.tuned_speedup_vs_sequential.median()),
-            "worst_speedup": float(picked.tuned_speedup_vs_sequential.min()),
+    return {"mode": mode, "allreduce_shapes": len(heavy), "allreduce_median_speedup": float(heavy[col].median()),
+            "worst_speedup": float(picked[col].min()), "max_speedup": float(picked[col].max()),
             "predicted_within_3pct": float((picked.predicted_vs_best <= 1.03).mean())}
