@@ -100,8 +100,13 @@ def run_case(comm, case: dict, device: str) -> list[str]:
     tol = 3e-2
     label = (f"{case['primitive']} M={M} N={N} K={K} T={plan.grid.num_waves} partition={list(plan.partition)} "
              f"ops={ops}")
-    for name, fn in (("overlap", lambda: plan.run(a, b, ops=ops, **on_dev)),
-                     ("overlap again", lambda: plan.run(a, b, ops=ops, **on_dev)),
+    variants = [("overlap", lambda: plan.run(a, b, ops=ops, **on_dev)),
+                ("overlap again", lambda: plan.run(a, b, ops=ops, **on_dev))]
+    if device == "cuda":  # the whole call captured as a CUDA graph (NCCL collectives inside), replayed twice
+        graphed = plan.capture(a, b, ops=ops, **on_dev)
+        variants += [("graph replay", lambda: graphed().clone()), ("graph replay again", lambda: graphed().clone()),
+                     ("eager after graph", lambda: plan.run(a, b, ops=ops, **on_dev))]
+    for name, fn in (*variants,
                      ("sequential", lambda: baselines.sequential(plan, a, b, ops=ops, **on_dev)),
                      ("decomposition", lambda: baselines.decomposition(plan, a, b, chunks=3, ops=ops, **on_dev))):
         got = fn()

@@ -69,6 +69,7 @@ def _headers() -> tuple[tuple[str, ...], tuple[bytes, ...]]:
 def reload_headers() -> None:
     """Forget the header snapshot (after editing ``fo_lib/cuda`` in a live session)."""
     _headers.cache_clear()
+    _by_source.clear()  # the same generated source must now be looked up (and compiled) anew
 
 
 def source_key(source: str, arch: str) -> str:
@@ -174,22 +175,30 @@ def build_all(arch: str | None = None, jobs: int | None = None) -> list[tuple[st
 
 _lock = threading.Lock()
 _loaded: dict[tuple[str, str, int], object] = {}
+_by_source: dict[tuple[str, str, int], object] = {}  # (source text, kernel, device) -> kernel
 
 
 def get_kernel(source: str, kernel_name: str):
     """Compile (or fetch from the disk cache) ``source`` for this device; return the RawKernel."""
     cupy = _cupy()
-    arch = current_arch()
     device = cupy.cuda.Device().id
+    # Launch paths call this per launch (a wait kernel per wave group): look the source text up first,
+    # since hashing it with every header costs tens of microseconds of host time.
+    hit = _by_source.get((source, kernel_name, device))
+    if hit is not None:
+        return hit
+    arch = current_arch()
     key = source_key(source, arch)
     with _lock:
         hit = _loaded.get((key, kernel_name, device))
         if hit is not None:
+            _by_source[(source, kernel_name, device)] = hit
             return hit
         path = _ensure_cubin(source, arch, f"{kernel_name}.cu")
         module = cupy.RawModule(path=str(path))
         kernel = module.get_function(kernel_name)
         _loaded[(key, kernel_name, device)] = kernel
+        _by_source[(source, kernel_name, device)] = kernel
         return kernel
 
 
@@ -263,6 +272,7 @@ def register_compile_check(fn: Callable[[], Iterable[tuple[str, str]]] | None = 
 def _register_all() -> None:
     # Importing the host modules registers their generators.
     from . import counting, gemm, gemm_sm90, postops  # noqa: F401
+    from .comm import loopback  # noqa: F401
 
 
 def compile_check_sources(arch: str | None = None) -> Iterator[tuple[str, str]]:

@@ -30,7 +30,8 @@ nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv >>
 step build 120 python3 -m fo_lib build
 step tests 420 python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/gpu ${FO_TEST_ARGS:-}
 step sanitize 150 bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_kernels.py && compute-sanitizer --tool racecheck --error-exitcode 9 python3 scripts/sanitize_kernels.py"
-step sanitize_sm90 150 bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_kernels.py --sm90 && compute-sanitizer --tool racecheck --error-exitcode 9 python3 scripts/sanitize_kernels.py --sm90"
+# cuda-bindings probes the driver with cuGetProcAddress calls that fail by design: not kernel errors.
+step sanitize_sm90 150 bash -c "compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python3 scripts/sanitize_kernels.py --sm90 && compute-sanitizer --tool racecheck --report-api-errors no --error-exitcode 9 python3 scripts/sanitize_kernels.py --sm90"
 step bench_gemm 240 python3 scripts/bench_gemm.py ${FO_GEMM_ARGS:-} --out "$OUT/data/gemm_portable.csv"
 step bench_sm90 300 python3 scripts/bench_gemm_sm90.py ${FO_SM90_ARGS:-} --out "$OUT/data/gemm_sm90.csv"
 step bench_postops 120 python3 scripts/bench_postops.py ${FO_POSTOPS_ARGS:-} --out "$OUT/data/postops.csv"
