@@ -55,12 +55,18 @@ def load(data: Path, record: str):
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default="data/h200")
+    ap.add_argument("--mode", choices=("eager", "graph"), default="eager",
+                    help="fit to the eager calls or to the CUDA-graph replays (records that have them)")
     ap.add_argument("--record", default=None, help="overlap_nccl or overlap_loopback (default: what --data holds)")
     args = ap.parse_args(argv)
     data = Path(args.data)
     record = args.record or ("overlap_nccl" if (data / "overlap_nccl_candidates.csv").exists() else "overlap_loopback")
     cand, curves, profiles = load(data, record)
     cand["part"] = cand.partition.map(lambda s: tuple(ast.literal_eval(s)))
+    if args.mode == "graph":
+        if "measured_graph_ms" not in cand:
+            raise SystemExit(f"{record}_candidates.csv has no CUDA-graph measurements (measured_graph_ms)")
+        cand = cand.dropna(subset=["measured_graph_ms"]).assign(measured_ms=lambda d: d.measured_graph_ms)
     rows, fitted = [], {}
     for prim, pdf in cand.groupby("primitive"):
         def samples(keep):
@@ -98,6 +104,8 @@ def main(argv=None) -> None:
     df = pd.DataFrame(rows)
     meta = json.loads((data / f"{record}.meta.json").read_text())
     out = data / ("overlap_calibration.csv" if record == "overlap_loopback" else f"{record}_calibration.csv")
+    if args.mode == "graph":
+        out = out.with_name(out.stem + "_graph.csv")
     write_result(df, out, link=meta.get("link", "?"), world_size=meta.get("world_size", 1),
                  derived_from=[f"{record}_candidates.csv", f"{record}_profiles.json"],
                  note="offline: leave-one-shape-out calibration of the refined model on measured partitions",

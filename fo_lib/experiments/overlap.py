@@ -166,7 +166,7 @@ def _symm_mem_matmul_rs(comm, a, b):
 def measure(comm=None, *, world: int = 2, quick: bool = False,
             primitives=("all_reduce", "reduce_scatter", "all_to_all"), candidates_limit: int = 12,
             comm_sms: int | None = None, shapes=None, rounds: int | None = None, inner: int | None = None,
-            model_kw: dict | None = None):
+            model_kw: dict | None = None, graphs: bool = True):
     """Overlapped vs sequential vs decomposition, and every candidate partition's latency next to the
     refined model's prediction.
 
@@ -177,6 +177,8 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
     (SMs the GEMM leaves free, an int or ``{primitive: int}``) defaults to the communicator's SM
     footprint. ``model_kw`` (``{primitive: {launch_ms, comm_slowdown, gemm_slowdown}}``) are the
     refined model's parameters, e.g. fitted by ``scripts/calibrate_overlap.py`` on an earlier run.
+    ``graphs``: also time every candidate replayed as one CUDA graph (``OverlapPlan.capture``), the
+    mode without host work per group.
 
     Returns ``(summary, candidates, saved)``: one row per (primitive, shape), one row per measured
     partition, and the GEMM profiles and link curves as JSON-ready dicts.
@@ -253,12 +255,12 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
                     fns["symm_mem_fused"] = fused
             for c, plan in plans.items():
                 fns[f"ovl:{list(c)}"] = (lambda p: lambda i: p.run(a, b))(plan)
-            pred_plan = plans.get(tuple(res.best.partition))
-            if pred_plan is not None:  # the predicted partition replayed as one CUDA graph (no host work)
+            if graphs:  # every candidate also replayed as one CUDA graph (no host work per group)
                 try:
-                    graphed = pred_plan.capture(a, b)
-                    fns["ovl_graph"] = lambda i: graphed()
+                    for c, plan in plans.items():
+                        fns[f"graph:{list(c)}"] = (lambda g: lambda i: g())(plan.capture(a, b))
                 except Exception as exc:  # noqa: BLE001 - a link that cannot be captured: record and go on
+                    fns = {k: v for k, v in fns.items() if not k.startswith("graph:")}
                     if root:
                         tqdm.write(f"CUDA-graph capture failed: {type(exc).__name__}: {exc}")
             med = _slowest(comm, summarize(bench_interleaved(fns, rounds=rounds, inner=inner, warmup=1)))
@@ -266,6 +268,9 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
                 plan.check()
             ovl = {c: med[f"ovl:{list(c)}"] for c in cands}
             best_c = min(ovl, key=ovl.get)
+            nan = float("nan")
+            ovl_graph = {c: med.get(f"graph:{list(c)}", nan) for c in cands}
+            best_gc = min(ovl_graph, key=lambda c: ovl_graph[c] if ovl_graph[c] == ovl_graph[c] else float("inf"))
             pred_c = tuple(res.best.partition)
             t_pred = ovl.get(pred_c, float("nan"))
             t_seq, t_gemm, t_comm = med["sequential"], med["gemm"], med["comm"]
@@ -288,7 +293,9 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
                        predicted_partition=str(list(pred_c)), predicted_model_ms=res.best.total_ms,
                        predicted_sequential_ms=res.no_overlap.total_ms, tuner_overlaps=overlap_chosen,
                        model_params=json.dumps((model_kw or {}).get(prim) or {"launch_ms": 0.01}),
-                       overlap_predicted_ms=t_pred, overlap_predicted_graph_ms=med.get("ovl_graph", float("nan")),
+                       overlap_predicted_ms=t_pred, overlap_predicted_graph_ms=ovl_graph.get(pred_c, nan),
+                       best_graph_partition=str(list(best_gc)), best_graph_ms=ovl_graph[best_gc],
+                       predicted_vs_best_graph=ovl_graph.get(pred_c, nan) / ovl_graph[best_gc],
                        tuned_ms=t_tuned, best_partition=str(list(best_c)), best_ms=ovl[best_c],
                        no_overlap_ms=ovl.get(P.no_overlap(T), float("nan")),
                        finest_ms=ovl.get(P.finest(T), float("nan")), candidates=len(cands),
@@ -300,7 +307,7 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
             for c in cands:
                 cand_rows.append(dict(primitive=prim, M=M, N=N, K=K, nccl_max_ctas=getattr(comm, "max_ctas", None) or 0,
                                       partition=str(list(c)), groups=len(c),
-                                      measured_ms=ovl[c], model_ms=model.predict(c).total_ms,
+                                      measured_ms=ovl[c], measured_graph_ms=ovl_graph[c], model_ms=model.predict(c).total_ms,
                                       sequential_ms=t_seq, ours_sequential_ms=t_oseq))
             saved["profiles"].append(profile.to_dict() | {"primitive": prim})
             if root:
