@@ -86,7 +86,8 @@ class OverlapPlan:
     ``ctas`` the persistent CTA count (default: SM count minus ``comm_sms``, which defaults to the
     communicator's ``sm_footprint``: with no SM left, the wait kernel and the collective's kernels
     only start after the GEMM and nothing overlaps). ``partition`` groups
-    the GEMM's waves (default: the finest partition with at most ``max_groups`` groups). ``timeout_ms``
+    the GEMM's waves (default: the finest partition with at most ``max_groups`` groups; a callable
+    ``(M, N, K, waves) -> partition`` is asked once the wave count is known). ``timeout_ms``
     bounds every counter wait: a wait that expires makes the call raise :class:`counting.WaitError`.
     """
 
@@ -130,6 +131,8 @@ class OverlapPlan:
             raise PlanError(f"no CTAs left for the GEMM (SMs {sm_count}, comm_sms {comm_sms})")
         self.grid = config.grid(self.M, self.N, self.ctas)
         T = self.grid.num_waves
+        if callable(partition):  # a tuner: (M, N, K, waves) -> partition
+            partition = partition(self.M, self.N, self.K, T)
         if partition is None:
             size = -(-T // max_groups)
             partition = (size,) * (T // size) + ((T % size,) if T % size else ())

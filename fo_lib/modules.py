@@ -49,18 +49,12 @@ class _PlanCache:
         self.plans: dict = {}
 
     def plan(self, M: int, N: int, K: int, routing: Routing | None = None) -> OverlapPlan:
+        # The cached plan holds the routing object, so its id cannot be reused while the entry lives.
         key = (M, N, K, id(routing))
         plan = self.plans.get(key)
         if plan is None:
-            kw = dict(self.plan_kw)
-            if self.partition is not None and not callable(self.partition):
-                kw["partition"] = self.partition
             plan = OverlapPlan(self.primitive, M, N, K, self.comm, dtype=self.dtype, device=self.device,
-                               routing=routing, **kw)
-            if callable(self.partition):
-                part = tuple(self.partition(M, N, K, plan.grid.num_waves))
-                plan = OverlapPlan(self.primitive, M, N, K, self.comm, dtype=self.dtype, device=self.device,
-                                   routing=routing, partition=part, **kw)
+                               routing=routing, partition=self.partition, **self.plan_kw)
             self.plans[key] = plan
         return plan
 

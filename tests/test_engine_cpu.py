@@ -100,3 +100,15 @@ def test_multi_gpu_job_dry_run():
     assert "--nproc_per_node 8 -m fo_lib.distributed_check --device cuda" in proc.stdout
     assert "--nproc_per_node 8 scripts/bench_nccl.py --out data/h200x8 --quick" in proc.stdout
     assert "NCCL_NVLS_ENABLE=0" in proc.stdout
+
+
+def test_partition_callable_gets_the_wave_count():
+    seen = []
+
+    def tuner(M, N, K, T):
+        seen.append((M, N, K, T))
+        return (1,) * T
+
+    plan = OverlapPlan("all_reduce", 300, 200, 16, _NoComm(2), device="cpu", config=CFG, ctas=3, partition=tuner)
+    assert seen == [(300, 200, 16, plan.grid.num_waves)]
+    assert plan.partition == (1,) * plan.grid.num_waves
