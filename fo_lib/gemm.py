@@ -37,8 +37,23 @@ class GemmError(ValueError):
     """A GEMM call or config that cannot run (bad dtype, shape, stride, table, ...)."""
 
 
+class RasterMixin:
+    """What every tile config (portable or Hopper) shares: ``BM``, ``BN``, ``order``, ``swizzle``."""
+
+    def grid(self, M: int, N: int, ctas: int):
+        """The :class:`~fo_lib.tiling.TileGrid` (tiles, raster, waves) of ``M x N`` on ``ctas`` CTAs."""
+        from .tiling import TileGrid
+        return TileGrid(M, N, self.BM, self.BN, order=self.order, swizzle=self.swizzle, _ctas=ctas)
+
+    def with_raster(self, order: str | None = None, swizzle: int | None = None):
+        """The same tiles walked in another raster order (a run-time argument: no recompile)."""
+        from dataclasses import replace
+        return replace(self, order=self.order if order is None else order,
+                       swizzle=self.swizzle if swizzle is None else swizzle)
+
+
 @dataclass(frozen=True)
-class GemmConfig:
+class GemmConfig(RasterMixin):
     """One tile configuration. ``order``/``swizzle`` are run-time arguments (no recompile)."""
 
     BM: int = 128
@@ -68,16 +83,6 @@ class GemmConfig:
     def tile_name(self) -> str:
         """Identifies the compiled specialization (everything but the run-time raster)."""
         return f"m{self.BM}n{self.BN}k{self.BK}_w{self.warps_m}x{self.warps_n}_s{self.stages}"
-
-    def grid(self, M: int, N: int, ctas: int):
-        """The :class:`~fo_lib.tiling.TileGrid` (tiles, raster, waves) of ``M x N`` on ``ctas`` CTAs."""
-        from .tiling import TileGrid
-        return TileGrid(M, N, self.BM, self.BN, order=self.order, swizzle=self.swizzle, _ctas=ctas)
-
-    def with_raster(self, order: str | None = None, swizzle: int | None = None) -> "GemmConfig":
-        from dataclasses import replace
-        return replace(self, order=self.order if order is None else order,
-                       swizzle=self.swizzle if swizzle is None else swizzle)
 
     def validate(self) -> "GemmConfig":
         def bad(msg: str):

@@ -26,12 +26,12 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import ClassVar
 
 from . import kernels
-from .gemm import DTYPES, EPILOGUES, GemmError, _check_operands, _check_out, _check_table_store, sm_count
+from .gemm import DTYPES, EPILOGUES, GemmError, RasterMixin, _check_operands, _check_out, _check_table_store, sm_count
 from .tiling import RASTER_ORDERS
 
 __all__ = ["Sm90Config", "CONFIGS", "default_config", "gemm_nt", "gemm_nt_signal", "gemm_nt_scatter",
@@ -45,7 +45,7 @@ ARCH = "sm_90a"
 
 
 @dataclass(frozen=True)
-class Sm90Config:
+class Sm90Config(RasterMixin):
     """One sm_90a tile configuration: ``128 x BN x 64`` tiles, ``stages`` operand buffers.
     ``order``/``swizzle`` are run-time arguments (no recompile)."""
 
@@ -69,15 +69,6 @@ class Sm90Config:
     def tile_name(self) -> str:
         """Identifies the compiled specialization (everything but the run-time raster)."""
         return f"m{self.BM}n{self.BN}k{self.BK}_s{self.stages}"
-
-    def grid(self, M: int, N: int, ctas: int):
-        """The :class:`~fo_lib.tiling.TileGrid` (tiles, raster, waves) of ``M x N`` on ``ctas`` CTAs."""
-        from .tiling import TileGrid
-        return TileGrid(M, N, self.BM, self.BN, order=self.order, swizzle=self.swizzle, _ctas=ctas)
-
-    def with_raster(self, order: str | None = None, swizzle: int | None = None) -> "Sm90Config":
-        return replace(self, order=self.order if order is None else order,
-                       swizzle=self.swizzle if swizzle is None else swizzle)
 
     def validate(self) -> "Sm90Config":
         def bad(msg: str):
