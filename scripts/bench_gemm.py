@@ -39,15 +39,18 @@ def tile_tables(M, N, cfg, ctas):
             torch.zeros(plan.num_groups, dtype=torch.int32, device="cuda"))
 
 
-def bench_shape(M, N, K, dtype, rounds, inner, configs, ablation=False, graph=False):
+def input_sets(M, N, K, dtype):
+    """Enough (a, b, out) sets that rotating through them keeps every call's operands out of L2."""
     elem = torch.finfo(dtype).bits // 8
     set_bytes = (M * K + N * K + M * N) * elem
     n_sets = max(2, min(16, math.ceil(3 * L2_BYTES / set_bytes)))
-    sets = []
-    for _ in range(n_sets):
-        a = torch.randn(M, K, device="cuda").to(dtype)
-        b = torch.randn(N, K, device="cuda").to(dtype)
-        sets.append((a, b, torch.empty(M, N, dtype=dtype, device="cuda")))
+    return [(torch.randn(M, K, device="cuda").to(dtype), torch.randn(N, K, device="cuda").to(dtype),
+             torch.empty(M, N, dtype=dtype, device="cuda")) for _ in range(n_sets)]
+
+
+def bench_shape(M, N, K, dtype, rounds, inner, configs, ablation=False, graph=False):
+    sets = input_sets(M, N, K, dtype)
+    n_sets = len(sets)
     sms = gemm.sm_count()
     cfg = gemm.default_config(M, N, K, sms)
     ro, tg, cnt = tile_tables(M, N, cfg, sms)

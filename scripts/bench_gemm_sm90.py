@@ -24,21 +24,15 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from bench_gemm import L2_BYTES, tile_tables  # noqa: E402
+from bench_gemm import input_sets, tile_tables  # noqa: E402
 from fo_lib import gemm, gemm_sm90  # noqa: E402
 from fo_lib.provenance import write_result  # noqa: E402
 from fo_lib.testing import bench_interleaved, summarize  # noqa: E402
 
 
 def bench_shape(M, N, K, dtype, rounds, inner, configs, portable=False, graph=False):
-    elem = torch.finfo(dtype).bits // 8
-    set_bytes = (M * K + N * K + M * N) * elem
-    n_sets = max(2, min(16, math.ceil(3 * L2_BYTES / set_bytes)))
-    sets = []
-    for _ in range(n_sets):
-        a = torch.randn(M, K, device="cuda").to(dtype)
-        b = torch.randn(N, K, device="cuda").to(dtype)
-        sets.append((a, b, torch.empty(M, N, dtype=dtype, device="cuda")))
+    sets = input_sets(M, N, K, dtype)
+    n_sets = len(sets)
     sms = gemm.sm_count()
     cfg = gemm_sm90.default_config(M, N, K, sms)
     ro, tg, cnt = tile_tables(M, N, cfg, sms)
