@@ -332,55 +332,6 @@ def _check_out(out, M: int, N: int, a, name: str = "out"):
         raise GemmError(f"{name} must be {a.dtype} on {a.device}, got {out.dtype} on {out.device}")
 
 
-_kernel_cache: dict[tuple[str, str, str, int], object] = {}
-
-
-def _launch(cfg: GemmConfig, dtype: str, epilogue: str, a, b, c_ptr: int, ldc: int, ctas: int,
-            stream, comm_ptr: int = 0, row_offset_ptr: int = 0, tile_group_ptr: int = 0,
-            counter_ptr: int = 0, probe_ptr: int = 0) -> None:
-    import cupy
-    import numpy as np
-    import torch
-
-    M, K = a.shape
-    N = b.shape[0]
-    tiles = _ceil_div(M, cfg.BM) * _ceil_div(N, cfg.BN)
-    dev = a.device.index
-    with cupy.cuda.Device(dev):
-        key = (cfg.tile_name, dtype, epilogue, dev)
-        kernel = _kernel_cache.get(key)
-        if kernel is None:
-            src, name = generate_source(cfg, dtype, epilogue)
-            kernel = kernels.get_kernel(src, name)
-            if cfg.smem_bytes > 48 * 1024:
-                kernel.max_dynamic_shared_size_bytes = cfg.smem_bytes
-            _kernel_cache[key] = kernel
-        if stream is None:
-            stream = torch.cuda.current_stream(a.device)
-        # NOTES: CTAs past the last tile would only exit; launching min(ctas, tiles) keeps the
-        # schedule (tile s -> CTA s % ctas) unchanged.
-        grid = min(ctas, tiles)
-        u64, i32, i64 = np.uint64, np.int32, np.int64
-        args = (u64(a.data_ptr()), u64(b.data_ptr()), u64(c_ptr), i32(M), i32(N), i32(K),
-                i64(a.stride(0)), i64(b.stride(0)), i64(ldc), i32(RASTER_ORDERS.index(cfg.order)),
-                i32(cfg.swizzle), u64(comm_ptr), u64(row_offset_ptr), u64(tile_group_ptr),
-                u64(counter_ptr), u64(probe_ptr))
-        kernels.launch(kernel, (grid,), (cfg.threads,), args, stream=stream, device_index=dev,
-                       shared_mem=cfg.smem_bytes)
-
-
-def gemm_nt(a, b, out=None, *, config: GemmConfig | None = None, ctas: int | None = None, stream=None):
-    """``out = a @ b.T`` (``a``: M x K, ``b``: N x K); returns ``out``."""
-    import torch
-    dtype, M, N, K, cfg, ctas = _check_operands(a, b, config, ctas)
-    if out is None:
-        out = torch.empty(M, N, dtype=a.dtype, device=a.device)
-    else:
-        _check_out(out, M, N, a)
-    _launch(cfg, dtype, "plain", a, b, out.data_ptr(), out.stride(0), ctas, stream)
-    return out
-
-
 def _check_table_store(a, comm_buf, row_offset, tile_group, group_counter, cfg, M, N):
     """Validate the communication buffer and tables of the table-store epilogues."""
     import torch
@@ -413,61 +364,126 @@ def _check_table_store(a, comm_buf, row_offset, tile_group, group_counter, cfg, 
         raise GemmError(f"group_counter must be a non-empty 1-D tensor, got shape {tuple(group_counter.shape)}")
 
 
-def gemm_nt_signal(a, b, comm_buf, row_offset, tile_group, group_counter, *, config: GemmConfig,
-                   ctas: int | None = None, stream=None) -> None:
-    """``a @ b.T`` stored through the row table into ``comm_buf``, signalling a counter per tile group.
+class GemmFamily:
+    """The public calls of one GEMM kernel family, written once for the portable and the Hopper
+    kernels. A family supplies its operand check (``check(a, b, config, ctas)`` -> ``(dtype, M, N, K,
+    cfg, ctas)``), its source generator, and the leading kernel arguments that differ between
+    families (``operand_args(cfg, dtype, a, b, c_ptr, ldc)``: pointers and strides, or TMA maps); the
+    rest of the argument list, the kernel cache and the launch are shared."""
 
-    Element ``C[i, tn * BN + c]`` (``c < min(BN, N - tn * BN)``) goes to ``comm_buf.flatten()[row_offset[i,
-    tn] + c]``; after a tile is stored, ``group_counter[tile_group[tile_id]] += 1`` (release, gpu scope).
-    Counters are never reset. ``config`` is required: the tables depend on its tile shape.
-    """
-    if config is None:
-        raise GemmError("gemm_nt_signal needs an explicit config (the tables are built for its tiles)")
-    dtype, M, N, K, cfg, ctas = _check_operands(a, b, config, ctas)
-    _check_table_store(a, comm_buf, row_offset, tile_group, group_counter, cfg, M, N)
-    _launch(cfg, dtype, "signal", a, b, 0, 0, ctas, stream, comm_ptr=comm_buf.data_ptr(),
-            row_offset_ptr=row_offset.data_ptr(), tile_group_ptr=tile_group.data_ptr(),
-            counter_ptr=group_counter.data_ptr())
+    def __init__(self, check, generate, operand_args):
+        self.check, self.generate, self.operand_args = check, generate, operand_args
+        self._kernels: dict[tuple[str, str, str, int], object] = {}
+
+    def launch(self, cfg, dtype: str, epilogue: str, a, b, c_ptr: int, ldc: int, ctas: int, stream,
+               comm_ptr: int = 0, row_offset_ptr: int = 0, tile_group_ptr: int = 0, counter_ptr: int = 0,
+               probe_ptr: int = 0) -> None:
+        import cupy
+        import numpy as np
+        import torch
+
+        M, N = a.shape[0], b.shape[0]
+        dev = a.device.index
+        with cupy.cuda.Device(dev):
+            key = (cfg.tile_name, dtype, epilogue, dev)
+            kernel = self._kernels.get(key)
+            if kernel is None:
+                src, name = self.generate(cfg, dtype, epilogue)
+                kernel = kernels.get_kernel(src, name)
+                if cfg.smem_bytes > 48 * 1024:
+                    kernel.max_dynamic_shared_size_bytes = cfg.smem_bytes
+                self._kernels[key] = kernel
+            if stream is None:
+                stream = torch.cuda.current_stream(a.device)
+            # NOTES: CTAs past the last tile would only exit; launching min(ctas, tiles) keeps the
+            # schedule (tile s -> CTA s % ctas) unchanged.
+            grid = min(ctas, _ceil_div(M, cfg.BM) * _ceil_div(N, cfg.BN))
+            u64, i32 = np.uint64, np.int32
+            args = (*self.operand_args(cfg, dtype, a, b, c_ptr, ldc), i32(RASTER_ORDERS.index(cfg.order)),
+                    i32(cfg.swizzle), u64(comm_ptr), u64(row_offset_ptr), u64(tile_group_ptr), u64(counter_ptr),
+                    u64(probe_ptr))
+            kernels.launch(kernel, (grid,), (cfg.threads,), args, stream=stream, device_index=dev,
+                           shared_mem=cfg.smem_bytes)
+
+    def gemm_nt(self, a, b, out=None, *, config=None, ctas: int | None = None, stream=None):
+        """``out = a @ b.T`` (``a``: M x K, ``b``: N x K); returns ``out``."""
+        dtype, M, N, K, cfg, ctas = self.check(a, b, config, ctas)
+        out = _output(out, M, N, a)
+        self.launch(cfg, dtype, "plain", a, b, out.data_ptr(), out.stride(0), ctas, stream)
+        return out
+
+    def gemm_nt_signal(self, a, b, comm_buf, row_offset, tile_group, group_counter, *, config,
+                       ctas: int | None = None, stream=None) -> None:
+        """``a @ b.T`` stored through the row table into ``comm_buf``, signalling a counter per tile
+        group.
+
+        Element ``C[i, tn * BN + c]`` (``c < min(BN, N - tn * BN)``) goes to
+        ``comm_buf.flatten()[row_offset[i, tn] + c]``; after a tile is stored,
+        ``group_counter[tile_group[tile_id]] += 1`` (release, gpu scope). Counters are never reset.
+        ``config`` is required: the tables depend on its tile shape.
+        """
+        if config is None:
+            raise GemmError("gemm_nt_signal needs an explicit config (the tables are built for its tiles)")
+        dtype, M, N, K, cfg, ctas = self.check(a, b, config, ctas)
+        _check_table_store(a, comm_buf, row_offset, tile_group, group_counter, cfg, M, N)
+        self.launch(cfg, dtype, "signal", a, b, 0, 0, ctas, stream, comm_ptr=comm_buf.data_ptr(),
+                    row_offset_ptr=row_offset.data_ptr(), tile_group_ptr=tile_group.data_ptr(),
+                    counter_ptr=group_counter.data_ptr())
+
+    def gemm_nt_scatter(self, a, b, comm_buf, row_offset, *, config, ctas: int | None = None,
+                        stream=None) -> None:
+        """``a @ b.T`` stored through the row table into ``comm_buf`` with no signal: the
+        pre-communication reorder alone (non-overlapped runs; the signal-cost ablation)."""
+        if config is None:
+            raise GemmError("gemm_nt_scatter needs an explicit config (the table is built for its tiles)")
+        dtype, M, N, K, cfg, ctas = self.check(a, b, config, ctas)
+        _check_table_store(a, comm_buf, row_offset, None, None, cfg, M, N)
+        self.launch(cfg, dtype, "scatter", a, b, 0, 0, ctas, stream, comm_ptr=comm_buf.data_ptr(),
+                    row_offset_ptr=row_offset.data_ptr())
+
+    def gemm_nt_probe(self, a, b, out=None, *, config, ctas: int | None = None, stream=None):
+        """``a @ b.T`` plus a per-tile probe: returns ``(out, probe)``, ``probe`` int64 ``[tiles, 4]``
+        = (start globaltimer ns, end ns, smid, CTA index), indexed by row-major tile id."""
+        import torch
+        if config is None:
+            raise GemmError("gemm_nt_probe needs an explicit config")
+        dtype, M, N, K, cfg, ctas = self.check(a, b, config, ctas)
+        out = _output(out, M, N, a)
+        probe = torch.zeros(_ceil_div(M, cfg.BM) * _ceil_div(N, cfg.BN), 4, dtype=torch.int64, device=a.device)
+        self.launch(cfg, dtype, "probe", a, b, out.data_ptr(), out.stride(0), ctas, stream,
+                    probe_ptr=probe.data_ptr())
+        return out, probe
 
 
-def gemm_nt_scatter(a, b, comm_buf, row_offset, *, config: GemmConfig, ctas: int | None = None,
-                    stream=None) -> None:
-    """``a @ b.T`` stored through the row table into ``comm_buf`` with no signal: the
-    pre-communication reorder alone (non-overlapped runs; the signal-cost ablation)."""
-    if config is None:
-        raise GemmError("gemm_nt_scatter needs an explicit config (the table is built for its tiles)")
-    dtype, M, N, K, cfg, ctas = _check_operands(a, b, config, ctas)
-    _check_table_store(a, comm_buf, row_offset, None, None, cfg, M, N)
-    _launch(cfg, dtype, "scatter", a, b, 0, 0, ctas, stream, comm_ptr=comm_buf.data_ptr(),
-            row_offset_ptr=row_offset.data_ptr())
-
-
-def gemm_nt_probe(a, b, out=None, *, config: GemmConfig, ctas: int | None = None, stream=None):
-    """``a @ b.T`` plus a per-tile probe: returns ``(out, probe)``, ``probe`` int64 ``[tiles, 4]`` =
-    (start globaltimer ns, end ns, smid, CTA index), indexed by row-major tile id."""
-    import torch
-    if config is None:
-        raise GemmError("gemm_nt_probe needs an explicit config")
-    dtype, M, N, K, cfg, ctas = _check_operands(a, b, config, ctas)
+def _output(out, M, N, a):
+    """``out`` checked, or a new ``M x N`` tensor like ``a``."""
     if out is None:
-        out = torch.empty(M, N, dtype=a.dtype, device=a.device)
-    else:
-        _check_out(out, M, N, a)
-    tiles = _ceil_div(M, cfg.BM) * _ceil_div(N, cfg.BN)
-    probe = torch.zeros(tiles, 4, dtype=torch.int64, device=a.device)
-    _launch(cfg, dtype, "probe", a, b, out.data_ptr(), out.stride(0), ctas, stream,
-            probe_ptr=probe.data_ptr())
-    return out, probe
+        import torch
+        return torch.empty(M, N, dtype=a.dtype, device=a.device)
+    _check_out(out, M, N, a)
+    return out
+
+
+def _portable_operand_args(cfg, dtype, a, b, c_ptr, ldc):
+    import numpy as np
+    M, K = a.shape
+    return (np.uint64(a.data_ptr()), np.uint64(b.data_ptr()), np.uint64(c_ptr), np.int32(M), np.int32(b.shape[0]),
+            np.int32(K), np.int64(a.stride(0)), np.int64(b.stride(0)), np.int64(ldc))
+
+
+PORTABLE = GemmFamily(_check_operands, generate_source, _portable_operand_args)
+gemm_nt = PORTABLE.gemm_nt
+gemm_nt_signal = PORTABLE.gemm_nt_signal
+gemm_nt_scatter = PORTABLE.gemm_nt_scatter
+gemm_nt_probe = PORTABLE.gemm_nt_probe
 
 
 # --- which kernel runs a config --------------------------------------------------------------------
-def kernels_for(config):
-    """The module whose ``gemm_nt`` / ``gemm_nt_signal`` / ``gemm_nt_scatter`` / ``gemm_nt_probe`` run
-    ``config``: :mod:`fo_lib.gemm_sm90` for a :class:`~fo_lib.gemm_sm90.Sm90Config`, else this one."""
-    import sys
-
+def kernels_for(config) -> GemmFamily:
+    """The family whose ``gemm_nt`` / ``gemm_nt_signal`` / ``gemm_nt_scatter`` / ``gemm_nt_probe`` run
+    ``config``: the Hopper kernels for a :class:`~fo_lib.gemm_sm90.Sm90Config`, else the portable ones."""
     from . import gemm_sm90
-    return gemm_sm90 if isinstance(config, gemm_sm90.Sm90Config) else sys.modules[__name__]
+    return gemm_sm90.SM90 if isinstance(config, gemm_sm90.Sm90Config) else PORTABLE
 
 
 def auto_config(M: int, N: int, K: int, sm_count: int = 132, device=None):

@@ -31,7 +31,7 @@ from functools import lru_cache
 from typing import ClassVar
 
 from . import kernels
-from .gemm import DTYPES, EPILOGUES, GemmError, RasterMixin, _check_operands, _check_out, _check_table_store, sm_count
+from .gemm import DTYPES, EPILOGUES, GemmError, GemmFamily, RasterMixin, _check_operands, sm_count
 from .tiling import RASTER_ORDERS
 
 __all__ = ["Sm90Config", "CONFIGS", "default_config", "gemm_nt", "gemm_nt_signal", "gemm_nt_scatter",
@@ -254,9 +254,6 @@ def is_supported(device=None) -> bool:
         return False
 
 
-_kernel_cache: dict[tuple[str, str, str, int], object] = {}
-
-
 def _check_config(config) -> None:
     if config is not None and not isinstance(config, Sm90Config):
         raise GemmError(f"config must be an fo_lib.gemm_sm90.Sm90Config, got {type(config).__name__} "
@@ -274,90 +271,17 @@ def _operands(a, b, config, ctas):
     return dtype, M, N, K, cfg, ctas
 
 
-def _launch(cfg: Sm90Config, dtype: str, epilogue: str, a, b, c_ptr: int, ldc: int, ctas: int,
-            stream, comm_ptr: int = 0, row_offset_ptr: int = 0, tile_group_ptr: int = 0,
-            counter_ptr: int = 0, probe_ptr: int = 0) -> None:
-    import cupy
+def _sm90_operand_args(cfg, dtype, a, b, c_ptr, ldc):
     import numpy as np
-    import torch
-
     M, K = a.shape
-    N = b.shape[0]
-    tiles = _ceil_div(M, cfg.BM) * _ceil_div(N, cfg.BN)
-    dev = a.device.index
-    with cupy.cuda.Device(dev):
-        key = (cfg.tile_name, dtype, epilogue, dev)
-        kernel = _kernel_cache.get(key)
-        if kernel is None:
-            src, name = generate_source(cfg, dtype, epilogue)
-            kernel = kernels.get_kernel(src, name)
-            kernel.max_dynamic_shared_size_bytes = cfg.smem_bytes
-            _kernel_cache[key] = kernel
-        if stream is None:
-            stream = torch.cuda.current_stream(a.device)
-        tma_a = _operand_desc(a, cfg.BM, dtype)
-        tma_b = _operand_desc(b, cfg.BN, dtype)
-        # NOTES: CTAs past the last tile would only exit; launching min(ctas, tiles) keeps the
-        # schedule (tile s -> CTA s % ctas) unchanged.
-        grid = min(ctas, tiles)
-        u64, i32, i64 = np.uint64, np.int32, np.int64
-        args = (tma_a, tma_b, u64(c_ptr), i32(M), i32(N), i32(K), i64(ldc),
-                i32(RASTER_ORDERS.index(cfg.order)), i32(cfg.swizzle), u64(comm_ptr), u64(row_offset_ptr),
-                u64(tile_group_ptr), u64(counter_ptr), u64(probe_ptr))
-        kernels.launch(kernel, (grid,), (cfg.threads,), args, stream=stream, device_index=dev,
-                       shared_mem=cfg.smem_bytes)
+    return (_operand_desc(a, cfg.BM, dtype), _operand_desc(b, cfg.BN, dtype), np.uint64(c_ptr), np.int32(M),
+            np.int32(b.shape[0]), np.int32(K), np.int64(ldc))
 
 
-def gemm_nt(a, b, out=None, *, config: Sm90Config | None = None, ctas: int | None = None, stream=None):
-    """``out = a @ b.T`` (``a``: M x K, ``b``: N x K); returns ``out``."""
-    import torch
-    dtype, M, N, K, cfg, ctas = _operands(a, b, config, ctas)
-    if out is None:
-        out = torch.empty(M, N, dtype=a.dtype, device=a.device)
-    else:
-        _check_out(out, M, N, a)
-    _launch(cfg, dtype, "plain", a, b, out.data_ptr(), out.stride(0), ctas, stream)
-    return out
-
-
-def gemm_nt_signal(a, b, comm_buf, row_offset, tile_group, group_counter, *, config: Sm90Config,
-                   ctas: int | None = None, stream=None) -> None:
-    """``a @ b.T`` stored through the row table into ``comm_buf``, signalling a counter per tile group
-    (see :func:`fo_lib.gemm.gemm_nt_signal`; the tables must be built for ``config``'s 128 x BN tiles)."""
-    if config is None:
-        raise GemmError("gemm_nt_signal needs an explicit config (the tables are built for its tiles)")
-    dtype, M, N, K, cfg, ctas = _operands(a, b, config, ctas)
-    _check_table_store(a, comm_buf, row_offset, tile_group, group_counter, cfg, M, N)
-    _launch(cfg, dtype, "signal", a, b, 0, 0, ctas, stream, comm_ptr=comm_buf.data_ptr(),
-            row_offset_ptr=row_offset.data_ptr(), tile_group_ptr=tile_group.data_ptr(),
-            counter_ptr=group_counter.data_ptr())
-
-
-def gemm_nt_scatter(a, b, comm_buf, row_offset, *, config: Sm90Config, ctas: int | None = None,
-                    stream=None) -> None:
-    """``a @ b.T`` stored through the row table into ``comm_buf`` with no signal."""
-    if config is None:
-        raise GemmError("gemm_nt_scatter needs an explicit config (the table is built for its tiles)")
-    dtype, M, N, K, cfg, ctas = _operands(a, b, config, ctas)
-    _check_table_store(a, comm_buf, row_offset, None, None, cfg, M, N)
-    _launch(cfg, dtype, "scatter", a, b, 0, 0, ctas, stream, comm_ptr=comm_buf.data_ptr(),
-            row_offset_ptr=row_offset.data_ptr())
-
-
-def gemm_nt_probe(a, b, out=None, *, config: Sm90Config, ctas: int | None = None, stream=None):
-    """``a @ b.T`` plus a per-tile probe: returns ``(out, probe)``, ``probe`` int64 ``[tiles, 4]`` =
-    (start globaltimer ns, end ns, smid, CTA index), indexed by row-major tile id. Start: the
-    consumers begin the tile; end: the tile's stores are done (when a signal would be sent)."""
-    import torch
-    if config is None:
-        raise GemmError("gemm_nt_probe needs an explicit config")
-    dtype, M, N, K, cfg, ctas = _operands(a, b, config, ctas)
-    if out is None:
-        out = torch.empty(M, N, dtype=a.dtype, device=a.device)
-    else:
-        _check_out(out, M, N, a)
-    tiles = _ceil_div(M, cfg.BM) * _ceil_div(N, cfg.BN)
-    probe = torch.zeros(tiles, 4, dtype=torch.int64, device=a.device)
-    _launch(cfg, dtype, "probe", a, b, out.data_ptr(), out.stride(0), ctas, stream,
-            probe_ptr=probe.data_ptr())
-    return out, probe
+# The same public calls as fo_lib.gemm (see fo_lib.gemm.GemmFamily). Probe stamps: start when the
+# consumers begin the tile, end when its stores are done (when a signal would be sent).
+SM90 = GemmFamily(_operands, generate_source, _sm90_operand_args)
+gemm_nt = SM90.gemm_nt
+gemm_nt_signal = SM90.gemm_nt_signal
+gemm_nt_scatter = SM90.gemm_nt_scatter
+gemm_nt_probe = SM90.gemm_nt_probe
