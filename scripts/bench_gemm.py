@@ -48,6 +48,25 @@ def input_sets(M, N, K, dtype):
              torch.empty(M, N, dtype=dtype, device="cuda")) for _ in range(n_sets)]
 
 
+def add_config_variants(fns, family, configs_by_name, names, sets, M):
+    """Variants ``cfg:<name>``: each named config (row raster, swizzle up to 8) on the same inputs."""
+    for name in names:
+        base = configs_by_name[name]
+        c = base.with_raster("row", min(8, -(-M // base.BM)))
+        fns[f"cfg:{name}"] = (lambda c: lambda i: family.gemm_nt(*sets[i % len(sets)], config=c))(c)
+
+
+def check_and_time(fns, family, cfg, sets, M, N, K, rounds, inner, graph):
+    """A correctness smoke check against cuBLAS (the tests compare with float64), then interleaved
+    medians: returns ``(cfg, rel. error, {variant: (ms, TFLOP/s)})``."""
+    a, b, _ = sets[0]
+    want = torch.matmul(a, b.T).float()
+    err = ((family.gemm_nt(a, b, config=cfg).float() - want).norm() / want.norm()).item()
+    med = summarize(bench_interleaved(fns, rounds=rounds, inner=inner, warmup=2, graph=graph))
+    flop = 2.0 * M * N * K
+    return cfg, err, {k: (v, flop / (v * 1e-3) / 1e12) for k, v in med.items()}
+
+
 def bench_shape(M, N, K, dtype, rounds, inner, configs, ablation=False, graph=False):
     sets = input_sets(M, N, K, dtype)
     n_sets = len(sets)
@@ -73,20 +92,8 @@ def bench_shape(M, N, K, dtype, rounds, inner, configs, ablation=False, graph=Fa
                                  + np.arange(ro.shape[1], dtype=np.int64)[None, :] * cfg.BN).cuda()
         fns["scatter_rowmajor"] = lambda i: gemm.gemm_nt_scatter(sets[i % n_sets][0], sets[i % n_sets][1],
                                                                  comm[i % 2], ro_rm, config=cfg)
-    for name in configs:
-        base = gemm.CONFIGS[name]
-        c = base.with_raster("row", min(8, -(-M // base.BM)))
-        fns[f"cfg:{name}"] = (lambda c: lambda i: gemm.gemm_nt(sets[i % n_sets][0], sets[i % n_sets][1],
-                                                               sets[i % n_sets][2], config=c))(c)
-    # Correctness smoke check before timing.
-    a, b, _ = sets[0]
-    ref = torch.matmul(a, b.T)
-    ours = gemm.gemm_nt(a, b, config=cfg)
-    err = ((ours.float() - ref.float()).norm() / ref.float().norm()).item()
-    samples = bench_interleaved(fns, rounds=rounds, inner=inner, warmup=2, graph=graph)
-    med = summarize(samples)
-    flop = 2.0 * M * N * K
-    return cfg, err, {k: (v, flop / (v * 1e-3) / 1e12) for k, v in med.items()}
+    add_config_variants(fns, gemm.PORTABLE, gemm.CONFIGS, configs, sets, M)
+    return check_and_time(fns, gemm.PORTABLE, cfg, sets, M, N, K, rounds, inner, graph)
 
 
 def main(argv=None):

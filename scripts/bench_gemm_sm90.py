@@ -24,10 +24,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from bench_gemm import input_sets, tile_tables  # noqa: E402
+from bench_gemm import add_config_variants, check_and_time, input_sets, tile_tables  # noqa: E402
 from fo_lib import gemm, gemm_sm90  # noqa: E402
 from fo_lib.provenance import write_result  # noqa: E402
-from fo_lib.testing import bench_interleaved, summarize  # noqa: E402
 
 
 def bench_shape(M, N, K, dtype, rounds, inner, configs, portable=False, graph=False):
@@ -50,20 +49,8 @@ def bench_shape(M, N, K, dtype, rounds, inner, configs, portable=False, graph=Fa
     if portable:
         pcfg = gemm.default_config(M, N, K, sms)
         fns["portable"] = lambda i: gemm.gemm_nt(pick(i)[0], pick(i)[1], pick(i)[2], config=pcfg)
-    for name in configs:
-        base = gemm_sm90.CONFIGS[name]
-        c = base.with_raster("row", min(8, -(-M // base.BM)))
-        fns[f"cfg:{name}"] = (lambda c: lambda i: gemm_sm90.gemm_nt(pick(i)[0], pick(i)[1], pick(i)[2],
-                                                                    config=c))(c)
-    # Correctness smoke check before timing (against cuBLAS; the tests compare with float64).
-    a, b, _ = sets[0]
-    want = torch.matmul(a, b.T).float()
-    got = gemm_sm90.gemm_nt(a, b, config=cfg).float()
-    err = ((got - want).norm() / want.norm()).item()
-    samples = bench_interleaved(fns, rounds=rounds, inner=inner, warmup=2, graph=graph)
-    med = summarize(samples)
-    flop = 2.0 * M * N * K
-    return cfg, err, {k: (v, flop / (v * 1e-3) / 1e12) for k, v in med.items()}
+    add_config_variants(fns, gemm_sm90.SM90, gemm_sm90.CONFIGS, configs, sets, M)
+    return check_and_time(fns, gemm_sm90.SM90, cfg, sets, M, N, K, rounds, inner, graph)
 
 
 def main(argv=None):

@@ -18,27 +18,29 @@ import torch  # noqa: E402
 
 from fo_lib import counting, gemm, postops, reorder  # noqa: E402
 from fo_lib.testing import calc_diff  # noqa: E402
-from fo_lib.tiling import TileGrid  # noqa: E402
 
 
-def main() -> None:
+def exercise(family, configs, shapes) -> None:
+    """Every epilogue of one GEMM family (plain, signal, scatter, probe) on few CTAs, then the
+    post-reorder with every fused op back to row-major; results checked against float64."""
     torch.manual_seed(0)
-    for cname in ("64x64x32", "128x128x32", "256x128x64"):
-        for M, N, K in ((130, 200, 72), (257, 136, 40)):
-            cfg = gemm.CONFIGS[cname].with_raster("row", 2)
+    for cfg in configs:
+        for M, N, K in shapes:
+            cfg = cfg.with_raster("row", 2)
             a = torch.randn(M, K, device="cuda").bfloat16()
             b = torch.randn(N, K, device="cuda").bfloat16()
             ref = a.double() @ b.double().T
-            out = gemm.gemm_nt(a, b, config=cfg, ctas=3)
-            assert calc_diff(out, ref) < 1e-2, cname
+            out = family.gemm_nt(a, b, config=cfg, ctas=3)
+            assert calc_diff(out, ref) < 1e-2, cfg.tile_name
             grid = cfg.grid(M, N, 3)
             plan = reorder.tile_reorder(grid, (1,) * grid.num_waves)
             comm = torch.empty(M * N, dtype=torch.bfloat16, device="cuda")
             counters = torch.zeros(plan.num_groups, dtype=torch.int32, device="cuda")
-            gemm.gemm_nt_signal(a, b, comm, torch.from_numpy(plan.row_offset).cuda(),
-                                torch.from_numpy(plan.tile_group).cuda(), counters, config=cfg, ctas=3)
-            _, probe = gemm.gemm_nt_probe(a, b, config=cfg, ctas=3)
-            # Post-reorder with every fused op back to row-major, against the GEMM output.
+            ro = torch.from_numpy(plan.row_offset).cuda()
+            family.gemm_nt_signal(a, b, comm, ro, torch.from_numpy(plan.tile_group).cuda(), counters,
+                                  config=cfg, ctas=3)
+            family.gemm_nt_scatter(a, b, torch.empty_like(comm), ro, config=cfg, ctas=3)
+            _, probe = family.gemm_nt_probe(a, b, config=cfg, ctas=3)
             ops = postops.PostOps(bias=True, activation="silu", residual=True, rmsnorm=True, eps=1e-5)
             bias = torch.randn(N, device="cuda").bfloat16()
             res = torch.randn(M, N, device="cuda").bfloat16()
@@ -47,10 +49,15 @@ def main() -> None:
                                      bias=bias, residual=res, weight=w)
             x = torch.nn.functional.silu(out.double() + bias.double()) + res.double()
             want = x * torch.rsqrt((x * x).mean(1, keepdim=True) + 1e-5) * w.double()
-            assert calc_diff(y, want) < 2e-2, (cname, calc_diff(y, want))
+            assert calc_diff(y, want) < 2e-2, (cfg.tile_name, calc_diff(y, want))
             torch.cuda.synchronize()
             assert counters.cpu().tolist() == plan.group_tiles.tolist()
             assert (probe[:, 1] >= probe[:, 0]).all()
+
+
+def main() -> None:
+    exercise(gemm.PORTABLE, [gemm.CONFIGS[c] for c in ("64x64x32", "128x128x32", "256x128x64")],
+             ((130, 200, 72), (257, 136, 40)))
     # Wait kernel: satisfied, then one that times out into the error word.
     counter = torch.zeros(2, dtype=torch.int32, device="cuda")
     err = torch.zeros(1, dtype=torch.int32, device="cuda")
@@ -66,27 +73,7 @@ def sm90() -> None:
     """The sm_90a GEMM (TMA + wgmma) in every epilogue, tails in M, N and K, few CTAs."""
     from fo_lib import gemm_sm90
 
-    torch.manual_seed(0)
-    for cname in gemm_sm90.CONFIGS:
-        for M, N, K in ((130, 200, 72), (257, 136, 40), (300, 520, 136)):
-            cfg = gemm_sm90.CONFIGS[cname].with_raster("row", 2)
-            a = torch.randn(M, K, device="cuda").bfloat16()
-            b = torch.randn(N, K, device="cuda").bfloat16()
-            ref = a.double() @ b.double().T
-            out = gemm_sm90.gemm_nt(a, b, config=cfg, ctas=3)
-            assert calc_diff(out, ref) < 1e-2, cname
-            grid = cfg.grid(M, N, 3)
-            plan = reorder.tile_reorder(grid, (1,) * grid.num_waves)
-            comm = torch.empty(M * N, dtype=torch.bfloat16, device="cuda")
-            counters = torch.zeros(plan.num_groups, dtype=torch.int32, device="cuda")
-            ro = torch.from_numpy(plan.row_offset).cuda()
-            gemm_sm90.gemm_nt_signal(a, b, comm, ro, torch.from_numpy(plan.tile_group).cuda(), counters,
-                                     config=cfg, ctas=3)
-            gemm_sm90.gemm_nt_scatter(a, b, torch.empty_like(comm), ro, config=cfg, ctas=3)
-            _, probe = gemm_sm90.gemm_nt_probe(a, b, config=cfg, ctas=3)
-            torch.cuda.synchronize()
-            assert counters.cpu().tolist() == plan.group_tiles.tolist()
-            assert (probe[:, 1] >= probe[:, 0]).all()
+    exercise(gemm_sm90.SM90, list(gemm_sm90.CONFIGS.values()), ((130, 200, 72), (257, 136, 40), (300, 520, 136)))
     print("sanitize: ok")
 
 
