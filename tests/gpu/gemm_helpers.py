@@ -55,3 +55,30 @@ def signal_tables(M, N, cfg, groups, seed):
 def gather_index(row_offset, M, N, BN):
     j = np.arange(N)
     return row_offset[:, j // BN] + (j % BN)[None, :]
+
+
+def check_signal_rejects_bad_tables(family, cfg):
+    """Every bad table or buffer of ``family.gemm_nt_signal`` is refused with a clear GemmError, after
+    one valid call (both GEMM families share the validation: see fo_lib.gemm.GemmFamily)."""
+    import pytest
+
+    from fo_lib.gemm import GemmError
+
+    a, b = inputs(256, 256, 64, "bf16", seed=7)
+    comm = torch.empty(256 * 256, dtype=torch.bfloat16, device="cuda")
+    ro = torch.zeros(256, -(-256 // cfg.BN), dtype=torch.int64, device="cuda")
+    tg = torch.zeros(-(-256 // cfg.BM) * ro.shape[1], dtype=torch.int32, device="cuda")
+    cnt = torch.zeros(1, dtype=torch.int32, device="cuda")
+    family.gemm_nt_signal(a, b, comm, ro, tg, cnt, config=cfg)  # valid (all rows overlap, fine)
+    with pytest.raises(GemmError, match="row_offset"):
+        family.gemm_nt_signal(a, b, comm, ro.int(), tg, cnt, config=cfg)
+    with pytest.raises(GemmError, match="row_offset"):
+        family.gemm_nt_signal(a, b, comm, ro[:, :1].contiguous(), tg, cnt, config=cfg)
+    with pytest.raises(GemmError, match="tile_group"):
+        family.gemm_nt_signal(a, b, comm, ro, tg[:3], cnt, config=cfg)
+    with pytest.raises(GemmError, match="group_counter"):
+        family.gemm_nt_signal(a, b, comm, ro, tg, cnt.cpu(), config=cfg)
+    with pytest.raises(GemmError, match="comm_buf"):
+        family.gemm_nt_signal(a, b, comm[:100], ro, tg, cnt, config=cfg)
+    with pytest.raises(GemmError, match="explicit config"):
+        family.gemm_nt_signal(a, b, comm, ro, tg, cnt, config=None)

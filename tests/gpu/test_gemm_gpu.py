@@ -11,7 +11,7 @@ if not torch.cuda.is_available():  # pragma: no cover - conftest skips these any
 from fo_lib import gemm, kernels  # noqa: E402
 from fo_lib.testing import calc_diff  # noqa: E402
 from fo_lib.tiling import TileGrid, raster_tile  # noqa: E402
-from gemm_helpers import DTYPES, SHAPES, TOL  # noqa: E402
+from gemm_helpers import DTYPES, SHAPES, TOL, check_signal_rejects_bad_tables  # noqa: E402
 from gemm_helpers import gather_index as _gather_index  # noqa: E402
 from gemm_helpers import guarded_out as _guarded_out  # noqa: E402
 from gemm_helpers import inputs as _inputs  # noqa: E402
@@ -170,25 +170,7 @@ def test_gemm_signal_counters_accumulate():
 
 
 def test_gemm_signal_rejects_bad_tables():
-    cfg = gemm.CONFIGS["128x128x32"]
-    a, b = _inputs(256, 256, 64, "bf16", seed=7)
-    comm = torch.empty(256 * 256, dtype=torch.bfloat16, device="cuda")
-    ro = torch.zeros(256, 2, dtype=torch.int64, device="cuda")
-    tg = torch.zeros(4, dtype=torch.int32, device="cuda")
-    cnt = torch.zeros(1, dtype=torch.int32, device="cuda")
-    gemm.gemm_nt_signal(a, b, comm, ro, tg, cnt, config=cfg)  # valid (all rows overlap, fine)
-    with pytest.raises(gemm.GemmError, match="row_offset"):
-        gemm.gemm_nt_signal(a, b, comm, ro.int(), tg, cnt, config=cfg)
-    with pytest.raises(gemm.GemmError, match="row_offset"):
-        gemm.gemm_nt_signal(a, b, comm, ro[:, :1].contiguous(), tg, cnt, config=cfg)
-    with pytest.raises(gemm.GemmError, match="tile_group"):
-        gemm.gemm_nt_signal(a, b, comm, ro, tg[:3], cnt, config=cfg)
-    with pytest.raises(gemm.GemmError, match="group_counter"):
-        gemm.gemm_nt_signal(a, b, comm, ro, tg, cnt.cpu(), config=cfg)
-    with pytest.raises(gemm.GemmError, match="comm_buf"):
-        gemm.gemm_nt_signal(a, b, comm[:100], ro, tg, cnt, config=cfg)
-    with pytest.raises(gemm.GemmError, match="explicit config"):
-        gemm.gemm_nt_signal(a, b, comm, ro, tg, cnt, config=None)
+    check_signal_rejects_bad_tables(gemm.PORTABLE, gemm.CONFIGS["128x128x32"])
 
 
 # --- probe: timing, waves, raster ----------------------------------------------------------------

@@ -13,7 +13,8 @@ if not torch.cuda.is_available():  # pragma: no cover - conftest skips these any
 from fo_lib import counting, gemm, gemm_sm90, reorder  # noqa: E402
 from fo_lib.testing import calc_diff  # noqa: E402
 from fo_lib.tiling import TileGrid  # noqa: E402
-from gemm_helpers import DTYPES, SHAPES, TOL, gather_index, guarded_out, inputs, ref, signal_tables  # noqa: E402
+from gemm_helpers import (DTYPES, SHAPES, TOL, check_signal_rejects_bad_tables, gather_index,  # noqa: E402
+                          guarded_out, inputs, ref, signal_tables)
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not gemm_sm90.is_supported(), reason="needs a compute capability 9.0 GPU")]
@@ -238,25 +239,7 @@ def test_gemm_signal_gates_a_reader_on_another_stream(cname):
 
 
 def test_gemm_signal_rejects_bad_tables():
-    cfg = gemm_sm90.CONFIGS["128x128x64"]
-    a, b = inputs(256, 256, 64, "bf16", seed=7)
-    comm = torch.empty(256 * 256, dtype=torch.bfloat16, device="cuda")
-    ro = torch.zeros(256, 2, dtype=torch.int64, device="cuda")
-    tg = torch.zeros(4, dtype=torch.int32, device="cuda")
-    cnt = torch.zeros(1, dtype=torch.int32, device="cuda")
-    gemm_sm90.gemm_nt_signal(a, b, comm, ro, tg, cnt, config=cfg)  # valid (all rows overlap, fine)
-    with pytest.raises(gemm.GemmError, match="row_offset"):
-        gemm_sm90.gemm_nt_signal(a, b, comm, ro.int(), tg, cnt, config=cfg)
-    with pytest.raises(gemm.GemmError, match="row_offset"):
-        gemm_sm90.gemm_nt_signal(a, b, comm, ro[:, :1].contiguous(), tg, cnt, config=cfg)
-    with pytest.raises(gemm.GemmError, match="tile_group"):
-        gemm_sm90.gemm_nt_signal(a, b, comm, ro, tg[:3], cnt, config=cfg)
-    with pytest.raises(gemm.GemmError, match="group_counter"):
-        gemm_sm90.gemm_nt_signal(a, b, comm, ro, tg, cnt.cpu(), config=cfg)
-    with pytest.raises(gemm.GemmError, match="comm_buf"):
-        gemm_sm90.gemm_nt_signal(a, b, comm[:100], ro, tg, cnt, config=cfg)
-    with pytest.raises(gemm.GemmError, match="explicit config"):
-        gemm_sm90.gemm_nt_signal(a, b, comm, ro, tg, cnt, config=None)
+    check_signal_rejects_bad_tables(gemm_sm90.SM90, gemm_sm90.CONFIGS["128x128x64"])
 
 
 # --- probe: timing, waves, raster ----------------------------------------------------------------
