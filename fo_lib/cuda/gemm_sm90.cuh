@@ -212,6 +212,10 @@ __device__ __forceinline__ void regs_alloc() {
 __device__ __forceinline__ void bar_sync(u32 id, u32 count) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
+// The shared/global accessors below shadow fo::'s (gemm_mma.cuh) on purpose: here the C tile is
+// handed between warps by mbarriers and named barriers, so every access carries a "memory" clobber
+// that keeps the compiler from moving it across them. The portable kernel orders its accesses with
+// __syncthreads and keeps its accessors clobber-free (its code generation is tuned with them).
 __device__ __forceinline__ void st_shared_b32(u32 addr, u32 v) {
     asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
 }
