@@ -86,6 +86,30 @@ def bench_interleaved(fns: Mapping[str, Callable[[int], object]], *, rounds: int
     return out
 
 
+def host_and_gpu_time(fn, *, calls: int = 30, rounds: int = 5) -> tuple[float, float]:
+    """``(host us, GPU ms)`` per call of ``fn``, medians over ``rounds``: the host time is that of
+    enqueueing ``calls`` back-to-back calls while the GPU is still busy with a ~25 ms sleep (so no
+    launch ever waits for the GPU), the GPU time that of running them (events after the sleep)."""
+    import time
+
+    import torch
+
+    host, gpu = [], []
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        torch.cuda._sleep(50_000_000)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        host.append((time.perf_counter() - t0) / calls * 1e6)
+        end.record()
+        end.synchronize()
+        gpu.append(start.elapsed_time(end) / calls)
+    return median(host), median(gpu)
+
+
 def summarize(samples: Mapping[str, list[float]]) -> dict[str, float]:
     """Median ms per variant."""
     return {name: median(v) for name, v in samples.items()}

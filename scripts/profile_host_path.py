@@ -15,28 +15,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from fo_lib.testing import host_and_gpu_time  # noqa: E402
 
-def host_us(fn, calls: int = 50, rounds: int = 5) -> float:
-    """Median over rounds of the mean host time per call of ``fn`` (enqueue only, no sync inside)."""
-    import torch
 
-    out = []
-    for _ in range(rounds):
-        torch.cuda.synchronize()
-        torch.cuda._sleep(50_000_000)  # keep the GPU busy (~25 ms): launches queue, never wait
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        out.append((time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(out)
+def host_us(fn, calls: int = 50) -> float:
+    return host_and_gpu_time(fn, calls=calls)[0]
 
 
 def main(argv=None) -> int:

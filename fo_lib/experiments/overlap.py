@@ -325,14 +325,12 @@ def host_overhead(comm=None, *, world: int = 2, shapes=((2048, 4096, 1024), (409
                   primitives=("all_reduce", "reduce_scatter", "all_to_all"), calls: int = 30, rounds: int = 5):
     """Host time to enqueue one overlapped call, eager (``plan.run``: a launch per kernel, wait and
     collective) vs CUDA graph (``plan.capture`` then one replay per call), and the GPU time per call
-    of each. Host time is taken over ``calls`` back-to-back calls before synchronizing (the launch
-    queue does not fill), median over ``rounds``."""
-    import time
-
+    of each (:func:`fo_lib.testing.host_and_gpu_time`)."""
     import torch
 
     from .. import gemm
     from ..engine import OverlapPlan, Routing
+    from ..testing import host_and_gpu_time
 
     if comm is None:
         from ..comm.loopback import LoopbackCommunicator
@@ -351,22 +349,8 @@ def host_overhead(comm=None, *, world: int = 2, shapes=((2048, 4096, 1024), (409
             b = torch.randn(N, K, device="cuda").bfloat16()
             graphed = plan.capture(a, b)
             variants = {"eager": lambda: plan.run(a, b), "graph": graphed}
-            res = {}
-            for name, fn in variants.items():
-                host, gpu = [], []
-                for _ in range(rounds):
-                    torch.cuda.synchronize()
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    t0 = time.perf_counter()
-                    for _ in range(calls):
-                        fn()
-                    host.append((time.perf_counter() - t0) / calls * 1e6)
-                    end.record()
-                    end.synchronize()
-                    gpu.append(start.elapsed_time(end) / calls)
-                plan.check()
-                res[name] = (float(np.median(host)), float(np.median(gpu)))
+            res = {name: host_and_gpu_time(fn, calls=calls, rounds=rounds) for name, fn in variants.items()}
+            plan.check()
             rows.append(dict(primitive=prim, M=M, N=N, K=K, groups=plan.num_groups, link=link_label(comm),
                              eager_host_us=res["eager"][0], graph_host_us=res["graph"][0],
                              eager_ms=res["eager"][1], graph_ms=res["graph"][1]))
