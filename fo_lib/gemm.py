@@ -161,22 +161,28 @@ def default_config(M: int, N: int, K: int, sm_count: int = 132, smem_limit: int 
     of up to 8 tile rows (L2 reuse of A and B inside a wave); swizzle 1 when everything fits in one
     wave.
     """
+    return pick_by_waves({n: CONFIGS[n] for n in _DEFAULT_CANDIDATES}, _TILE_SPEED, M, N, K, sm_count, smem_limit)
+
+
+def pick_by_waves(candidates: dict, tile_speed: dict, M: int, N: int, K: int, sm_count: int, smem_limit: int,
+                  family: str = ""):
+    """The wave-count model shared by both GEMM families: among ``candidates`` (name -> config) that
+    fit ``smem_limit``, the lowest waves x padded tile area / ``tile_speed[name]``; a later candidate
+    must win by 3 %. Returns it with a row raster in bands of up to 8 tile rows."""
     for name, v in (("M", M), ("N", N), ("K", K), ("sm_count", sm_count), ("smem_limit", smem_limit)):
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
             raise GemmError(f"{name} must be a positive int, got {v!r}")
     best, best_cost = None, math.inf
-    for name in _DEFAULT_CANDIDATES:
-        cfg = CONFIGS[name]
+    for name, cfg in candidates.items():
         if cfg.smem_bytes > smem_limit:
             continue
         tiles = _ceil_div(M, cfg.BM) * _ceil_div(N, cfg.BN)
-        waves = _ceil_div(tiles, sm_count)
         # Tile work is spent on the padding past M/N (tails) too, so use the padded area.
-        cost = waves * cfg.BM * cfg.BN / _TILE_SPEED[name]
+        cost = _ceil_div(tiles, sm_count) * cfg.BM * cfg.BN / tile_speed[name]
         if cost < best_cost * 0.97:
             best, best_cost = cfg, cost
     if best is None:
-        raise GemmError(f"no GEMM config fits {smem_limit} B of shared memory per block")
+        raise GemmError(f"no {family + ' ' if family else ''}GEMM config fits {smem_limit} B of shared memory per block")
     tiles_m = _ceil_div(M, best.BM)
     tiles = tiles_m * _ceil_div(N, best.BN)
     swizzle = 1 if tiles <= sm_count else min(8, tiles_m)

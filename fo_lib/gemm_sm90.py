@@ -25,13 +25,12 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import ClassVar
 
 from . import kernels
-from .gemm import DTYPES, EPILOGUES, GemmError, GemmFamily, RasterMixin, _check_operands, sm_count
+from .gemm import DTYPES, EPILOGUES, GemmError, GemmFamily, RasterMixin, _check_operands, pick_by_waves, sm_count
 from .tiling import RASTER_ORDERS
 
 __all__ = ["Sm90Config", "CONFIGS", "default_config", "gemm_nt", "gemm_nt_signal", "gemm_nt_scatter",
@@ -113,24 +112,8 @@ def default_config(M: int, N: int, K: int, sm_count: int = 132, smem_limit: int 
     """Pick a config by the wave-count model of :func:`fo_lib.gemm.default_config` (pure): estimated
     time = waves x padded tile area / tile speed; the smaller tile must win by 3 %. Raster: row
     order, bands of up to 8 tile rows; swizzle 1 when everything fits in one wave."""
-    for name, v in (("M", M), ("N", N), ("K", K), ("sm_count", sm_count), ("smem_limit", smem_limit)):
-        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-            raise GemmError(f"{name} must be a positive int, got {v!r}")
-    best, best_cost = None, math.inf
-    for name in _DEFAULT_CANDIDATES:
-        cfg = CONFIGS[name]
-        if cfg.smem_bytes > smem_limit:
-            continue
-        tiles = _ceil_div(M, cfg.BM) * _ceil_div(N, cfg.BN)
-        cost = _ceil_div(tiles, sm_count) * cfg.BM * cfg.BN / _TILE_SPEED[name]
-        if cost < best_cost * 0.97:
-            best, best_cost = cfg, cost
-    if best is None:
-        raise GemmError(f"no sm90 GEMM config fits {smem_limit} B of shared memory per block")
-    tiles_m = _ceil_div(M, best.BM)
-    tiles = tiles_m * _ceil_div(N, best.BN)
-    swizzle = 1 if tiles <= sm_count else min(8, tiles_m)
-    return best.with_raster("row", swizzle)
+    return pick_by_waves({n: CONFIGS[n] for n in _DEFAULT_CANDIDATES}, _TILE_SPEED, M, N, K, sm_count, smem_limit,
+                         family="sm90")
 
 
 # --- source generation --------------------------------------------------------------------------
