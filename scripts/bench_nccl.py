@@ -73,11 +73,27 @@ def report(summary) -> None:
     print(picked[cols].round(3).to_string(index=False), flush=True)
 
 
+def write_all(out, meta, curves, footprints, summaries, cand_frames, saved_all, W, link) -> None:
+    import pandas as pd
+
+    from fo_lib.experiments.overlap import write_records
+    from fo_lib.provenance import write_result
+
+    if curves:
+        write_result(pd.DataFrame(curves), out / "nccl_curves.csv", **meta)
+    if footprints:
+        write_result(pd.DataFrame(footprints), out / "nccl_footprint.csv", **meta)
+    if summaries:
+        write_records(pd.concat(summaries, ignore_index=True), pd.concat(cand_frames, ignore_index=True), saved_all,
+                      out / "overlap_nccl.csv", world=W, comm_sms="measured per primitive and budget (column comm_sms)",
+                      link=link, nccl_env=meta["nccl_env"])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="data folder, e.g. data/h200x2")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--ctas", type=int, nargs="+", default=[0, 8, 16],
+    ap.add_argument("--ctas", type=int, nargs="+", default=[0, 16, 8],
                     help="NCCL CTA budgets to sweep (0: NCCL's default); the GEMM leaves the measured footprint free")
     ap.add_argument("--candidates", type=int, default=8)
     ap.add_argument("--model-params", default="auto",
@@ -92,8 +108,7 @@ def main(argv=None) -> int:
 
     from fo_lib import tuning
     from fo_lib.comm.torch_dist import init_from_env
-    from fo_lib.experiments.overlap import link_label, measure, write_records
-    from fo_lib.provenance import write_result
+    from fo_lib.experiments.overlap import link_label, measure
 
     model_kw = load_model_params(args.model_params, Path(args.out))
     comm = init_from_env("nccl")
@@ -136,16 +151,10 @@ def main(argv=None) -> int:
             summaries.append(summary)
             cand_frames.append(cands)
             saved_all[str(budget)] = saved
-    if root:
-        if curves:
-            write_result(pd.DataFrame(curves), out / "nccl_curves.csv", **meta)
-        write_result(pd.DataFrame(footprints), out / "nccl_footprint.csv", **meta)
+        if root:  # after every budget, so that a run cut short keeps what it measured
+            write_all(out, meta, curves, footprints, summaries, cand_frames, saved_all, W, link)
     if root and summaries:
-        summary = pd.concat(summaries, ignore_index=True)
-        write_records(summary, pd.concat(cand_frames, ignore_index=True), saved_all, out / "overlap_nccl.csv",
-                      world=W, comm_sms="measured per primitive and budget (column comm_sms)", link=link,
-                      nccl_env=meta["nccl_env"])
-        report(summary)
+        report(pd.concat(summaries, ignore_index=True))
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
     return 0

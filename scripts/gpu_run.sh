@@ -40,7 +40,7 @@ step record 120 bash -c "python3 scripts/record_experiments.py && cp data/*/wave
 step host_path 120 python3 scripts/profile_host_path.py
 step engine 300 python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/gpu/test_engine_gpu.py
 # Multi-GPU (2+ GPUs): correctness with NCCL, then curves, footprint and the speedup sweep.
-step multi_gpu 560 env FO_DATA_OUT="$OUT/data/multi" bash scripts/multi_gpu.sh ${FO_MULTI_ARGS:-}
+step multi_gpu "${FO_MULTI_LIMIT:-560}" env FO_DATA_OUT="$OUT/data/multi" bash scripts/multi_gpu.sh ${FO_MULTI_ARGS:-}
 step bench_overlap 300 python3 scripts/bench_overlap.py ${FO_OVERLAP_ARGS:-} --out "$OUT/data/overlap_loopback.csv"
 # Everything under data/ comes back as one archive (a call brings back at most 8 files).
 if [ -n "$(ls -A "$OUT/data" 2>/dev/null)" ]; then tar czf "$OUT/data.tgz" -C "$OUT/data" . && rm -rf "$OUT/data"; fi
