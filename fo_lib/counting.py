@@ -7,7 +7,10 @@ Protocol (producer side in ``gemm_mma.cuh``, consumer side in ``wait.cuh``):
 * the communication stream runs one single-thread :func:`wait_counter` per group: an acquire-load
   spin until the counter reaches its target, then the group's collective is enqueued behind it;
 * counters are never reset: call ``e`` of a plan waits for ``e * tiles_in_group`` (compared modulo
-  2^32), so there is no reset kernel and no ABA between back-to-back calls (:class:`EpochTargets`);
+  2^32), so there is no reset kernel and no ABA between back-to-back calls. The engine keeps ``e - 1``
+  in a device word that the communication stream bumps after its last wait (:func:`wait_epoch`), so
+  every call enqueues the same launches (one CUDA graph replays them); :class:`EpochTargets` computes
+  the same targets on the host for callers that pass them explicitly (:func:`wait_counter`);
 * a wait that is not satisfied within ``timeout_ns`` records its group in a device error word and
   returns instead of hanging; the host raises :class:`WaitError` when it reads the word.
 
@@ -31,6 +34,7 @@ _check_cuda = kernels.check_cuda_tensor
 
 
 WAIT_KERNEL = "fo_wait_counter"
+WAIT_EPOCH_KERNEL = "fo_wait_epoch"
 BUMP_KERNEL = "fo_bump_counter"
 
 
@@ -40,6 +44,13 @@ def wait_source() -> str:
 extern "C" __global__ void {WAIT_KERNEL}(const fo::u32* counter, int group, fo::u32 target, fo::u32* error,
                                         fo::u64 timeout_ns) {{
   if (threadIdx.x == 0 && blockIdx.x == 0) fo::wait_counter(counter, group, target, error, timeout_ns);
+}}
+extern "C" __global__ void {WAIT_EPOCH_KERNEL}(const fo::u32* counter, int group, fo::u32 group_tiles,
+                                              const fo::u32* epoch, fo::u32* error, fo::u64 timeout_ns) {{
+  // The call's epoch lives on the device (bumped by the stream after its last collective), so the
+  // same launch, or a CUDA graph holding it, serves every call.
+  if (threadIdx.x == 0 && blockIdx.x == 0)
+    fo::wait_counter(counter, group, (fo::ld_relaxed_gpu(epoch) + 1u) * group_tiles, error, timeout_ns);
 }}
 extern "C" __global__ void {BUMP_KERNEL}(fo::u32* counter, int group, fo::u32 value) {{
   if (threadIdx.x == 0 && blockIdx.x == 0) fo::bump_counter(counter, group, value);
@@ -90,6 +101,28 @@ def wait_counter(counter, group: int, target: int, error_word, timeout_ns: int, 
     kernel = _wait_kernel(WAIT_KERNEL, counter.device.index)
     args = (kernels.ptr(counter), np.int32(group), np.uint32(int(target) & 0xFFFFFFFF), kernels.ptr(error_word),
             np.uint64(int(timeout_ns)))
+    kernels.launch(kernel, (1,), (1,), args, stream=stream, device_index=counter.device.index)
+
+
+def wait_epoch(counter, group: int, group_tiles: int, epoch_word, error_word, timeout_ns: int,
+                stream=None) -> None:
+    """Like :func:`wait_counter` with the target read on the device: ``(epoch_word[0] + 1) *
+    group_tiles`` (modulo 2^32). The stream advances the epoch with ``bump_counter(epoch_word, 0)``
+    after the call's last wait, so the launch sequence is the same on every call and can be captured
+    once in a CUDA graph."""
+    torch = _torch()
+    _counter_checks(counter, group)
+    _counter_checks(epoch_word, 0, "epoch_word")
+    _check_cuda(error_word, "error_word", counter.device)
+    if isinstance(group_tiles, bool) or not isinstance(group_tiles, (int, np.integer)) or not 0 < group_tiles < 2**32:
+        raise ValueError(f"group_tiles must be a positive integer, got {group_tiles!r}")
+    if isinstance(timeout_ns, bool) or not isinstance(timeout_ns, (int, np.integer)) or not 0 < timeout_ns < 2**63:
+        raise ValueError(f"timeout_ns must be a positive integer, got {timeout_ns!r}")
+    if stream is None:
+        stream = torch.cuda.current_stream(counter.device)
+    kernel = _wait_kernel(WAIT_EPOCH_KERNEL, counter.device.index)
+    args = (kernels.ptr(counter), np.int32(group), np.uint32(group_tiles), kernels.ptr(epoch_word),
+            kernels.ptr(error_word), np.uint64(int(timeout_ns)))
     kernels.launch(kernel, (1,), (1,), args, stream=stream, device_index=counter.device.index)
 
 

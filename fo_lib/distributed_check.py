@@ -255,7 +255,8 @@ def main(argv=None) -> int:
     if comm.rank == 0:
         print(f"distributed_check: {len(cases)} cases x {comm.world_size} ranks ({comm.link}, {args.device}): "
               f"{'ok' if int(status) == 0 else f'{int(status)} failures'}", flush=True)
-    dist.destroy_process_group()
+    from .comm.torch_dist import shutdown
+    shutdown()
     return 0 if int(status) == 0 else 1
 
 

@@ -104,7 +104,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import pandas as pd
-    import torch
 
     from fo_lib import tuning
     from fo_lib.comm.torch_dist import init_from_env
@@ -155,8 +154,8 @@ def main(argv=None) -> int:
             write_all(out, meta, curves, footprints, summaries, cand_frames, saved_all, W, link)
     if root and summaries:
         report(pd.concat(summaries, ignore_index=True))
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
+    from fo_lib.comm.torch_dist import shutdown
+    shutdown()
     return 0
 
 

@@ -33,9 +33,10 @@ OUT=${OUT:-/tmp/fo_out}
 data=${FO_DATA_OUT:-data/h200x$world}
 run="$py -m torch.distributed.run --standalone --nproc_per_node $world"
 cmds=()
-[[ ",$steps," == *",check,"* ]] && cmds+=("$run -m fo_lib.distributed_check --device cuda --cases 24")
-[[ ",$steps," == *",host,"* ]] && cmds+=("$run scripts/profile_host_path.py")
-[[ ",$steps," == *",bench,"* ]] && cmds+=("$run scripts/bench_nccl.py --out $data $quick ${FO_BENCH_NCCL_ARGS:-}")
+# Each command has its own time limit, so that a hang in one cannot take the next one's time.
+[[ ",$steps," == *",check,"* ]] && cmds+=("timeout 300 $run -m fo_lib.distributed_check --device cuda --cases 24")
+[[ ",$steps," == *",host,"* ]] && cmds+=("timeout 150 $run scripts/profile_host_path.py")
+[[ ",$steps," == *",bench,"* ]] && cmds+=("timeout 1800 $run scripts/bench_nccl.py --out $data $quick ${FO_BENCH_NCCL_ARGS:-}")
 echo "world size $world; NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
 for c in "${cmds[@]}"; do
   if $dry; then echo "would run: $c"; continue; fi

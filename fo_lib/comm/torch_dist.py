@@ -126,3 +126,20 @@ def init_from_env(backend: str | None = None, timeout_s: float = 120.0) -> Torch
             kw["pg_options"] = opts
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s), **kw)
     return TorchDistCommunicator()
+
+
+def shutdown() -> None:
+    """Tear the process group down once every rank is done: collect dropped plans (their captured
+    graphs hold NCCL work), synchronize, barrier, then destroy."""
+    import gc
+
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    dist.barrier()
+    dist.destroy_process_group()

@@ -323,9 +323,10 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
 
 def host_overhead(comm=None, *, world: int = 2, shapes=((2048, 4096, 1024), (4096, 8192, 4096)),
                   primitives=("all_reduce", "reduce_scatter", "all_to_all"), calls: int = 30, rounds: int = 5):
-    """Host time to enqueue one overlapped call, eager (``plan.run``: a launch per kernel, wait and
-    collective) vs CUDA graph (``plan.capture`` then one replay per call), and the GPU time per call
-    of each (:func:`fo_lib.testing.host_and_gpu_time`)."""
+    """Host time to enqueue one overlapped call three ways, and the GPU time per call of each
+    (:func:`fo_lib.testing.host_and_gpu_time`): ``per_group`` (``comm_graph=False``: a launch per
+    wait and a call per collective), ``eager`` (``plan.run`` with the communication side replayed as
+    one captured graph, the default) and ``graph`` (``plan.capture``: the whole call, one replay)."""
     import torch
 
     from .. import gemm
@@ -345,15 +346,17 @@ def host_overhead(comm=None, *, world: int = 2, shapes=((2048, 4096, 1024), (409
                 dest = np.random.default_rng(0).choice(comm.world_size, size=M)
                 routing = Routing.from_destinations([dest] * comm.world_size)
             plan = OverlapPlan(prim, M, N, K, comm, config=cfg, routing=routing)
+            per_group = OverlapPlan(prim, M, N, K, comm, config=cfg, routing=routing, comm_graph=False)
             a = torch.randn(M, K, device="cuda").bfloat16()
             b = torch.randn(N, K, device="cuda").bfloat16()
             graphed = plan.capture(a, b)
-            variants = {"eager": lambda: plan.run(a, b), "graph": graphed}
+            variants = {"per_group": lambda: per_group.run(a, b), "eager": lambda: plan.run(a, b), "graph": graphed}
             res = {name: host_and_gpu_time(fn, calls=calls, rounds=rounds) for name, fn in variants.items()}
             plan.check()
+            per_group.check()
             rows.append(dict(primitive=prim, M=M, N=N, K=K, groups=plan.num_groups, link=link_label(comm),
-                             eager_host_us=res["eager"][0], graph_host_us=res["graph"][0],
-                             eager_ms=res["eager"][1], graph_ms=res["graph"][1]))
+                             comm_graph=plan._comm_graph is not None,
+                             **{f"{v}_host_us": res[v][0] for v in variants}, **{f"{v}_ms": res[v][1] for v in variants}))
     return pd.DataFrame(rows)
 
 

@@ -150,6 +150,46 @@ def test_back_to_back_epochs(base):
     assert (observed >= need).all(), np.argwhere(observed < need)[:5]
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("start_epoch", [0, 2**32 - 3])
+def test_device_epoch_waits(start_epoch):
+    """wait_epoch reads its target from a device epoch word that the consumer stream bumps after
+    each call's last wait: the same launches serve every call, across the 2^32 wrap."""
+    n, groups, calls = 4, 3, 60
+    start = start_epoch - 2**32 if start_epoch >= 2**31 else start_epoch
+    counter = torch.full((groups,), (start_epoch * n) % 2**32, dtype=torch.int64, device="cuda")
+    counter = ((counter + 2**31) % 2**32 - 2**31).to(torch.int32)  # the same bits as an int32
+    epoch = torch.tensor([start], dtype=torch.int32, device="cuda")
+    err = torch.zeros(1, dtype=torch.int32, device="cuda")
+    seen = torch.zeros(calls, groups, dtype=torch.int64, device="cuda")
+    consumer = torch.cuda.Stream(priority=-1)
+    producer = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(producer):
+        torch.cuda._sleep(_cycles(20))  # the first waits really wait
+    for c in range(calls):
+        for g in range(groups):
+            counting.wait_epoch(counter, g, n, epoch, err, 20 * SECOND, stream=consumer)
+            with torch.cuda.stream(consumer):
+                seen[c, g].copy_(counter[g])
+        counting.bump_counter(epoch, 0, 1, stream=consumer)
+        for g in range(groups):
+            for _ in range(n):
+                counting.bump_counter(counter, g, 1, stream=producer)
+    _sync(producer, 60, "producer")
+    _sync(consumer, 60, "consumer")
+    counting.check_wait_error(err, consumer)
+    assert epoch.item() % 2**32 == (start_epoch + calls) % 2**32
+    observed = (seen.cpu().numpy() % 2**32 - start_epoch * n) % 2**32  # tiles since the start
+    need = np.arange(1, calls + 1)[:, None] * n
+    assert (observed >= need).all(), np.argwhere(observed < need)[:5]
+    # One more call's wait with no producer: it must time out, not pass on a stale epoch.
+    counting.wait_epoch(counter, 1, n, epoch, err, 20_000_000, stream=consumer)
+    _sync(consumer, 5, "unsatisfiable epoch wait")
+    with pytest.raises(WaitError, match="group 1"):
+        counting.check_wait_error(err, consumer)
+
+
 @pytest.mark.timeout(60)
 def test_wait_already_past_target_returns_immediately():
     counter = torch.tensor([1000, 5, 0], dtype=torch.int32, device="cuda")

@@ -53,8 +53,10 @@ def test_loopback_matches_torch(primitive, W, M, N, K):
     if primitive == "all_to_all":
         dest = rng.choice(W, size=M, p=rng.dirichlet(np.full(W, 0.5)))
         routing = Routing.from_destinations([dest] * W, shuffle_seed=M)
+    # W=2: the communication side replayed as a captured graph (the default); W=4: group by group.
     plan = OverlapPlan(primitive, M, N, K, comm, config=gemm.CONFIGS["128x128x32"].with_raster("row", 4),
-                       ctas=40, routing=routing)
+                       ctas=40, routing=routing, comm_graph=W == 2)
+    assert (plan._comm_graph is not None) == (W == 2)
     a, b, C = _inputs(M, N, K, seed=K)
     ops = PostOps(bias=True, activation="silu")
     bias = torch.randn(N, device="cuda").bfloat16()
@@ -70,24 +72,27 @@ def test_loopback_matches_torch(primitive, W, M, N, K):
     assert calc_diff(dec, want) < TOL
 
 
-def test_many_back_to_back_calls():
+@pytest.mark.parametrize("comm_graph", [True, False])
+def test_many_back_to_back_calls(comm_graph):
     comm = LoopbackCommunicator(2)
     plan = OverlapPlan("all_reduce", 1024, 2048, 128, comm, config=gemm.CONFIGS["128x128x32"], ctas=60,
-                       partition=None)
+                       partition=None, comm_graph=comm_graph)
+    assert (plan._comm_graph is not None) == comm_graph
     a, b, C = _inputs(1024, 2048, 128, seed=3)
     outs = [plan.run(a, b) for _ in range(100)]
     torch.cuda.synchronize()
     plan.check()
     assert max(calc_diff(o, 2 * C) for o in outs[::9]) < TOL
-    assert plan.targets.epoch == 100
+    assert plan.epoch == 100
     # The warm-up's counts were reset when the plan was built: exactly 100 calls' worth now.
     assert plan.counters.cpu().numpy().tolist() == (100 * plan.tables.group_tiles).tolist()
 
 
-def test_timed_out_wait_raises_not_hangs():
+@pytest.mark.parametrize("comm_graph", [True, False])
+def test_timed_out_wait_raises_not_hangs(comm_graph):
     comm = LoopbackCommunicator(2)
     plan = OverlapPlan("all_reduce", 512, 1024, 64, comm, config=gemm.CONFIGS["128x128x32"], ctas=20,
-                       timeout_ms=50)
+                       timeout_ms=50, comm_graph=comm_graph)
     a, b, _ = _inputs(512, 1024, 64, seed=4)
     plan.run(a, b)
     torch.cuda.synchronize()
@@ -146,7 +151,7 @@ def test_plan_rejects_wrong_device_inputs():
 @pytest.mark.parametrize("primitive", ["all_reduce", "reduce_scatter", "all_to_all"])
 def test_cuda_graph_replay_matches_eager(primitive):
     """A captured call replays on new data in its static inputs; eager calls of the same plan keep
-    working before and after (the graph resets the counting table, the host epoch follows)."""
+    working before and after (waits read the plan's device epoch, which every call advances)."""
     W, M, N, K = 2, 700, 900, 96
     comm = LoopbackCommunicator(W)
     routing = None
