@@ -51,6 +51,13 @@ def stamp(fig, meta: dict, extra: str = "") -> None:
     fig.text(0.5, 1.0, text, ha="center", va="bottom", fontsize=7, color="0.35")
 
 
+def measured_set(quick: bool = False, world: int | None = None) -> str:
+    """The data set a measurement on this machine writes: ``h200``, ``h200x2`` for ``world=2``, with
+    ``-quick`` for the small sweeps of ``run_all.sh --quick`` (so they never replace a full record)."""
+    from ..provenance import gpu_tag
+    return gpu_tag() + (f"x{world}" if world else "") + ("-quick" if quick else "")
+
+
 def record(df: pd.DataFrame, name: str, data_set: str | None = None, **meta) -> Path:
     """Write a measured DataFrame to ``data/<gpu>/<name>.csv`` with its provenance sidecar."""
     from ..provenance import gpu_tag, write_result

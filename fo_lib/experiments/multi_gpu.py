@@ -16,8 +16,10 @@ PAPER = {"speedup_a800_nvlink": 1.30, "speedup_4090_pcie": 1.65}
 
 
 def data_sets() -> list[str]:
-    """Recorded multi-GPU data sets, largest world first (``h200x8`` before ``h200x2``)."""
-    found = [p.name for p in DATA_DIR.glob("*x[0-9]*") if (p / "overlap_nccl.csv").exists()]
+    """Recorded full multi-GPU data sets, largest world first (``h200x8`` before ``h200x2``; the
+    ``-quick`` sets of ``run_all.sh --quick`` are left out)."""
+    found = [p.name for p in DATA_DIR.glob("*x[0-9]") if (p / "overlap_nccl.csv").exists()]
+    found += [p.name for p in DATA_DIR.glob("*x[0-9][0-9]") if (p / "overlap_nccl.csv").exists()]
     return sorted(found, key=lambda n: -int(n.rsplit("x", 1)[1]))
 
 
@@ -40,8 +42,8 @@ def run(mode: str = "auto", data_set: str | None = None, quick: bool = False) ->
     if mode == "measure" and gpus < 2:
         raise RuntimeError(f"mode='measure' needs 2+ GPUs for NCCL (found {gpus}); use mode='replay'")
     if mode == "measure" or (mode == "auto" and gpus >= 2):
-        from ..provenance import gpu_tag
-        data_set = f"{gpu_tag()}x{gpus}"
+        from . import measured_set
+        data_set = measured_set(quick, world=gpus)
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus),
                str(REPO_ROOT / "scripts" / "bench_nccl.py"), "--out", str(DATA_DIR / data_set)]
         subprocess.run(cmd + (["--quick"] if quick else []), check=True, cwd=REPO_ROOT,

@@ -395,12 +395,12 @@ def write_records(summary, cands, saved, out_csv, *, world: int, comm_sms: int, 
 def run(mode: str = "auto", data_set: str = "h200", quick: bool = False) -> str:
     """Measure and record the overlap benchmark (GPU) or keep the recorded one; returns the data set
     the loaders above should read."""
-    from . import resolve_mode
-    from ..provenance import DATA_DIR, gpu_tag
+    from . import measured_set, resolve_mode
+    from ..provenance import DATA_DIR
 
     if resolve_mode(mode) != "measure":
         return data_set
     summary, cands, saved = measure(quick=quick)
-    tag = gpu_tag()
+    tag = measured_set(quick)
     write_records(summary, cands, saved, DATA_DIR / tag / "overlap_loopback.csv", world=2, comm_sms=4)
     return tag
