@@ -38,6 +38,7 @@ from .postops import PostOps, post_reorder_reference
 
 PRIMITIVES = ("all_reduce", "reduce_scatter", "all_to_all")
 DEVICES = ("cuda", "cpu")
+SCHEDULES = ("persistent", "per_tile")
 
 
 class PlanError(ValueError):
@@ -97,12 +98,18 @@ class OverlapPlan:
     captured when the plan is built, instead of launching it group by group; off, each group gets an
     NVTX range (``fo group g``) for profilers. A communicator that cannot be captured falls back to
     group-by-group launches with a warning.
+    ``schedule``: ``"persistent"`` (default) runs ``ctas`` CTAs that loop over the tiles, so the
+    collective's kernels find ``comm_sms`` SMs free for the whole GEMM; ``"per_tile"`` launches one
+    CTA per tile, so the GEMM has every SM until a collective starts, whose high-priority CTAs then
+    take SMs as GEMM tiles finish (waves are counted over all ``sm_count`` SMs; ``ctas`` and
+    ``comm_sms`` do not apply).
     """
 
     def __init__(self, primitive: str, M: int, N: int, K: int, comm, *, dtype: str = "bf16",
                  device: str = "cuda", partition=None, config=None, ctas: int | None = None,
                  comm_sms: int | None = None, routing: Routing | None = None, max_groups: int = 8,
-                 timeout_ms: float = 10_000.0, sm_count: int | None = None, comm_graph: bool = True):
+                 timeout_ms: float = 10_000.0, sm_count: int | None = None, comm_graph: bool = True,
+                 schedule: str = "persistent"):
         if primitive not in PRIMITIVES:
             raise PlanError(f"primitive must be one of {PRIMITIVES}, got {primitive!r}")
         if device not in DEVICES:
@@ -135,10 +142,17 @@ class OverlapPlan:
             # own kernels): the communicator's measured/declared footprint.
             comm_sms = getattr(comm, "sm_footprint", 0)
         self.comm_sms = int(comm_sms)
-        self.ctas = int(ctas) if ctas is not None else sm_count - self.comm_sms
-        if self.ctas <= 0:
-            raise PlanError(f"no CTAs left for the GEMM (SMs {sm_count}, comm_sms {comm_sms})")
-        self.grid = config.grid(self.M, self.N, self.ctas)
+        if schedule not in SCHEDULES:
+            raise PlanError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+        self.schedule = schedule
+        if schedule == "per_tile":
+            self.grid = config.grid(self.M, self.N, sm_count)
+            self.ctas = self.grid.tiles_m * self.grid.tiles_n
+        else:
+            self.ctas = int(ctas) if ctas is not None else sm_count - self.comm_sms
+            if self.ctas <= 0:
+                raise PlanError(f"no CTAs left for the GEMM (SMs {sm_count}, comm_sms {comm_sms})")
+            self.grid = config.grid(self.M, self.N, self.ctas)
         T = self.grid.num_waves
         if callable(partition):  # a tuner: (M, N, K, waves) -> partition
             partition = partition(self.M, self.N, self.K, T)

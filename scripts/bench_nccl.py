@@ -100,6 +100,9 @@ def main(argv=None) -> int:
                     help="JSON file with the refined model's parameters per primitive, or a calibration "
                          "sidecar (fitted_on_all_shapes); 'auto': <out>/overlap_nccl_calibration.meta.json if it "
                          "exists (fitted on an earlier run), else the uncalibrated defaults")
+    ap.add_argument("--schedule", default="persistent", choices=("persistent", "per_tile"),
+                    help="the GEMM's CTA schedule (fo_lib.engine.OverlapPlan): persistent CTAs leaving the "
+                         "footprint free, or one CTA per tile sharing SMs with NCCL's high-priority CTAs")
     ap.add_argument("--skip", nargs="*", default=[], choices=("curves", "sweep"))
     args = ap.parse_args(argv)
 
@@ -146,7 +149,8 @@ def main(argv=None) -> int:
                 f"for {r['message_bytes'] / 2**20:.0f} MiB -> GEMM leaves {free[prim]} SMs")
         if "sweep" not in args.skip:
             summary, cands, saved = measure(c, quick=args.quick, shapes=sweep_shapes(args.quick), primitives=prims,
-                                            candidates_limit=args.candidates, comm_sms=free, model_kw=model_kw)
+                                            candidates_limit=args.candidates, comm_sms=free, model_kw=model_kw,
+                                            schedule=args.schedule)
             summaries.append(summary)
             cand_frames.append(cands)
             saved_all[str(budget)] = saved

@@ -112,3 +112,26 @@ def test_partition_callable_gets_the_wave_count():
     plan = OverlapPlan("all_reduce", 300, 200, 16, _NoComm(2), device="cpu", config=CFG, ctas=3, partition=tuner)
     assert seen == [(300, 200, 16, plan.grid.num_waves)]
     assert plan.partition == (1,) * plan.grid.num_waves
+
+
+def test_per_tile_schedule_counts_waves_over_every_sm():
+    """schedule="per_tile": one CTA per tile, waves over all SMs; output as with persistent CTAs."""
+    class SelfComm:  # world of one: the AllReduce leaves the buffer as it is
+        link, sm_footprint, world_size, rank = "none", 0, 1, 0
+
+        def all_reduce(self, buf):
+            pass
+
+    comm = SelfComm()
+    torch.manual_seed(0)
+    a = torch.randn(300, 16).bfloat16()
+    b = torch.randn(200, 16).bfloat16()
+    per_tile = OverlapPlan("all_reduce", 300, 200, 16, comm, device="cpu", config=CFG, sm_count=4,
+                           schedule="per_tile", partition=lambda M, N, K, T: (1,) * T)
+    tiles = per_tile.grid.tiles_m * per_tile.grid.tiles_n
+    assert per_tile.ctas == tiles and per_tile.grid.num_waves == -(-tiles // 4)
+    persistent = OverlapPlan("all_reduce", 300, 200, 16, comm, device="cpu", config=CFG, sm_count=4, ctas=3)
+    want = (a.double() @ b.double().T).to(torch.bfloat16)
+    assert torch.equal(per_tile.run(a, b), want) and torch.equal(persistent.run(a, b), want)
+    with pytest.raises(PlanError, match="schedule"):
+        OverlapPlan("all_reduce", 300, 200, 16, comm, device="cpu", config=CFG, schedule="dynamic")

@@ -166,7 +166,7 @@ def _symm_mem_matmul_rs(comm, a, b):
 def measure(comm=None, *, world: int = 2, quick: bool = False,
             primitives=("all_reduce", "reduce_scatter", "all_to_all"), candidates_limit: int = 12,
             comm_sms: int | None = None, shapes=None, rounds: int | None = None, inner: int | None = None,
-            model_kw: dict | None = None, graphs: bool = True):
+            model_kw: dict | None = None, graphs: bool = True, schedule: str = "persistent"):
     """Overlapped vs sequential vs decomposition, and every candidate partition's latency next to the
     refined model's prediction.
 
@@ -178,7 +178,8 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
     footprint. ``model_kw`` (``{primitive: {launch_ms, comm_slowdown, gemm_slowdown}}``) are the
     refined model's parameters, e.g. fitted by ``scripts/calibrate_overlap.py`` on an earlier run.
     ``graphs``: also time every candidate replayed as one CUDA graph (``OverlapPlan.capture``), the
-    mode without host work per group.
+    mode without host work per group. ``schedule``: the GEMM's CTA schedule
+    (:class:`fo_lib.engine.OverlapPlan`; ``"per_tile"`` ignores ``comm_sms``).
 
     Returns ``(summary, candidates, saved)``: one row per (primitive, shape), one row per measured
     partition, and the GEMM profiles and link curves as JSON-ready dicts.
@@ -217,7 +218,7 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
             if prim == "all_to_all":  # the same seed on every rank: the same routing everywhere
                 dest = rng.choice(world, size=M, p=rng.dirichlet(np.full(world, 2.0)))
                 routing = Routing.from_destinations([dest] * world)
-            ctas = sms - sms_free[prim]
+            ctas = sms - sms_free[prim] if schedule == "persistent" else sms
             profile = tuning.measure_gemm_profile(M, N, K, config=cfg, ctas=ctas)
             if prim == "all_to_all":  # what a skewed All-to-All moves, not the output size
                 grid = cfg.grid(M, N, ctas)
@@ -229,8 +230,8 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
             res = model.tune()
             T = profile.num_waves
             cands = candidate_partitions(T, res.best.partition, rng, candidates_limit)
-            plans = {c: OverlapPlan(prim, M, N, K, comm, config=cfg, ctas=ctas, partition=c, routing=routing)
-                     for c in cands}
+            plans = {c: OverlapPlan(prim, M, N, K, comm, config=cfg, ctas=ctas, partition=c, routing=routing,
+                                    schedule=schedule) for c in cands}
             any_plan = plans[cands[0]]
             out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
             full = torch.randn(M * N, device="cuda").bfloat16()
@@ -285,7 +286,7 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
             t_oseq = med["ours_sequential"]
             eff_ours = (t_oseq - t_pred) / (t_oseq - max(t_gemm, t_comm))
             row = dict(primitive=prim, M=M, N=N, K=K, world=world, link=link_label(comm),
-                       waves=T, config=cfg.tile_name, gemm_ms=t_gemm, cublas_ms=med["cublas"], comm_ms=t_comm,
+                       waves=T, config=cfg.tile_name, schedule=schedule, gemm_ms=t_gemm, cublas_ms=med["cublas"], comm_ms=t_comm,
                        comm_over_gemm=t_comm / t_gemm, comm_over_cublas=t_comm / med["cublas"],
                        sequential_ms=t_seq, cublas_then_comm_ms=med["cublas_then_comm"], ours_sequential_ms=t_oseq, comm_sms=sms_free[prim],
                        nccl_max_ctas=getattr(comm, "max_ctas", None) or 0, decomp2_ms=med["decomp2"],

@@ -72,11 +72,11 @@ def test_loopback_matches_torch(primitive, W, M, N, K):
     assert calc_diff(dec, want) < TOL
 
 
-@pytest.mark.parametrize("comm_graph", [True, False])
-def test_many_back_to_back_calls(comm_graph):
+@pytest.mark.parametrize("comm_graph,schedule", [(True, "persistent"), (False, "persistent"), (True, "per_tile")])
+def test_many_back_to_back_calls(comm_graph, schedule):
     comm = LoopbackCommunicator(2)
     plan = OverlapPlan("all_reduce", 1024, 2048, 128, comm, config=gemm.CONFIGS["128x128x32"], ctas=60,
-                       partition=None, comm_graph=comm_graph)
+                       partition=None, comm_graph=comm_graph, schedule=schedule)
     assert (plan._comm_graph is not None) == comm_graph
     a, b, C = _inputs(1024, 2048, 128, seed=3)
     outs = [plan.run(a, b) for _ in range(100)]
