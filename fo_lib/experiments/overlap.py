@@ -222,7 +222,10 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
             profile = tuning.measure_gemm_profile(M, N, K, config=cfg, ctas=ctas)
             if prim == "all_to_all":  # what a skewed All-to-All moves, not the output size
                 grid = cfg.grid(M, N, ctas)
-                profile = dataclasses.replace(profile, wave_bytes=tuning.all_to_all_wave_bytes(grid, routing))
+                # The emulated link moves only this rank's off-rank rows (its virtual ranks are copies).
+                ranks = [comm.rank] if comm.link == "emulated" else None
+                profile = dataclasses.replace(profile, wave_bytes=tuning.all_to_all_wave_bytes(grid, routing,
+                                                                                           ranks=ranks))
             profile = _agree(comm, profile)
             if prim not in curves:
                 curves[prim] = _agree(comm, tuning.measure_curve(comm, prim, tuning.default_sizes(2 * 8192 * 16384)))
