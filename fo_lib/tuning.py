@@ -211,15 +211,13 @@ def tune(M: int, N: int, K: int, comm, primitive: str, *, config=None, ctas=None
     return result, profile, curve
 
 
-def all_to_all_wave_bytes(grid: TileGrid, routing, elem_bytes: int = 2, ranks=None) -> tuple[int, ...]:
+def all_to_all_wave_bytes(grid: TileGrid, routing, elem_bytes: int = 2) -> tuple[int, ...]:
     """Per wave, what the All-to-All really moves, in the units of a curve sampled with equal splits.
 
     A curve point of ``x`` bytes moves ``(W-1)/W * x`` off-rank; a wave whose rows go to ranks with
     skew moves ``sum_{d != r} bytes(r -> d)`` from rank ``r``, and the slowest rank decides (the paper
     takes the maximum over GPUs). So wave ``w`` counts as ``max_r off_rank(w, r) * W / (W-1)`` bytes:
     uniform routing gives the wave's output bytes, routing everything to itself gives ~0.
-    ``ranks``: the ranks whose traffic counts (default all); the loopback link emulates only its own
-    rank's, so it passes ``[comm.rank]``.
     """
     from .reorder import subtoken_reorder
 
@@ -227,9 +225,8 @@ def all_to_all_wave_bytes(grid: TileGrid, routing, elem_bytes: int = 2, ranks=No
     finest = (1,) * grid.num_waves
     if W == 1:
         return (1,) * grid.num_waves
-    ranks = range(W) if ranks is None else [int(r) for r in ranks]
     off = np.zeros((W, grid.num_waves), dtype=np.int64)
-    for r in ranks:
+    for r in range(W):
         sent = subtoken_reorder(grid, finest, routing.dest, routing.dst_index, r).send_counts  # [T, W] elements
         off[r] = sent.sum(axis=1) - sent[:, r]
     worst = off.max(axis=0) * elem_bytes * W / (W - 1)

@@ -63,9 +63,6 @@ def test_all_to_all_wave_bytes():
     skewed = Routing.from_destinations([np.zeros(512, dtype=int)] * W)  # everything to rank 0
     got = np.array(all_to_all_wave_bytes(grid, skewed))
     np.testing.assert_allclose(got, out_bytes * W / (W - 1), atol=1)  # ranks 1..3 send all their rows (rounded)
-    # Only rank 0's traffic (the loopback's view): it keeps every row, so nothing moves.
-    assert max(all_to_all_wave_bytes(grid, skewed, ranks=[0])) == 1
-    np.testing.assert_allclose(all_to_all_wave_bytes(grid, skewed, ranks=[2]), got, atol=1)
 
 
 class _OneProcessLink:

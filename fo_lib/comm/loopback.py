@@ -4,7 +4,8 @@ Every rank holds the same data, so the collectives' results are known in closed 
 gives ``W * x``; ReduceScatter gives rank ``r`` ``W`` times its chunk; AllGather repeats the input;
 All-to-All returns the chunk a rank sends to itself from every source). The time is what a ring
 over a slow link would take: the bytes one rank of a ring sends (``2 (W-1)/W`` of the buffer for
-AllReduce, ``(W-1)/W`` for ReduceScatter and AllGather, the off-rank share for All-to-All) are
+AllReduce, ``(W-1)/W`` for ReduceScatter and AllGather, for All-to-All the off-rank share of the
+virtual rank that keeps the fewest rows) are
 copied device -> pinned host -> device on the current stream, either by the copy engines
 (``mode="copy_engine"``: no SM used) or by a copy kernel of ``ctas`` CTAs that reads and writes the
 mapped pinned buffer itself (``mode="sm_copy"``: like NCCL, the link then takes ``ctas`` SMs from a
@@ -139,7 +140,10 @@ class LoopbackCommunicator:
         if any(c != sc[r] for c in rc):
             raise ValueError(f"identical virtual ranks: every source sends rank {r} {sc[r]} elements, "
                              f"but recv_counts are {rc}")
-        self._transfer(send, (send.numel() - sc[r]) * send.element_size())
+        # Every virtual rank routes alike, and a collective ends with its slowest rank: the one that
+        # keeps the fewest of its own rows moves the most off-rank (what the model counts as well,
+        # fo_lib.tuning.all_to_all_wave_bytes).
+        self._transfer(send, (send.numel() - min(sc)) * send.element_size())
         start = sum(sc[:r])
         mine = send[start:start + sc[r]]
         if sc[r]:

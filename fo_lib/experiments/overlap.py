@@ -215,17 +215,15 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
             a = torch.randn(M, K, device="cuda").bfloat16()
             b = torch.randn(N, K, device="cuda").bfloat16()
             routing = None
-            if prim == "all_to_all":  # the same seed on every rank: the same routing everywhere
-                dest = rng.choice(world, size=M, p=rng.dirichlet(np.full(world, 2.0)))
+            if prim == "all_to_all":  # seeded by the shape: the same routing on every rank and in every run
+                shape_rng = np.random.default_rng([M, N, K, world])
+                dest = shape_rng.choice(world, size=M, p=shape_rng.dirichlet(np.full(world, 2.0)))
                 routing = Routing.from_destinations([dest] * world)
             ctas = sms - sms_free[prim] if schedule == "persistent" else sms
             profile = tuning.measure_gemm_profile(M, N, K, config=cfg, ctas=ctas)
             if prim == "all_to_all":  # what a skewed All-to-All moves, not the output size
                 grid = cfg.grid(M, N, ctas)
-                # The emulated link moves only this rank's off-rank rows (its virtual ranks are copies).
-                ranks = [comm.rank] if comm.link == "emulated" else None
-                profile = dataclasses.replace(profile, wave_bytes=tuning.all_to_all_wave_bytes(grid, routing,
-                                                                                           ranks=ranks))
+                profile = dataclasses.replace(profile, wave_bytes=tuning.all_to_all_wave_bytes(grid, routing))
             profile = _agree(comm, profile)
             if prim not in curves:
                 curves[prim] = _agree(comm, tuning.measure_curve(comm, prim, tuning.default_sizes(2 * 8192 * 16384)))
