@@ -236,18 +236,21 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
             any_plan = plans[cands[0]]
             out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
             full = torch.randn(M * N, device="cuda").bfloat16()
-            recv_full = torch.empty(M * N, dtype=torch.bfloat16, device="cuda")
+            # All-to-All moves what the routing sends, not equal splits (a skewed routing moves more
+            # off-rank from the rank that keeps the fewest rows).
+            split = None if routing is None else (np.bincount(routing.dest[comm.rank], minlength=world) * N).tolist()
+            recv_full = torch.empty(max(M * N, world * max(split or [0])), dtype=torch.bfloat16, device="cuda")
             fns = {
                 "gemm": lambda i: run_gemm.gemm_nt(a, b, out, config=cfg),
                 "cublas": lambda i: torch.matmul(a, b.T, out=out),
-                "comm": lambda i: full_collective(comm, prim, full, recv_full),
+                "comm": lambda i: full_collective(comm, prim, full, recv_full, split),
                 "sequential": lambda i: baselines.sequential(any_plan, a, b),
                 # The paper's non-overlapped baseline at its leanest: cuBLAS, then the collective on
                 # the whole output in place (no row bookkeeping, no post-ops).
                 "cublas_then_comm": lambda i: (torch.matmul(a, b.T, out=out),
-                                               full_collective(comm, prim, out.view(-1), recv_full)),
+                                               full_collective(comm, prim, out.view(-1), recv_full, split)),
                 "ours_sequential": lambda i: (run_gemm.gemm_nt(a, b, out, config=cfg),
-                                              full_collective(comm, prim, full, recv_full)),
+                                              full_collective(comm, prim, full, recv_full, split)),
                 "decomp2": lambda i: baselines.decomposition(any_plan, a, b, chunks=2),
                 "decomp4": lambda i: baselines.decomposition(any_plan, a, b, chunks=4),
             }
@@ -362,15 +365,20 @@ def host_overhead(comm=None, *, world: int = 2, shapes=((2048, 4096, 1024), (409
     return pd.DataFrame(rows)
 
 
-def full_collective(comm, prim, buf, recv):
-    """The collective over the whole GEMM output (the sequential baseline's communication)."""
+def full_collective(comm, prim, buf, recv, split=None):
+    """The collective over the whole GEMM output (the sequential baseline's communication); for
+    All-to-All ``split`` is what this rank sends to each rank (default equal parts). Every rank routes
+    alike here (the benchmark's routing is the same on all ranks), so each rank receives
+    ``split[rank]`` from every source."""
     W, n = comm.world_size, buf.numel()
     if prim == "all_reduce":
         comm.all_reduce(buf)
     elif prim == "reduce_scatter":
         comm.reduce_scatter(buf, recv[:n // W])
     else:
-        comm.all_to_all(buf, [n // W] * W, recv, [n // W] * W)
+        split = split or [n // W] * W
+        mine = split[comm.rank]
+        comm.all_to_all(buf[:sum(split)], split, recv[:W * mine], [mine] * W)
 
 
 LINK = "emulated (loopback, copy engine)"
