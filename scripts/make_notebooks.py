@@ -144,15 +144,12 @@ st'''),
 non-overlapped cuBLAS + NCCL; 0.98–1.46× over decomposition.
 
 **Here (one H200, emulated link).** Overlapped (predicted partition) vs sequential
-(`torch.matmul` then the collective) vs decomposition (2 or 4 chunks). Our portable GEMM runs at
-about half of cuBLAS on Hopper, so the sequential baseline has a 2× faster GEMM; the column
-`speedup_vs_ours_sequential` compares with our own GEMM followed by the collective.
-
-*Caveat on this record:* our sequential and decomposition baselines then copied row indices from
-pageable host memory, which synchronises the host with the GPU once per call; the multi-GPU runs
-measured that baseline at 1.1-2.7x the time of cuBLAS + collective (notebook 08). The baselines no longer do
-this, but this record predates the fix, so its speedups over `sequential` are overstated. Notebook
-08 compares with cuBLAS then the collective directly."""),
+(`torch.matmul` then the collective) vs decomposition (2 or 4 chunks). The GEMM is the Hopper
+kernel (TMA + wgmma, about cuBLAS speed), so both sides compute at the same rate; the column
+`speedup_vs_ours_sequential` compares with our own GEMM followed by the collective. The emulated
+link runs W identical virtual ranks through pinned host memory (copy engines), so it costs no SMs
+beside the GEMM's 4 spare ones; NCCL on real GPUs is notebook 08. For All-to-All the routing is
+skewed (Dirichlet per shape), and the reference moves the routing's real splits."""),
         ("code", 'data_set = ex.overlap.run(mode, data_set, quick)\ndf, meta = ex.overlap.speedups(data_set)\ndf[["primitive", "M", "N", "K", "comm_over_gemm", "sequential_ms", "decomp2_ms", "decomp4_ms", "overlap_predicted_ms", "best_ms", "speedup_vs_sequential", "speedup_vs_ours_sequential", "overlap_efficiency"]].round(3)'),
         ("code", '''import numpy as np
 fig, axes = plt.subplots(1, 3, figsize=(15, 4), sharey=True)
@@ -242,8 +239,9 @@ GEMM CTAs it delays), and the speedup sweep over the paper's shapes and Llama-3-
 For each shape the tuner picks, *by prediction only*, the wave partition, the NCCL CTA budget (8, 16
 or NCCL's own) and whether to overlap at all: where no overlap can win, it falls back to
 `torch.matmul` then NCCL. The reference is cuBLAS then NCCL on the whole output (the sum of the
-two medians measured in the same rounds). The overlapped op runs *eager* (a Python launch per wait
-and collective) and *replayed as one CUDA graph*: the gap between the two is host time per group.
+two medians measured in the same rounds, or measured back to back in newer records). The
+overlapped op runs *eager* (GEMM, the communication side replayed as one captured graph,
+post-reorder: three launches) and *replayed as one CUDA graph*; the gap between the two is host time.
 `mode="auto"` measures when 2+ GPUs are visible; otherwise the largest recorded `data/<gpu>x<W>/`
 is replayed."""),
         ("code", '''ds = ex.multi_gpu.run(mode, None, quick)
@@ -273,7 +271,7 @@ for ax, (prim, g) in zip(axes[1:], picked.groupby("primitive", sort=False)):
 axes[1].legend(fontsize=6)
 ex.stamp(fig, meta, f"W = {int(sweep.world.iloc[0])} GPUs")
 ex.save(fig, "08_multi_gpu", figures_dir)'''),
-        ("md", "**Paper vs ours.** The paper's best speedups next to the tuner's on this machine (median over AllReduce shapes whose communication is at least 30% of the cuBLAS GEMM, the worst shape of the sweep, the best), eager and with CUDA graphs. The last table is the host time per group of the eager path (eager minus graph, same partition)."),
+        ("md", "**Paper vs ours.** The paper's best speedups next to the tuner's on this machine (median over AllReduce shapes whose communication is at least 30% of the cuBLAS GEMM, the worst shape of the sweep, the best), eager and with CUDA graphs. The last table is the host time per group of the eager path (eager minus graph, same partition, divided by the group count)."),
         ("code", '''bars = {m: ex.multi_gpu.bar_summary(picked, mode=m) for m in ("graph", "eager")}
 ours = {f"ours {m}: {k.replace('_', ' ')}": v for m, b in bars.items() for k, v in b.items()
         if k in ("allreduce_median_speedup", "worst_speedup", "max_speedup")}
