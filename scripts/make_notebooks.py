@@ -37,7 +37,7 @@ duration. FlashOverlap's grouping rests on this regularity.
 **Here.** Our persistent GEMM runs tile `s` on CTA `s mod P`, so `fo_lib.tiling` *predicts* each
 tile's wave. The probe epilogue stamps every tile's start and end with `%globaltimer`; we compare
 the completion order with the model, for two raster orders (plain row-major and 8-row swizzle)."""),
-        ("code", "from fo_lib.experiments import wave_pattern as wp\ndf, meta = wp.run(mode, data_set)\nwaves = wp.detect_waves(df)\nwaves"),
+        ("code", "from fo_lib.experiments import wave_pattern as wp\ndf, meta = wp.run(mode, data_set, quick)\nwaves = wp.detect_waves(df)\nwaves"),
         ("code", '''fig, axes = plt.subplots(1, df.swizzle.nunique(), figsize=(12, 4), sharey=True, squeeze=False)
 for ax, ((cfg, sw), g) in zip(axes[0], df[df.repeat == df.repeat.min()].groupby(["config", "swizzle"])):
     for w, gw in g.groupby("model_wave"):

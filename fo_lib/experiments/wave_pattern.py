@@ -41,10 +41,15 @@ def measure(M=2048, N=8192, K=8192, configs=(("256x128x64", "row", 1), ("256x128
     return pd.concat(frames, ignore_index=True)
 
 
-def run(mode="auto", data_set="h200", **kw) -> tuple[pd.DataFrame, dict]:
+def run(mode="auto", data_set="h200", quick=False, **kw) -> tuple[pd.DataFrame, dict]:
+    """Measure (and record into ``data/<gpu>[-quick]/``, see :func:`measured_set`) or replay."""
     if resolve_mode(mode) == "measure":
-        from ..provenance import provenance
-        return measure(**kw), provenance(link="none")
+        from . import measured_set, record
+        if quick:
+            kw.setdefault("repeats", 1)
+        df = measure(**kw)
+        record(df, NAME, measured_set(quick), link="none")
+        return load(measured_set(quick), NAME)
     return load(data_set, NAME)
 
 
