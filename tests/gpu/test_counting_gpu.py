@@ -119,6 +119,34 @@ def test_wait_with_error_preset_returns_at_once():
     assert info.value.group == 6
 
 
+def _calls_against_a_late_producer(counter, err, calls: int, n: int, wait, end_of_call=None):
+    """``calls`` back-to-back calls: on a high-priority consumer stream, ``wait(call, group, stream)``
+    for every group, then ``end_of_call(stream)``; on a producer stream that starts 20 ms late (so the
+    first waits really wait), ``n`` bumps per group and call. Returns the counter value each wait
+    saw right after it returned, ``[calls, groups]``, once both streams drained without error."""
+    groups = counter.numel()
+    seen = torch.zeros(calls, groups, dtype=torch.int64, device="cuda")
+    consumer = torch.cuda.Stream(priority=-1)
+    producer = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(producer):
+        torch.cuda._sleep(_cycles(20))
+    for c in range(calls):
+        for g in range(groups):
+            wait(c, g, consumer)
+            with torch.cuda.stream(consumer):
+                seen[c, g].copy_(counter[g])
+        if end_of_call is not None:
+            end_of_call(consumer)
+        for g in range(groups):
+            for _ in range(n):
+                counting.bump_counter(counter, g, 1, stream=producer)
+    _sync(producer, 60, "producer")
+    _sync(consumer, 60, "consumer")
+    counting.check_wait_error(err, consumer)
+    return seen.cpu().numpy()
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("base", [0, 2**32 - 7])
 def test_back_to_back_epochs(base):
@@ -126,26 +154,12 @@ def test_back_to_back_epochs(base):
     n, groups, epochs = 5, 3, 100
     counter = torch.full((groups,), base - 2**32 if base >= 2**31 else base, dtype=torch.int32, device="cuda")
     err = torch.zeros(1, dtype=torch.int32, device="cuda")
-    seen = torch.zeros(epochs, groups, dtype=torch.int64, device="cuda")
-    consumer = torch.cuda.Stream(priority=-1)
-    producer = torch.cuda.Stream()
-    torch.cuda.synchronize()
-    with torch.cuda.stream(producer):
-        torch.cuda._sleep(_cycles(20))  # the first waits really wait
-    for e in range(1, epochs + 1):
-        for g in range(groups):
-            counting.wait_counter(counter, g, base + e * n, err, 20 * SECOND, stream=consumer)
-            with torch.cuda.stream(consumer):
-                seen[e - 1, g].copy_(counter[g])  # value observed right after the wait
-        for g in range(groups):
-            for _ in range(n):
-                counting.bump_counter(counter, g, 1, stream=producer)
-    _sync(producer, 60, "producer")
-    _sync(consumer, 60, "consumer")
-    counting.check_wait_error(err, consumer)
+    seen = _calls_against_a_late_producer(
+        counter, err, epochs, n,
+        lambda c, g, s: counting.wait_counter(counter, g, base + (c + 1) * n, err, 20 * SECOND, stream=s))
     final = (base + epochs * n) % 2**32
     assert [v % 2**32 for v in counter.tolist()] == [final] * groups
-    observed = (seen.cpu().numpy() % 2**32 - base) % 2**32  # counts since the start
+    observed = (seen % 2**32 - base) % 2**32  # counts since the start
     need = np.arange(1, epochs + 1)[:, None] * n
     assert (observed >= need).all(), np.argwhere(observed < need)[:5]
 
@@ -161,33 +175,20 @@ def test_device_epoch_waits(start_epoch):
     counter = ((counter + 2**31) % 2**32 - 2**31).to(torch.int32)  # the same bits as an int32
     epoch = torch.tensor([start], dtype=torch.int32, device="cuda")
     err = torch.zeros(1, dtype=torch.int32, device="cuda")
-    seen = torch.zeros(calls, groups, dtype=torch.int64, device="cuda")
-    consumer = torch.cuda.Stream(priority=-1)
-    producer = torch.cuda.Stream()
-    torch.cuda.synchronize()
-    with torch.cuda.stream(producer):
-        torch.cuda._sleep(_cycles(20))  # the first waits really wait
-    for c in range(calls):
-        for g in range(groups):
-            counting.wait_epoch(counter, g, n, epoch, err, 20 * SECOND, stream=consumer)
-            with torch.cuda.stream(consumer):
-                seen[c, g].copy_(counter[g])
-        counting.bump_counter(epoch, 0, 1, stream=consumer)
-        for g in range(groups):
-            for _ in range(n):
-                counting.bump_counter(counter, g, 1, stream=producer)
-    _sync(producer, 60, "producer")
-    _sync(consumer, 60, "consumer")
-    counting.check_wait_error(err, consumer)
+    seen = _calls_against_a_late_producer(
+        counter, err, calls, n,
+        lambda c, g, s: counting.wait_epoch(counter, g, n, epoch, err, 20 * SECOND, stream=s),
+        lambda s: counting.bump_counter(epoch, 0, 1, stream=s))
     assert epoch.item() % 2**32 == (start_epoch + calls) % 2**32
-    observed = (seen.cpu().numpy() % 2**32 - start_epoch * n) % 2**32  # tiles since the start
+    observed = (seen % 2**32 - start_epoch * n) % 2**32  # tiles since the start
     need = np.arange(1, calls + 1)[:, None] * n
     assert (observed >= need).all(), np.argwhere(observed < need)[:5]
     # One more call's wait with no producer: it must time out, not pass on a stale epoch.
-    counting.wait_epoch(counter, 1, n, epoch, err, 20_000_000, stream=consumer)
-    _sync(consumer, 5, "unsatisfiable epoch wait")
+    s = torch.cuda.Stream()
+    counting.wait_epoch(counter, 1, n, epoch, err, 20_000_000, stream=s)
+    _sync(s, 5, "unsatisfiable epoch wait")
     with pytest.raises(WaitError, match="group 1"):
-        counting.check_wait_error(err, consumer)
+        counting.check_wait_error(err, s)
 
 
 @pytest.mark.timeout(60)
