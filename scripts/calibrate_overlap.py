@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from fo_lib.experiments.overlap import profiles_and_curves  # noqa: E402
 from fo_lib.predictor import OverlapModel, calibrate  # noqa: E402
-from fo_lib.profiles import BandwidthCurve, GemmProfile  # noqa: E402
 from fo_lib.provenance import write_result  # noqa: E402
 
 
@@ -39,16 +39,7 @@ def load(data: Path, record: str):
     cand = pd.read_csv(data / f"{record}_candidates.csv")
     if "nccl_max_ctas" not in cand:
         cand["nccl_max_ctas"] = 0
-    saved = json.loads((data / f"{record}_profiles.json").read_text())
-    per_budget = saved if "curves" not in saved else {"0": saved}
-    curves, profiles = {}, {}
-    for budget, sv in per_budget.items():
-        for k, v in sv["curves"].items():
-            curves[(int(budget), k)] = BandwidthCurve.from_dict(v)
-        for d in sv["profiles"]:
-            d = dict(d)
-            prim = d.pop("primitive")
-            profiles[(int(budget), prim, d["M"], d["N"], d["K"])] = GemmProfile.from_dict(d)
+    profiles, curves = profiles_and_curves(data, record)
     return cand, curves, profiles
 
 

@@ -282,6 +282,34 @@ sweep["groups"] = sweep.predicted_partition.map(lambda s: len(ast.literal_eval(s
 sweep["host_ms_per_group"] = (sweep.overlap_predicted_ms - sweep.overlap_predicted_graph_ms) / sweep.groups
 sweep.groupby("primitive").host_ms_per_group.describe().round(3)'''),
         ("code", 'picked[["primitive", "M", "N", "K", "nccl_max_ctas", "comm_over_cublas", "tuner_overlaps", "predicted_partition", "reference_ms", "tuned_eager_ms", "tuned_graph_ms", "tuned_graph_speedup"]].round(3)'),
+        ("md", """**Where the time goes.** For the best measured candidate of every AllReduce shape (replayed as
+one CUDA graph), its time split into cuBLAS's GEMM time, our GEMM's gap to cuBLAS on all SMs, what
+the GEMM loses on the SMs it leaves to NCCL (its profiled waves on the remaining CTAs), and the rest
+that overlap did not hide (the last group's collective, waits, the post-reorder). Beside it:
+cuBLAS then NCCL at the same NCCL CTA budget, and the overlap bound max(cuBLAS, comm). On 2 GPUs
+NCCL is fast, so the SMs it occupies cost about as much as the overlap can win."""),
+        ("code", """tb = ex.multi_gpu.time_breakdown(ds)
+ar = tb[(tb.primitive == "all_reduce") & (tb.comm_over_cublas >= 0.3)]
+budgets = sorted(ar.nccl_max_ctas.unique())
+fig, axes = plt.subplots(1, len(budgets), figsize=(6 * len(budgets), 4), squeeze=False)
+for ax, budget in zip(axes[0], budgets):
+    g = ar[ar.nccl_max_ctas == budget]
+    x = np.arange(len(g))
+    bottom = np.zeros(len(g))
+    for col, lab in [("cublas_ms", "cuBLAS GEMM"), ("gemm_gap_ms", "our GEMM - cuBLAS"),
+                     ("sm_share_ms", "SMs left to NCCL"), ("exposed_ms", "not hidden (comm tail, post-reorder)")]:
+        v = g[col].to_numpy() / g.reference_ms.to_numpy()
+        ax.bar(x - 0.2, v, 0.4, bottom=bottom, label=lab)
+        bottom += v
+    ax.bar(x + 0.2, np.ones(len(g)), 0.4, color="0.75", label="cuBLAS then NCCL")
+    ax.scatter(x - 0.2, g.bound_ms / g.reference_ms, marker="_", s=300, color="k", zorder=3, label="max(cuBLAS, comm)")
+    ax.set_xticks(x, [f"{m}x{n}x{k}" for m, n, k in zip(g.M, g.N, g.K)], rotation=60, fontsize=6)
+    ax.set(title=f"AllReduce, NCCL CTAs {'default' if budget == 0 else budget}", ylabel="time / cuBLAS then NCCL")
+axes[0][0].legend(fontsize=6)
+ex.stamp(fig, meta, "best graph-replayed candidate per shape")
+ex.save(fig, "08_time_breakdown", figures_dir)"""),
+        ("code", """shares = ar[["gemm_gap_ms", "sm_share_ms", "exposed_ms"]].div(ar.reference_ms, axis=0)
+shares.assign(nccl_max_ctas=ar.nccl_max_ctas).groupby("nccl_max_ctas").median().round(3)"""),
     ],
 }
 

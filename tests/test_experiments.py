@@ -96,3 +96,16 @@ def test_sweep_shapes_cover_paper_and_llama():
     # Llama-3-70B at TP=8: K = hidden/8 (attention out) and intermediate/8 (MLP down), N = hidden.
     assert {k for _, _, k in overlap.LLAMA70B_TP8_SHAPES} == {8192 // 8, 28672 // 8}
     assert overlap.record_name("h200") == "overlap_loopback"
+
+
+def test_time_breakdown_adds_up_to_the_measured_time():
+    from fo_lib.experiments import multi_gpu
+
+    sets = multi_gpu.data_sets()
+    if not sets:
+        pytest.fail("no recorded multi-GPU data set in data/ (data/h200x2 is committed)")
+    tb = multi_gpu.time_breakdown(sets[0])
+    assert len(tb) > 0 and (tb.primitive == "all_reduce").any()
+    parts = tb.cublas_ms + tb.gemm_gap_ms + tb.sm_share_ms + tb.exposed_ms
+    np.testing.assert_allclose(parts, tb.best_graph_ms, rtol=1e-9)
+    assert (tb.bound_ms <= tb.reference_ms * 1.05).all()  # the bound is below the sequential time

@@ -108,6 +108,41 @@ def tuner_pick(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).reset_index(drop=True)
 
 
+def time_breakdown(data_set: str) -> pd.DataFrame:
+    """Where the best whole-call graph of each (primitive, shape, NCCL CTA budget) spends its time,
+    against cuBLAS then NCCL (``reference_ms``) and the overlap bound ``max(cuBLAS, comm)``:
+
+    ``best_graph_ms = cublas_ms + gemm_gap_ms + sm_share_ms + exposed_ms``, where ``gemm_gap_ms`` is
+    our GEMM on every SM minus cuBLAS, ``sm_share_ms`` what the GEMM loses on the SMs it leaves to
+    NCCL (its profiled waves on ``ctas`` CTAs minus its time on all SMs), and ``exposed_ms`` the rest:
+    communication that does not hide behind the GEMM (at least the last group's), the waits and the
+    post-reorder. (The profile times the GEMM on all SMs once, so on short GEMMs ``gemm_gap_ms`` and
+    ``sm_share_ms`` carry its noise in opposite directions.)"""
+    from ..provenance import DATA_DIR
+    from .overlap import profiles_and_curves
+
+    summary, _ = sweep(data_set)
+    if "best_graph_ms" not in summary:
+        raise ValueError(f"{data_set}: this record has no CUDA-graph candidate times (best_graph_ms)")
+    profiles, _ = profiles_and_curves(DATA_DIR / data_set, "overlap_nccl")
+    rows = []
+    for r in summary.assign(reference_ms=reference_ms(summary)).itertuples():
+        prof = profiles.get((int(r.nccl_max_ctas), r.primitive, r.M, r.N, r.K))
+        if prof is None or r.best_graph_ms != r.best_graph_ms:
+            continue
+        reduced = float(sum(prof.wave_ms))
+        rows.append(dict(primitive=r.primitive, M=r.M, N=r.N, K=r.K, nccl_max_ctas=r.nccl_max_ctas,
+                         comm_sms=prof.comm_sms, comm_over_cublas=r.comm_ms / r.cublas_ms,
+                         reference_ms=r.reference_ms, bound_ms=max(r.cublas_ms, r.comm_ms),
+                         best_graph_ms=r.best_graph_ms, cublas_ms=r.cublas_ms,
+                         gemm_gap_ms=prof.full_ms - r.cublas_ms, sm_share_ms=reduced - prof.full_ms,
+                         exposed_ms=r.best_graph_ms - reduced, comm_ms=r.comm_ms))
+    out = pd.DataFrame(rows)
+    out["speedup"] = out.reference_ms / out.best_graph_ms
+    out["bound_speedup"] = out.reference_ms / out.bound_ms
+    return out
+
+
 def bar_summary(picked: pd.DataFrame, comm_share: float = 0.3, mode: str = "graph") -> dict:
     """The multi-GPU bar: median AllReduce speedup of the tuner's choice over cuBLAS + NCCL where
     communication is at least ``comm_share`` of the cuBLAS GEMM, and the worst shape of the sweep."""

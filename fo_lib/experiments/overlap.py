@@ -40,6 +40,27 @@ def candidates(data_set: str = "h200"):
     return df, meta
 
 
+def profiles_and_curves(data_dir, record: str) -> tuple[dict, dict]:
+    """The GEMM profiles and link curves a sweep recorded in ``<data_dir>/<record>_profiles.json``:
+    ``{(budget, primitive, M, N, K): GemmProfile}`` and ``{(budget, primitive): BandwidthCurve}``.
+    A record without NCCL CTA budgets (one GPU) counts as budget 0."""
+    from pathlib import Path
+
+    from ..profiles import BandwidthCurve, GemmProfile
+
+    saved = json.loads((Path(data_dir) / f"{record}_profiles.json").read_text())
+    per_budget = saved if "curves" not in saved else {"0": saved}
+    profiles, curves = {}, {}
+    for budget, sv in per_budget.items():
+        for k, v in sv["curves"].items():
+            curves[(int(budget), k)] = BandwidthCurve.from_dict(v)
+        for d in sv["profiles"]:
+            d = dict(d)
+            prim = d.pop("primitive")
+            profiles[(int(budget), prim, d["M"], d["N"], d["K"])] = GemmProfile.from_dict(d)
+    return profiles, curves
+
+
 def finest_statistic(df: pd.DataFrame) -> pd.DataFrame:
     """Per shape: is the finest partition (one wave per group) the best measured, and its loss."""
     rows = []
