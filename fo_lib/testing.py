@@ -86,10 +86,11 @@ def bench_interleaved(fns: Mapping[str, Callable[[int], object]], *, rounds: int
     return out
 
 
-def host_and_gpu_time(fn, *, calls: int = 30, rounds: int = 5) -> tuple[float, float]:
+def host_and_gpu_time(fn, *, calls: int = 30, rounds: int = 5, sleep_cycles: int = 50_000_000) -> tuple[float, float]:
     """``(host us, GPU ms)`` per call of ``fn``, medians over ``rounds``: the host time is that of
-    enqueueing ``calls`` back-to-back calls while the GPU is still busy with a ~25 ms sleep (so no
-    launch ever waits for the GPU), the GPU time that of running them (events after the sleep)."""
+    enqueueing ``calls`` back-to-back calls while the GPU is still busy with a sleep of
+    ``sleep_cycles`` clock cycles (~25 ms by default: no launch ever waits for the GPU), the GPU time
+    that of running them (events after the sleep), free of the host's launch cost."""
     import time
 
     import torch
@@ -97,7 +98,7 @@ def host_and_gpu_time(fn, *, calls: int = 30, rounds: int = 5) -> tuple[float, f
     host, gpu = [], []
     for _ in range(rounds):
         torch.cuda.synchronize()
-        torch.cuda._sleep(50_000_000)
+        torch.cuda._sleep(sleep_cycles)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         t0 = time.perf_counter()

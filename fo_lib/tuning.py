@@ -11,7 +11,6 @@ save to and load from versioned JSON.
 from __future__ import annotations
 
 import dataclasses
-import statistics
 
 import numpy as np
 
@@ -25,19 +24,21 @@ def _torch():
     return torch
 
 
-def _event_ms(fn, repeats: int, warmup: int = 2) -> float:
-    torch = _torch()
+def _event_ms(fn, repeats: int, warmup: int = 2, calls: int = 3) -> float:
+    """GPU time of one call of ``fn`` (median over ``repeats`` samples of ``calls`` calls each). The
+    calls are enqueued behind a ~2 ms GPU sleep, so what the events measure is the device's time,
+    not the host's time to launch: timed one at a time, a small NCCL call measured its ~50-80 us of
+    Python and NCCL host work instead (the curves' small-message floor before this change)."""
+    from .testing import host_and_gpu_time
+
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(repeats):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return float(statistics.median(times))
+    sleep_cycles = 4_000_000  # ~2 ms at the H200's clock
+    host_us, gpu_ms = host_and_gpu_time(fn, calls=calls, rounds=repeats, sleep_cycles=sleep_cycles)
+    if host_us * calls > 1000.0:  # enqueueing took over ~1 ms: sleep 4x longer than that, measure again
+        sleep_cycles = int(4 * host_us * calls * 2000)  # 2000 cycles per us at 2 GHz
+        host_us, gpu_ms = host_and_gpu_time(fn, calls=calls, rounds=repeats, sleep_cycles=sleep_cycles)
+    return float(gpu_ms)
 
 
 def wave_durations(probe: np.ndarray, grid: TileGrid) -> np.ndarray:
