@@ -320,8 +320,10 @@ class OverlapPlan:
             if not t.is_contiguous():
                 raise PlanError(f"{name} must be contiguous")
 
-    def _collectives(self, stream, *, wait: bool) -> None:
-        """Every group's collective, each behind its wait (``wait``); on CUDA the epoch bump last."""
+    def _collectives(self, stream, *, wait: bool, events: list | None = None) -> None:
+        """Every group's collective, each behind its wait (``wait``); on CUDA the epoch bump last.
+        ``events``: a list that receives, per group, CUDA events recorded when its wait returned and
+        when its collective finished (the measured timeline of :meth:`timed_run`)."""
         torch = _torch()
         ctx = torch.cuda.stream(stream) if self.device == "cuda" else _nullcontext()
         with ctx:
@@ -334,7 +336,10 @@ class OverlapPlan:
                 elif wait:
                     src, dst = self._cpu_scatter[g]
                     self.send[dst] = self._c_flat[src]
+                ready = _record(stream) if events is not None else None
                 self._collective(g, sl)
+                if events is not None:
+                    events.append((ready, _record(stream)))
                 if self.device == "cuda":
                     torch.cuda.nvtx.range_pop()
             if self.device == "cuda" and wait:
@@ -395,29 +400,64 @@ class OverlapPlan:
         self._mark_pending()
         return result
 
-    def _enqueue(self, a, b, ops, *, replay_comm: bool = True, **operands):
+    def _enqueue(self, a, b, ops, *, replay_comm: bool = True, events: dict | None = None, **operands):
         """GEMM on the caller's stream, the groups' waits and collectives on the communication stream
         (the captured communication graph when there is one and ``replay_comm``), the post-reorder
-        back on the caller's stream (which ends up waiting for everything)."""
+        back on the caller's stream (which ends up waiting for everything). ``events``: a dict that
+        receives the CUDA events of :meth:`timed_run` (group by group, no graph)."""
         torch = _torch()
         from . import gemm, postops
         compute = torch.cuda.current_stream(self._dev)
         # The communication stream may reuse the receive buffer only after the caller's stream has
         # consumed the previous call's output.
         self.comm_stream.wait_stream(compute)
+        if events is not None:
+            events["gemm_start"] = _record(compute)
         gemm.kernels_for(self.config).gemm_nt_signal(a, b, self.send, self.row_offset, self.tile_group,
                                                      self.counters, config=self.config, ctas=self.ctas, stream=compute)
-        if replay_comm and self._comm_graph is not None:
+        if events is not None:
+            events["gemm_end"] = _record(compute)
+            events["groups"] = []
+            self._collectives(self.comm_stream, wait=True, events=events["groups"])
+        elif replay_comm and self._comm_graph is not None:
             with torch.cuda.stream(self.comm_stream):
                 self._comm_graph.replay()
         else:
             self._collectives(self.comm_stream, wait=True)
         compute.wait_stream(self.comm_stream)
+        if events is not None:
+            events["post_start"] = _record(compute)
         src = self.send if self.primitive == "all_reduce" else self.recv
         result = postops.post_reorder(src, self.post_table_dev, (self.out_rows, self.N), self.grid.BN, ops,
                                       stream=compute, **operands)
+        if events is not None:
+            events["post_end"] = _record(compute)
         self._error_host.copy_(self.error, non_blocking=True)
         return result
+
+    def timed_run(self, a, b, *, ops: PostOps = PostOps(), **operands):
+        """One call with its measured timeline: ``(output, rows)``, one row per span in ms from the
+        GEMM's start: ``gemm`` (start to last tile), per group ``group`` (from its wait's return, i.e.
+        its tiles done and the previous collective finished, to its collective's end), ``post``
+        (post-reorder). The groups run one by one with CUDA events between them (no captured
+        graph), and the call synchronizes."""
+        if self.device != "cuda":
+            raise PlanError("timed_run measures CUDA events: it needs device='cuda'")
+        self._check_inputs(a, b)
+        torch = _torch()
+        self.check()
+        events: dict = {}
+        out = self._enqueue(a, b, ops, events=events, **operands)
+        self._mark_pending()
+        torch.cuda.synchronize(self._dev)
+        self.check()
+        t0 = events["gemm_start"]
+        rows = [dict(span="gemm", group=-1, start_ms=0.0, end_ms=t0.elapsed_time(events["gemm_end"]))]
+        for g, (ready, done) in enumerate(events["groups"]):
+            rows.append(dict(span="group", group=g, start_ms=t0.elapsed_time(ready), end_ms=t0.elapsed_time(done)))
+        rows.append(dict(span="post", group=-1, start_ms=t0.elapsed_time(events["post_start"]),
+                         end_ms=t0.elapsed_time(events["post_end"])))
+        return out, rows
 
     def _mark_pending(self) -> None:
         self._done.record(_torch().cuda.current_stream(self._dev))
@@ -498,6 +538,13 @@ class GraphedCall:
         self.graph.replay()
         self.plan._mark_pending()
         return self.output
+
+
+def _record(stream):
+    """A timing event recorded on ``stream`` now."""
+    ev = _torch().cuda.Event(enable_timing=True)
+    ev.record(stream)
+    return ev
 
 
 class _nullcontext:

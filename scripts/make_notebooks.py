@@ -225,6 +225,27 @@ for ax, (name, pred) in zip(axes, [("chosen partition", res.choice), ("no overla
 axes[-1].set_xlabel("ms")
 ex.stamp(fig, meta, f"{prim} {profile.M}x{profile.N}x{profile.K}")
 ex.save(fig, "07_timeline", figures_dir)'''),
+        ("md", """**Measured.** One real call per shape, timed with CUDA events
+(`OverlapPlan.timed_run`): the GEMM from start to last tile; each group from the return of its
+counter wait (its tiles done and the previous collective finished) to the end of its collective;
+the post-reorder. Under each, the model's timeline for the same partition. Recorded by
+`scripts/record_timeline.py` (one GPU: loopback; under torchrun: NCCL), measured here when a GPU is
+present."""),
+        ("code", """sets = [data_set] + [s for s in ex.multi_gpu.data_sets() if s != data_set]
+if ex.resolve_mode(mode) == "measure":
+    ex.timeline.run(mode, data_set, quick)
+    sets.insert(0, ex.measured_set(quick))
+timelines = ex.timeline.recorded(dict.fromkeys(sets))
+if not timelines:
+    print("no measured timeline recorded yet in", sets, "- run scripts/record_timeline.py on a GPU")
+for ds, tl, tmeta in timelines:
+    shapes = list(tl.groupby(["primitive", "M", "N", "K", "partition"], sort=False))
+    fig, axes = plt.subplots(len(shapes), 1, figsize=(12, 2.6 * len(shapes)), squeeze=False)
+    for ax, ((prim, M, N, K, part), g) in zip(axes[:, 0], shapes):
+        ex.timeline.plot(ax, g)
+        ax.set_title(f"{prim} {M}x{N}x{K}, partition {part}", fontsize=9)
+    ex.stamp(fig, tmeta, ds)
+    ex.save(fig, f"07_timeline_measured_{ds}", figures_dir)"""),
     ],
     "08_multi_gpu": [
         ("md", """# 08 · Several GPUs with NCCL

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Multi-GPU job (NCCL, one process per GPU under torchrun). NVLink multicast stays off.
-#   scripts/multi_gpu.sh [--dry-run] [--world W] [--quick] [--steps check,host,bench]
+#   scripts/multi_gpu.sh [--dry-run] [--world W] [--quick] [--steps check,host,bench,timeline]
 # 1. check: the correctness check of every primitive (fo_lib.distributed_check) at world size W
 #    (default: all visible GPUs), against a dense float64 reference;
 # 2. host: where an eager call's host time goes, per wave group (scripts/profile_host_path.py);
 # 3. bench: NCCL curves, SM footprint and the speedup sweep (scripts/bench_nccl.py, extra arguments
 #    in $FO_BENCH_NCCL_ARGS) into
-#    data/h200x<W>/ (or $FO_DATA_OUT), with provenance sidecars.
+#    data/h200x<W>/ (or $FO_DATA_OUT), with provenance sidecars;
+# 4. timeline: one measured call per shape with CUDA events per group (scripts/record_timeline.py).
 # Logs go to ${OUT:-/tmp/fo_out}/multi_gpu.log. --dry-run prints the commands without running them
 # (any machine; CI runs it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dry=false; world=""; quick=""; steps="check,host,bench"
+dry=false; world=""; quick=""; steps="check,host,bench,timeline"
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry=true ;;
@@ -37,6 +38,7 @@ cmds=()
 [[ ",$steps," == *",check,"* ]] && cmds+=("timeout 300 $run -m fo_lib.distributed_check --device cuda --cases 24")
 [[ ",$steps," == *",host,"* ]] && cmds+=("timeout 150 $run scripts/profile_host_path.py")
 [[ ",$steps," == *",bench,"* ]] && cmds+=("timeout 1800 $run scripts/bench_nccl.py --out $data $quick ${FO_BENCH_NCCL_ARGS:-}")
+[[ ",$steps," == *",timeline,"* ]] && cmds+=("timeout 300 $run scripts/record_timeline.py --out $data")
 echo "world size $world; NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
 for c in "${cmds[@]}"; do
   if $dry; then echo "would run: $c"; continue; fi

@@ -99,6 +99,7 @@ def test_multi_gpu_job_dry_run():
     assert proc.returncode == 0, proc.stderr
     assert "--nproc_per_node 8 -m fo_lib.distributed_check --device cuda" in proc.stdout
     assert "--nproc_per_node 8 scripts/bench_nccl.py --out data/h200x8 --quick" in proc.stdout
+    assert "--nproc_per_node 8 scripts/record_timeline.py --out data/h200x8" in proc.stdout
     assert "NCCL_NVLS_ENABLE=0" in proc.stdout
 
 
@@ -135,3 +136,9 @@ def test_per_tile_schedule_counts_waves_over_every_sm():
     assert torch.equal(per_tile.run(a, b), want) and torch.equal(persistent.run(a, b), want)
     with pytest.raises(PlanError, match="schedule"):
         OverlapPlan("all_reduce", 300, 200, 16, comm, device="cpu", config=CFG, schedule="dynamic")
+
+
+def test_timed_run_needs_cuda():
+    plan = OverlapPlan("all_reduce", 128, 64, 16, _NoComm(2), device="cpu", config=CFG, sm_count=2)
+    with pytest.raises(PlanError, match="CUDA"):
+        plan.timed_run(torch.zeros(128, 16).bfloat16(), torch.zeros(64, 16).bfloat16())

@@ -109,3 +109,25 @@ def test_time_breakdown_adds_up_to_the_measured_time():
     parts = tb.cublas_ms + tb.gemm_gap_ms + tb.sm_share_ms + tb.exposed_ms
     np.testing.assert_allclose(parts, tb.best_graph_ms, rtol=1e-9)
     assert (tb.bound_ms <= tb.reference_ms * 1.05).all()  # the bound is below the sequential time
+
+
+def test_timeline_plot_draws_every_lane():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from fo_lib.experiments import timeline
+
+    rows = [dict(source="measured", span="gemm", group=-1, start_ms=0.0, end_ms=1.0),
+            dict(source="measured", span="group", group=0, start_ms=0.5, end_ms=0.8),
+            dict(source="measured", span="group", group=1, start_ms=1.0, end_ms=1.3),
+            dict(source="measured", span="post", group=-1, start_ms=1.3, end_ms=1.4),
+            dict(source="model", span="gemm", group=0, start_ms=0.0, end_ms=0.5),
+            dict(source="model", span="group", group=0, start_ms=0.5, end_ms=0.75)]
+    fig, ax = plt.subplots()
+    timeline.plot(ax, pd.DataFrame(rows))
+    assert len(ax.patches) == len(rows)
+    assert [t.get_text() for t in ax.get_yticklabels()][0] == "GEMM (measured)"
+    plt.close(fig)
+    assert timeline.recorded([]) == []

@@ -257,3 +257,25 @@ def test_engine_default_gemm_is_hopper_on_sm90(primitive):
     torch.cuda.synchronize()
     plan.check()
     assert calc_diff(y, _expected(plan, C, W)) < TOL
+
+
+@pytest.mark.parametrize("primitive", ["all_reduce", "reduce_scatter"])
+def test_timed_run_timeline_is_ordered_and_output_unchanged(primitive):
+    """timed_run returns the same output as run and a timeline in causal order: the collectives run
+    one after another on the communication stream, the post-reorder after the last of them."""
+    M, N, K = 2048, 4096, 512
+    plan = OverlapPlan(primitive, M, N, K, LoopbackCommunicator(2), config=gemm.CONFIGS["128x128x32"], ctas=60)
+    a, b, C = _inputs(M, N, K, seed=21)
+    want = plan.run(a, b).clone()
+    got, rows = plan.timed_run(a, b)
+    assert torch.equal(got, want)
+    gemm_row, groups, post = rows[0], rows[1:-1], rows[-1]
+    assert gemm_row["span"] == "gemm" and post["span"] == "post" and len(groups) == plan.num_groups
+    eps = 0.005  # ms: events on two streams
+    assert groups[0]["start_ms"] <= gemm_row["end_ms"] + eps  # the first group is ready before the GEMM ends
+    for g, r in enumerate(groups):
+        assert r["group"] == g and r["start_ms"] <= r["end_ms"]
+        if g:
+            assert groups[g - 1]["end_ms"] <= r["start_ms"] + eps
+    assert post["start_ms"] >= groups[-1]["end_ms"] - eps and post["end_ms"] >= post["start_ms"]
+    assert plan.epoch == 2  # the timed call counted as a call

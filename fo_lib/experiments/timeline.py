@@ -1,0 +1,96 @@
+"""Timeline of one overlapped call (notebook 07), measured and modelled.
+
+Measured: :meth:`fo_lib.engine.OverlapPlan.timed_run` (CUDA events around the GEMM, after each wave
+group's counter wait and after its collective, around the post-reorder). Modelled: the refined
+model's per-group timeline for the same partition, from the GEMM profile and the link curve measured
+in the same process. One call per shape is kept, the one of median length among ``repeats``.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from . import load, measured_set, resolve_mode
+
+NAME = "timeline"
+LOOPBACK_SHAPES = (("all_reduce", 4096, 8192, 8192), ("reduce_scatter", 4096, 8192, 8192))
+# Under NCCL: one GEMM-heavy and one communication-heavy AllReduce (Llama-3-70B TP=8 attention
+# output projection), where the sweep hid almost none of the collective (docs/perf-log.md).
+NCCL_SHAPES = (("all_reduce", 8192, 8192, 8192), ("all_reduce", 8192, 8192, 1024))
+
+
+def measure(comm=None, *, shapes=LOOPBACK_SHAPES, repeats: int = 5, world: int = 2) -> pd.DataFrame:
+    """Rows ``(primitive, M, N, K, partition, source, span, group, start_ms, end_ms)``, ``source``
+    "measured" or "model"; spans ``gemm`` / ``group`` / ``post`` (model: ``gemm`` per group's waves,
+    ``group`` per collective). ``comm``: the loopback of ``world`` virtual ranks by default, or a
+    torch.distributed communicator (every rank calls this; rank 0's profile and curve decide)."""
+    import torch
+
+    from .. import gemm, tuning
+    from ..engine import OverlapPlan
+    from ..predictor import OverlapModel
+    from .overlap import _agree, link_label
+
+    if comm is None:
+        from ..comm.loopback import LoopbackCommunicator
+        comm = LoopbackCommunicator(world)
+    sms = gemm.sm_count()
+    ctas = sms - int(getattr(comm, "sm_footprint", 0))
+    rows = []
+    for prim, M, N, K in shapes:
+        if prim == "all_to_all":
+            raise ValueError("the timeline covers all_reduce and reduce_scatter (All-to-All needs a routing)")
+        cfg = gemm.auto_config(M, N, K, sms)
+        profile = _agree(comm, tuning.measure_gemm_profile(M, N, K, config=cfg, ctas=ctas))
+        curve = _agree(comm, tuning.measure_curve(comm, prim, tuning.default_sizes(sum(profile.wave_bytes))))
+        choice = OverlapModel(profile, curve, "refined").tune().best
+        plan = OverlapPlan(prim, M, N, K, comm, config=cfg, ctas=ctas, partition=choice.partition)
+        a = torch.randn(M, K, device="cuda").bfloat16()
+        b = torch.randn(N, K, device="cuda").bfloat16()
+        plan.timed_run(a, b)  # warm-up
+        calls = [plan.timed_run(a, b)[1] for _ in range(repeats)]
+        calls.sort(key=lambda spans: spans[-1]["end_ms"])
+        key = dict(primitive=prim, M=M, N=N, K=K, partition=str(list(choice.partition)), link=link_label(comm))
+        rows += [key | dict(source="measured") | r for r in calls[len(calls) // 2]]
+        for g in choice.groups:
+            rows.append(key | dict(source="model", span="gemm", group=g.group, start_ms=g.compute_start,
+                                   end_ms=g.compute_end))
+            rows.append(key | dict(source="model", span="group", group=g.group, start_ms=g.comm_start,
+                                   end_ms=g.comm_end))
+        del plan
+        torch.cuda.empty_cache()
+    return pd.DataFrame(rows)
+
+
+def run(mode: str = "auto", data_set: str = "h200", quick: bool = False) -> tuple[pd.DataFrame, dict]:
+    """Measure on this GPU over the loopback link and record into ``data/<gpu>[-quick]/``, or load the
+    recorded timeline of ``data_set`` (FileNotFoundError if it has none)."""
+    if resolve_mode(mode) == "measure":
+        from . import record
+        df = measure(shapes=LOOPBACK_SHAPES[:1] if quick else LOOPBACK_SHAPES, repeats=3 if quick else 5)
+        record(df, NAME, measured_set(quick), link=str(df.link.iloc[0]), world_size=2)
+        data_set = measured_set(quick)
+    return load(data_set, NAME)
+
+
+def recorded(data_sets) -> list[tuple[str, pd.DataFrame, dict]]:
+    """``(data_set, timeline, provenance)`` for each of ``data_sets`` that holds a recorded timeline."""
+    from ..provenance import DATA_DIR
+
+    return [(ds, *load(ds, NAME)) for ds in data_sets if (DATA_DIR / ds / f"{NAME}.csv").exists()]
+
+
+def plot(ax, df: pd.DataFrame) -> None:
+    """Gantt rows for one shape: measured GEMM / collectives / post-reorder, and the model's waves of
+    each group and its collectives, on a shared ms axis from the GEMM's start."""
+    lanes = [("measured", "gemm", "GEMM (measured)"), ("measured", "group", "collectives (measured)"),
+             ("measured", "post", "post-reorder"), ("model", "gemm", "GEMM waves (model)"),
+             ("model", "group", "collectives (model)")]
+    for y, (source, span, _) in enumerate(lanes):
+        part = df[(df.source == source) & (df.span == span)]
+        for r in part.itertuples():
+            color = "0.6" if r.group < 0 else f"C{int(r.group) % 10}"
+            ax.barh(y, r.end_ms - r.start_ms, left=r.start_ms, color=color, edgecolor="k", lw=0.4,
+                    hatch="//" if span == "group" else None)
+    ax.set_yticks(range(len(lanes)), [lab for _, _, lab in lanes], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms from the GEMM's start")
