@@ -380,6 +380,12 @@ class OverlapPlan:
         _torch().cuda.synchronize(self._dev)
 
     @property
+    def comm_graph_active(self) -> bool:
+        """Whether calls replay the captured communication graph (False with ``comm_graph=False``, on
+        the CPU, or when the link could not be captured)."""
+        return getattr(self, "_comm_graph", None) is not None
+
+    @property
     def epoch(self) -> int:
         """Calls completed since the plan was built or reset (mod 2^32; synchronizes the device)."""
         if self.device != "cuda":
@@ -419,7 +425,7 @@ class OverlapPlan:
             events["gemm_end"] = _record(compute)
             events["groups"] = []
             self._collectives(self.comm_stream, wait=True, events=events["groups"])
-        elif replay_comm and self._comm_graph is not None:
+        elif replay_comm and self.comm_graph_active:
             with torch.cuda.stream(self.comm_stream):
                 self._comm_graph.replay()
         else:

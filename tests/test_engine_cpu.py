@@ -142,3 +142,8 @@ def test_timed_run_needs_cuda():
     plan = OverlapPlan("all_reduce", 128, 64, 16, _NoComm(2), device="cpu", config=CFG, sm_count=2)
     with pytest.raises(PlanError, match="CUDA"):
         plan.timed_run(torch.zeros(128, 16).bfloat16(), torch.zeros(64, 16).bfloat16())
+
+
+def test_cpu_plans_have_no_comm_graph():
+    plan = OverlapPlan("all_reduce", 128, 64, 16, _NoComm(2), device="cpu", config=CFG, sm_count=2)
+    assert not plan.comm_graph_active and plan.epoch == 0

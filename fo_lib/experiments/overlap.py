@@ -381,7 +381,7 @@ def host_overhead(comm=None, *, world: int = 2, shapes=((2048, 4096, 1024), (409
             plan.check()
             per_group.check()
             rows.append(dict(primitive=prim, M=M, N=N, K=K, groups=plan.num_groups, link=link_label(comm),
-                             comm_graph=plan._comm_graph is not None,
+                             comm_graph=plan.comm_graph_active,
                              **{f"{v}_host_us": res[v][0] for v in variants}, **{f"{v}_ms": res[v][1] for v in variants}))
     return pd.DataFrame(rows)
 
