@@ -76,15 +76,17 @@ def finest_statistic(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def predictor_accuracy(df: pd.DataFrame) -> pd.DataFrame:
+def predictor_accuracy(df: pd.DataFrame, measured: str = "measured_ms") -> pd.DataFrame:
     """Per shape: mean |predicted - measured| / measured over all candidates, and how the
-    partition the model ranks first among the measured ones compares with the best measured."""
+    partition the model ranks first among the measured ones compares with the best measured.
+    ``measured``: the column to compare with (``measured_graph_ms``: the CUDA-graph replays)."""
     rows = []
-    for (prim, shape), g in df.groupby(["primitive", "shape"]):
+    for (prim, shape), g in df.dropna(subset=[measured]).groupby(["primitive", "shape"]):
         chosen = g.loc[g.model_ms.idxmin()]
+        meas = g[measured]
         rows.append(dict(primitive=prim, shape=shape, candidates=len(g),
-                         mean_error=float((abs(g.model_ms - g.measured_ms) / g.measured_ms).mean()),
-                         chosen=str(list(chosen.part)), chosen_of_best=float(g.measured_ms.min() / chosen.measured_ms)))
+                         mean_error=float((abs(g.model_ms - meas) / meas).mean()),
+                         chosen=str(list(chosen.part)), chosen_of_best=float(meas.min() / chosen[measured])))
     return pd.DataFrame(rows)
 
 
