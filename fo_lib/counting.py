@@ -83,47 +83,46 @@ def _wait_kernel(name: str, device_index: int):
         return kernels.get_kernel(wait_source(), name)
 
 
-def wait_counter(counter, group: int, target: int, error_word, timeout_ns: int, stream=None) -> None:
-    """Enqueue on ``stream`` a single-thread wait until ``counter[group]`` reaches ``target``
-    (modulo 2^32: pass ``epoch * tiles_in_group``). After ``timeout_ns`` it writes ``group + 1``
-    to ``error_word`` (first failure wins) and returns; it returns at once if the word is set."""
+def _launch_wait(name: str, counter, group: int, middle: tuple, error_word, timeout_ns: int, stream) -> None:
+    """Validate what every wait kernel takes and enqueue ``name(counter, group, *middle, error_word,
+    timeout_ns)`` on ``stream`` (default: the current stream), one block of one thread."""
     torch = _torch()
     _counter_checks(counter, group)
     _check_cuda(error_word, "error_word", counter.device)
     if error_word.dtype not in (torch.int32, getattr(torch, "uint32", torch.int32)) or error_word.numel() < 1:
         raise TypeError("error_word must be an int32 (or uint32) tensor with at least one element")
-    if isinstance(target, bool) or not isinstance(target, (int, np.integer)):
-        raise TypeError(f"target must be an integer, got {target!r}")
     if isinstance(timeout_ns, bool) or not isinstance(timeout_ns, (int, np.integer)) or not 0 < timeout_ns < 2**63:
         raise ValueError(f"timeout_ns must be a positive integer, got {timeout_ns!r}")
     if stream is None:
         stream = torch.cuda.current_stream(counter.device)
-    kernel = _wait_kernel(WAIT_KERNEL, counter.device.index)
-    args = (kernels.ptr(counter), np.int32(group), np.uint32(int(target) & 0xFFFFFFFF), kernels.ptr(error_word),
-            np.uint64(int(timeout_ns)))
+    kernel = _wait_kernel(name, counter.device.index)
+    args = (kernels.ptr(counter), np.int32(group), *middle, kernels.ptr(error_word), np.uint64(int(timeout_ns)))
     kernels.launch(kernel, (1,), (1,), args, stream=stream, device_index=counter.device.index)
 
 
+def wait_counter(counter, group: int, target: int, error_word, timeout_ns: int, stream=None) -> None:
+    """Enqueue on ``stream`` a single-thread wait until ``counter[group]`` reaches ``target``
+    (modulo 2^32: pass ``epoch * tiles_in_group``). After ``timeout_ns`` it writes ``group + 1``
+    to ``error_word`` (first failure wins) and returns; it returns at once if the word is set."""
+    if isinstance(target, bool) or not isinstance(target, (int, np.integer)):
+        raise TypeError(f"target must be an integer, got {target!r}")
+    _launch_wait(WAIT_KERNEL, counter, group, (np.uint32(int(target) & 0xFFFFFFFF),), error_word, timeout_ns,
+                 stream)
+
+
 def wait_epoch(counter, group: int, group_tiles: int, epoch_word, error_word, timeout_ns: int,
-                stream=None) -> None:
+               stream=None) -> None:
     """Like :func:`wait_counter` with the target read on the device: ``(epoch_word[0] + 1) *
     group_tiles`` (modulo 2^32). The stream advances the epoch with ``bump_counter(epoch_word, 0)``
     after the call's last wait, so the launch sequence is the same on every call and can be captured
     once in a CUDA graph."""
-    torch = _torch()
-    _counter_checks(counter, group)
     _counter_checks(epoch_word, 0, "epoch_word")
-    _check_cuda(error_word, "error_word", counter.device)
+    if epoch_word.device != counter.device:
+        raise ValueError(f"epoch_word is on {epoch_word.device}, the counter on {counter.device}")
     if isinstance(group_tiles, bool) or not isinstance(group_tiles, (int, np.integer)) or not 0 < group_tiles < 2**32:
         raise ValueError(f"group_tiles must be a positive integer, got {group_tiles!r}")
-    if isinstance(timeout_ns, bool) or not isinstance(timeout_ns, (int, np.integer)) or not 0 < timeout_ns < 2**63:
-        raise ValueError(f"timeout_ns must be a positive integer, got {timeout_ns!r}")
-    if stream is None:
-        stream = torch.cuda.current_stream(counter.device)
-    kernel = _wait_kernel(WAIT_EPOCH_KERNEL, counter.device.index)
-    args = (kernels.ptr(counter), np.int32(group), np.uint32(group_tiles), kernels.ptr(epoch_word),
-            kernels.ptr(error_word), np.uint64(int(timeout_ns)))
-    kernels.launch(kernel, (1,), (1,), args, stream=stream, device_index=counter.device.index)
+    _launch_wait(WAIT_EPOCH_KERNEL, counter, group, (np.uint32(group_tiles), kernels.ptr(epoch_word)), error_word,
+                 timeout_ns, stream)
 
 
 def bump_counter(counter, group: int, value: int = 1, stream=None) -> None:
