@@ -28,6 +28,7 @@ Output semantics per primitive (``C_r = a_r @ b_r.T`` on rank ``r``, then the fu
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +40,8 @@ from .postops import PostOps, post_reorder_reference
 PRIMITIVES = ("all_reduce", "reduce_scatter", "all_to_all")
 DEVICES = ("cuda", "cpu")
 SCHEDULES = ("persistent", "per_tile")
+# torch.cuda._sleep counts SM clock cycles: 2 GHz (above the H200's boost clock) errs on the long side.
+_SLEEP_CYCLES_PER_MS = 2_000_000
 
 
 class PlanError(ValueError):
@@ -441,23 +444,38 @@ class OverlapPlan:
         self._error_host.copy_(self.error, non_blocking=True)
         return result
 
-    def timed_run(self, a, b, *, ops: PostOps = PostOps(), **operands):
+    def timed_run(self, a, b, *, ops: PostOps = PostOps(), gate_ms: float = 20.0, **operands):
         """One call with its measured timeline: ``(output, rows)``, one row per span in ms from the
         GEMM's start: ``gemm`` (start to last tile), per group ``group`` (from its wait's return, i.e.
         its tiles done and the previous collective finished, to its collective's end), ``post``
         (post-reorder). The groups run one by one with CUDA events between them (no captured
-        graph), and the call synchronizes."""
+        graph), and the call synchronizes.
+
+        The whole call is enqueued behind a GPU sleep of ``gate_ms`` (the gate), so the timeline is
+        the device's: without it, a span would also hold the host's time to launch what follows it
+        (about 0.1 ms per group). A gate that opens before the host has enqueued everything raises."""
         if self.device != "cuda":
             raise PlanError("timed_run measures CUDA events: it needs device='cuda'")
+        if not gate_ms > 0:
+            raise PlanError(f"gate_ms must be > 0, got {gate_ms}")
         self._check_inputs(a, b)
         torch = _torch()
         self.check()
+        torch.cuda.synchronize(self._dev)
+        host_start = time.perf_counter()
+        gate_start = _record(torch.cuda.current_stream(self._dev))
+        torch.cuda._sleep(int(gate_ms * _SLEEP_CYCLES_PER_MS))
         events: dict = {}
         out = self._enqueue(a, b, ops, events=events, **operands)
+        host_ms = (time.perf_counter() - host_start) * 1e3
         self._mark_pending()
         torch.cuda.synchronize(self._dev)
         self.check()
         t0 = events["gemm_start"]
+        gate = gate_start.elapsed_time(t0)
+        if gate <= host_ms:
+            raise PlanError(f"timed_run: the gate opened after {gate:.2f} ms but enqueueing the call took "
+                            f"{host_ms:.2f} ms, so host time would show in the timeline; raise gate_ms")
         rows = [dict(span="gemm", group=-1, start_ms=0.0, end_ms=t0.elapsed_time(events["gemm_end"]))]
         for g, (ready, done) in enumerate(events["groups"]):
             rows.append(dict(span="group", group=g, start_ms=t0.elapsed_time(ready), end_ms=t0.elapsed_time(done)))

@@ -16,7 +16,7 @@ if not torch.cuda.is_available():  # pragma: no cover - conftest skips these any
 
 from fo_lib import baselines, counting, gemm  # noqa: E402
 from fo_lib.comm.loopback import LoopbackCommunicator  # noqa: E402
-from fo_lib.engine import OverlapPlan, Routing  # noqa: E402
+from fo_lib.engine import OverlapPlan, PlanError, Routing  # noqa: E402
 from fo_lib.postops import PostOps  # noqa: E402
 from fo_lib.testing import calc_diff  # noqa: E402
 
@@ -279,3 +279,19 @@ def test_timed_run_timeline_is_ordered_and_output_unchanged(primitive):
             assert groups[g - 1]["end_ms"] <= r["start_ms"] + eps
     assert post["start_ms"] >= groups[-1]["end_ms"] - eps and post["end_ms"] >= post["start_ms"]
     assert plan.epoch == 2  # the timed call counted as a call
+
+
+def test_timed_run_rejects_a_gate_shorter_than_the_host_enqueue():
+    """A gate that opens before the host has launched every group would put host time in the
+    timeline: timed_run must say so (and the call must still have completed cleanly)."""
+    M, N, K = 2048, 4096, 512
+    plan = OverlapPlan("all_reduce", M, N, K, LoopbackCommunicator(2), config=gemm.CONFIGS["128x128x32"], ctas=60)
+    a, b, C = _inputs(M, N, K, seed=22)
+    with pytest.raises(PlanError, match="gate"):
+        plan.timed_run(a, b, gate_ms=0.001)
+    with pytest.raises(PlanError, match="gate_ms"):
+        plan.timed_run(a, b, gate_ms=0)
+    y = plan.run(a, b)
+    torch.cuda.synchronize()
+    plan.check()
+    assert calc_diff(y, _expected(plan, C, 2)) < TOL
