@@ -223,6 +223,7 @@ class OverlapPlan:
         self.recv = (torch.zeros(self.recv_elements, dtype=tdtype, device=dev)
                      if self.primitive != "all_reduce" else None)
         self.slices = self._group_slices()
+        self.post_stages = self._post_stages()
         if self.device == "cpu":
             self._cpu_scatter = self._cpu_group_indices()
             return
@@ -259,6 +260,32 @@ class OverlapPlan:
                                 recv=(r0, r0 + int(t.recv_counts[g].sum())),
                                 send_counts=t.send_counts[g].tolist(), recv_counts=t.recv_counts[g].tolist()))
         return out
+
+    def _post_stages(self) -> tuple[tuple[int, int, int], ...]:
+        """``(group, first row, end row)`` per stage of the staged post-reorder: the output rows whose
+        every source element lies in the buffer regions of groups ``<= group``, so that they can be
+        restored as soon as that group's collective has finished, while later groups still
+        communicate. Rows stay in order (whole rows: RMSNorm needs them); a group that completes no
+        new row has no stage, and the last stage ends at the last row."""
+        key = "send" if self.primitive == "all_reduce" else "recv"
+        spans = [(g, *self.slices[g][key]) for g in range(self.num_groups)]
+        spans = sorted((lo, hi, g) for g, lo, hi in spans if hi > lo)
+        starts = np.array([lo for lo, _, _ in spans], dtype=np.int64)
+        table = np.asarray(self.post_table, dtype=np.int64)
+        if table.size == 0:  # no rows (an All-to-All rank that receives nothing): one empty stage
+            return ((self.num_groups - 1, 0, 0),)
+        pos = np.searchsorted(starts, table, side="right") - 1
+        if (pos < 0).any() or (table >= np.array([hi for _, hi, _ in spans])[pos]).any():
+            raise PlanError("the post-reorder table reads outside every group's buffer region")
+        group = np.array([g for _, _, g in spans], dtype=np.int64)[pos]
+        ready = np.maximum.accumulate(group.max(axis=1))  # rows in order: a stage is a row prefix
+        stages, r0 = [], 0
+        for g in range(self.num_groups):
+            r1 = int(np.searchsorted(ready, g, side="right"))
+            if r1 > r0:
+                stages.append((g, r0, r1))
+                r0 = r1
+        return tuple(stages)
 
     def _cpu_group_indices(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """CPU executor: per group, (positions in C.flat, positions in the send buffer)."""
@@ -323,10 +350,11 @@ class OverlapPlan:
             if not t.is_contiguous():
                 raise PlanError(f"{name} must be contiguous")
 
-    def _collectives(self, stream, *, wait: bool, events: list | None = None) -> None:
+    def _collectives(self, stream, *, wait: bool, events: list | None = None, done: list | None = None) -> None:
         """Every group's collective, each behind its wait (``wait``); on CUDA the epoch bump last.
         ``events``: a list that receives, per group, CUDA events recorded when its wait returned and
-        when its collective finished (the measured timeline of :meth:`timed_run`)."""
+        when its collective finished (the measured timeline of :meth:`timed_run`); ``done``: a list
+        that receives, per group, an event recorded when its collective finished."""
         torch = _torch()
         ctx = torch.cuda.stream(stream) if self.device == "cuda" else _nullcontext()
         with ctx:
@@ -343,6 +371,8 @@ class OverlapPlan:
                 self._collective(g, sl)
                 if events is not None:
                     events.append((ready, _record(stream)))
+                if done is not None:
+                    done.append(events[-1][1] if events is not None else _record(stream, timing=False))
                 if self.device == "cuda":
                     torch.cuda.nvtx.range_pop()
             if self.device == "cuda" and wait:
@@ -413,10 +443,19 @@ class OverlapPlan:
         """GEMM on the caller's stream, the groups' waits and collectives on the communication stream
         (the captured communication graph when there is one and ``replay_comm``), the post-reorder
         back on the caller's stream (which ends up waiting for everything). ``events``: a dict that
-        receives the CUDA events of :meth:`timed_run` (group by group, no graph)."""
+        receives the CUDA events of :meth:`timed_run` (group by group, no graph).
+
+        When the groups are enqueued one by one (no communication graph: eager with
+        ``comm_graph=False``, :meth:`capture`, :meth:`timed_run`), the post-reorder is staged: each
+        stage of :attr:`post_stages` restores its rows as soon as its group's collective is done,
+        beside the later groups' collectives, so only the last stage follows the last collective.
+        (The replayed communication graph is one node to the caller's stream: one post-reorder.)"""
         torch = _torch()
-        from . import gemm, postops
+        from . import gemm
         compute = torch.cuda.current_stream(self._dev)
+        staged = events is not None or not (replay_comm and self.comm_graph_active)
+        stages = self.post_stages if staged else ((self.num_groups - 1, 0, self.out_rows),)
+        launches, result = self._post_launches(ops, stages, operands)  # validated before any launch
         # The communication stream may reuse the receive buffer only after the caller's stream has
         # consumed the previous call's output.
         self.comm_stream.wait_stream(compute)
@@ -424,32 +463,60 @@ class OverlapPlan:
             events["gemm_start"] = _record(compute)
         gemm.kernels_for(self.config).gemm_nt_signal(a, b, self.send, self.row_offset, self.tile_group,
                                                      self.counters, config=self.config, ctas=self.ctas, stream=compute)
+        done: list = []
         if events is not None:
             events["gemm_end"] = _record(compute)
-            events["groups"] = []
-            self._collectives(self.comm_stream, wait=True, events=events["groups"])
-        elif replay_comm and self.comm_graph_active:
+            events["groups"], events["post"] = [], []
+            self._collectives(self.comm_stream, wait=True, events=events["groups"], done=done)
+        elif not staged:
             with torch.cuda.stream(self.comm_stream):
                 self._comm_graph.replay()
         else:
-            self._collectives(self.comm_stream, wait=True)
-        compute.wait_stream(self.comm_stream)
-        if events is not None:
-            events["post_start"] = _record(compute)
-        src = self.send if self.primitive == "all_reduce" else self.recv
-        result = postops.post_reorder(src, self.post_table_dev, (self.out_rows, self.N), self.grid.BN, ops,
-                                      stream=compute, **operands)
-        if events is not None:
-            events["post_end"] = _record(compute)
+            self._collectives(self.comm_stream, wait=True, done=done)
+        for g, launch in launches:
+            if staged:
+                compute.wait_event(done[g])
+            else:
+                compute.wait_stream(self.comm_stream)
+            start = _record(compute) if events is not None else None
+            launch(compute)
+            if events is not None:
+                events["post"].append((g, start, _record(compute)))
+        compute.wait_stream(self.comm_stream)  # the epoch bump; joins the streams under capture
         self._error_host.copy_(self.error, non_blocking=True)
         return result
+
+    def _post_launches(self, ops, stages, operands) -> tuple[list, object]:
+        """Validated post-reorder launches ``[(group, launch)]``, one per stage ``(group, r0, r1)``
+        (rows ``r0:r1`` of the output and of the row operands), and the output tensor."""
+        torch = _torch()
+        from . import postops
+        unknown = set(operands) - {"bias", "residual", "residual_out", "weight", "out"}
+        if unknown:
+            raise PlanError(f"unknown post-reorder operands {sorted(unknown)}")
+        rows = {k: operands.get(k) for k in ("residual", "residual_out", "out")}
+        for k, t in rows.items():
+            if t is not None and (not isinstance(t, torch.Tensor) or tuple(t.shape) != (self.out_rows, self.N)):
+                got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+                raise PlanError(f"{k} must be a [{self.out_rows}, {self.N}] tensor, got {got}")
+        if rows["out"] is None and len(stages) > 1:
+            rows["out"] = torch.empty((self.out_rows, self.N), dtype=self._tdtype, device=self._dev)
+        src = self.send if self.primitive == "all_reduce" else self.recv
+        launches = []
+        for g, r0, r1 in stages:
+            part = {k: (None if t is None else t[r0:r1]) for k, t in rows.items()}
+            launches.append((g, postops.post_reorder_launcher(
+                src, self.post_table_dev[r0:r1], (r1 - r0, self.N), self.grid.BN, ops, bias=operands.get("bias"),
+                weight=operands.get("weight"), **part)))
+        out = rows["out"] if rows["out"] is not None else launches[0][1].out
+        return launches, out
 
     def timed_run(self, a, b, *, ops: PostOps = PostOps(), gate_ms: float = 20.0, **operands):
         """One call with its measured timeline: ``(output, rows)``, one row per span in ms from the
         GEMM's start: ``gemm`` (start to last tile), per group ``group`` (from its wait's return, i.e.
-        its tiles done and the previous collective finished, to its collective's end), ``post``
-        (post-reorder). The groups run one by one with CUDA events between them (no captured
-        graph), and the call synchronizes.
+        its tiles done and the previous collective finished, to its collective's end), per stage of
+        the staged post-reorder ``post`` (``group``: the collective it waited for). The groups run
+        one by one with CUDA events between them (no captured graph), and the call synchronizes.
 
         The whole call is enqueued behind a GPU sleep of ``gate_ms`` (the gate), so the timeline is
         the device's: without it, a span would also hold the host's time to launch what follows it
@@ -479,8 +546,8 @@ class OverlapPlan:
         rows = [dict(span="gemm", group=-1, start_ms=0.0, end_ms=t0.elapsed_time(events["gemm_end"]))]
         for g, (ready, done) in enumerate(events["groups"]):
             rows.append(dict(span="group", group=g, start_ms=t0.elapsed_time(ready), end_ms=t0.elapsed_time(done)))
-        rows.append(dict(span="post", group=-1, start_ms=t0.elapsed_time(events["post_start"]),
-                         end_ms=t0.elapsed_time(events["post_end"])))
+        for g, start, end in events["post"]:
+            rows.append(dict(span="post", group=g, start_ms=t0.elapsed_time(start), end_ms=t0.elapsed_time(end)))
         return out, rows
 
     def _mark_pending(self) -> None:
@@ -564,9 +631,9 @@ class GraphedCall:
         return self.output
 
 
-def _record(stream):
-    """A timing event recorded on ``stream`` now."""
-    ev = _torch().cuda.Event(enable_timing=True)
+def _record(stream, timing: bool = True):
+    """An event (a timing one unless ``timing=False``) recorded on ``stream`` now."""
+    ev = _torch().cuda.Event(enable_timing=timing)
     ev.record(stream)
     return ev
 

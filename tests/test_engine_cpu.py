@@ -147,3 +147,39 @@ def test_timed_run_needs_cuda():
 def test_cpu_plans_have_no_comm_graph():
     plan = OverlapPlan("all_reduce", 128, 64, 16, _NoComm(2), device="cpu", config=CFG, sm_count=2)
     assert not plan.comm_graph_active and plan.epoch == 0
+
+
+@pytest.mark.parametrize("primitive", ["all_reduce", "reduce_scatter", "all_to_all"])
+@pytest.mark.parametrize("seed", range(4))
+def test_post_stages_cover_the_rows_and_read_only_finished_groups(primitive, seed):
+    """Each stage of the staged post-reorder reads only buffer regions of groups whose collectives
+    are done, the stages tile the output rows in order, and each stage starts at the first row
+    that needs its group (no stage could have started a group earlier)."""
+    rng = np.random.default_rng(seed)
+    W = int(rng.choice([2, 4]))
+    M, N = int(rng.integers(2, 9)) * 64 * W // 2, int(rng.integers(1, 6)) * 64 + int(rng.integers(0, 2)) * 16
+    routing = None
+    if primitive == "all_to_all":
+        routing = Routing.from_destinations([rng.integers(0, W, M) for _ in range(W)], shuffle_seed=seed)
+    sms = int(rng.integers(2, 7))
+    grid = CFG.grid(M, N, sms)
+    cuts = np.sort(rng.choice(np.arange(1, grid.num_waves), size=min(2, grid.num_waves - 1), replace=False))
+    part = tuple(np.diff(np.concatenate(([0], cuts, [grid.num_waves]))).tolist())
+    comm = type("Ranks", (), dict(world_size=W, rank=int(rng.integers(0, W)), sm_footprint=0))()
+    plan = OverlapPlan(primitive, M, N, 16, comm, device="cpu", config=CFG, sm_count=sms, partition=part,
+                       routing=routing)
+    key = "send" if primitive == "all_reduce" else "recv"
+    region = np.full(max(sl[key][1] for sl in plan.slices), -1)
+    for g, sl in enumerate(plan.slices):
+        region[sl[key][0]:sl[key][1]] = g
+    table = np.asarray(plan.post_table)
+    stages = plan.post_stages
+    assert stages[0][1] == 0 and stages[-1][2] == plan.out_rows and stages[-1][0] <= plan.num_groups - 1
+    for (g, r0, r1), nxt in zip(stages, stages[1:] + ((None, None, None),)):
+        assert r1 > r0 or plan.out_rows == 0
+        if nxt[0] is not None:
+            assert nxt[1] == r1 and nxt[0] > g
+        if r1 > r0:
+            reads = region[table[r0:r1]]
+            assert reads.min() >= 0 and reads.max() <= g  # only finished groups
+            assert region[table[r0]].max() == g or r0 == 0  # the stage's first row needed group g

@@ -269,15 +269,21 @@ def test_timed_run_timeline_is_ordered_and_output_unchanged(primitive):
     want = plan.run(a, b).clone()
     got, rows = plan.timed_run(a, b)
     assert torch.equal(got, want)
-    gemm_row, groups, post = rows[0], rows[1:-1], rows[-1]
-    assert gemm_row["span"] == "gemm" and post["span"] == "post" and len(groups) == plan.num_groups
+    gemm_row = rows[0]
+    groups = [r for r in rows if r["span"] == "group"]
+    posts = [r for r in rows if r["span"] == "post"]
+    assert gemm_row["span"] == "gemm" and len(groups) == plan.num_groups
+    assert [r["group"] for r in posts] == [g for g, _, _ in plan.post_stages] and len(rows) == 1 + len(groups) + len(posts)
     eps = 0.005  # ms: events on two streams
     assert groups[0]["start_ms"] <= gemm_row["end_ms"] + eps  # the first group is ready before the GEMM ends
     for g, r in enumerate(groups):
         assert r["group"] == g and r["start_ms"] <= r["end_ms"]
         if g:
             assert groups[g - 1]["end_ms"] <= r["start_ms"] + eps
-    assert post["start_ms"] >= groups[-1]["end_ms"] - eps and post["end_ms"] >= post["start_ms"]
+    for r in posts:  # each stage after its group's collective and after the GEMM (same stream)
+        assert r["start_ms"] >= max(groups[r["group"]]["end_ms"], gemm_row["end_ms"]) - eps
+        assert r["end_ms"] >= r["start_ms"]
+    assert posts[-1]["group"] == plan.num_groups - 1
     assert plan.epoch == 2  # the timed call counted as a call
 
 
@@ -295,3 +301,35 @@ def test_timed_run_rejects_a_gate_shorter_than_the_host_enqueue():
     torch.cuda.synchronize()
     plan.check()
     assert calc_diff(y, _expected(plan, C, 2)) < TOL
+
+
+@pytest.mark.parametrize("primitive", ["all_reduce", "reduce_scatter"])
+def test_staged_post_reorder_matches_the_single_post(primitive):
+    """Group by group (comm_graph=False) and in a whole-call graph the post-reorder runs in row stages,
+    each behind its group's collective, on row slices of out / residual / residual_out: the result
+    must equal the single post-reorder of the replayed communication graph, RMSNorm included."""
+    M, N, K, W = 2048, 1536, 256, 2
+    cfg = gemm.CONFIGS["128x128x32"].with_raster("row", 2)
+    plans = [OverlapPlan(primitive, M, N, K, LoopbackCommunicator(W), config=cfg, ctas=24, comm_graph=cg,
+                         partition=None) for cg in (True, False)]
+    assert len(plans[1].post_stages) > 2 and plans[0].comm_graph_active and not plans[1].comm_graph_active
+    a, b, C = _inputs(M, N, K, seed=31)
+    R = plans[0].out_rows
+    ops = PostOps(bias=True, residual=True, residual_out=True, rmsnorm=True)
+    bias, weight = (torch.randn(N, device="cuda").bfloat16() for _ in range(2))
+    residual = torch.randn(R, N, device="cuda").bfloat16()
+    want = baselines.torch_post_ops(_expected(plans[0], C, W), ops, bias=bias.double(), residual=residual.double(),
+                                    weight=weight.double())
+    results = []
+    for plan in plans:
+        res_out, out = torch.full_like(residual, float("nan")), torch.full((R, N), float("nan"), device="cuda").bfloat16()
+        got = plan.run(a, b, ops=ops, bias=bias, residual=residual, residual_out=res_out, weight=weight, out=out)
+        torch.cuda.synchronize()
+        plan.check()
+        assert got.data_ptr() == out.data_ptr() and calc_diff(got, want) < TOL, plan.describe()
+        results.append((got.clone(), res_out.clone()))
+    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+    graphed = plans[1].capture(a, b, ops=ops, bias=bias, residual=residual, residual_out=res_out, weight=weight)
+    assert torch.equal(graphed().clone(), results[0][0])
+    with pytest.raises(PlanError, match="residual must be"):
+        plans[1].run(a, b, ops=ops, bias=bias, residual=residual[:-1], weight=weight)
