@@ -265,8 +265,8 @@ class OverlapPlan:
         """``(group, first row, end row)`` per stage of the staged post-reorder: the output rows whose
         every source element lies in the buffer regions of groups ``<= group``, so that they can be
         restored as soon as that group's collective has finished, while later groups still
-        communicate. Rows stay in order (whole rows: RMSNorm needs them); a group that completes no
-        new row has no stage, and the last stage ends at the last row."""
+        communicate. Rows stay in order (whole rows: RMSNorm needs them) and the last stage ends
+        at the last row."""
         key = "send" if self.primitive == "all_reduce" else "recv"
         spans = [(g, *self.slices[g][key]) for g in range(self.num_groups)]
         spans = sorted((lo, hi, g) for g, lo, hi in spans if hi > lo)
@@ -279,13 +279,15 @@ class OverlapPlan:
             raise PlanError("the post-reorder table reads outside every group's buffer region")
         group = np.array([g for _, _, g in spans], dtype=np.int64)[pos]
         ready = np.maximum.accumulate(group.max(axis=1))  # rows in order: a stage is a row prefix
-        stages, r0 = [], 0
-        for g in range(self.num_groups):
-            r1 = int(np.searchsorted(ready, g, side="right"))
-            if r1 > r0:
-                stages.append((g, r0, r1))
-                r0 = r1
-        return tuple(stages)
+        # Two stages at most: the rows every group but the last completes, then the rest. A stage
+        # shares the caller's stream, so none starts before the GEMM ends; by then the early groups'
+        # rows are all ready (measured on 2 H200s: eight stages of 1024 rows after the GEMM cost
+        # 0.15 ms where one launch took 0.08 ms), and what matters is that only the last group's
+        # rows wait for the last collective.
+        early = int(np.searchsorted(ready, self.num_groups - 2, side="right")) if self.num_groups > 1 else 0
+        if early in (0, len(ready)):
+            return ((int(ready[-1]), 0, len(ready)),)
+        return ((int(ready[early - 1]), 0, early), (int(ready[-1]), early, len(ready)))
 
     def _cpu_group_indices(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """CPU executor: per group, (positions in C.flat, positions in the send buffer)."""

@@ -312,7 +312,7 @@ def test_staged_post_reorder_matches_the_single_post(primitive):
     cfg = gemm.CONFIGS["128x128x32"].with_raster("row", 2)
     plans = [OverlapPlan(primitive, M, N, K, LoopbackCommunicator(W), config=cfg, ctas=24, comm_graph=cg,
                          partition=None) for cg in (True, False)]
-    assert len(plans[1].post_stages) > 2 and plans[0].comm_graph_active and not plans[1].comm_graph_active
+    assert len(plans[1].post_stages) == 2 and plans[0].comm_graph_active and not plans[1].comm_graph_active
     a, b, C = _inputs(M, N, K, seed=31)
     R = plans[0].out_rows
     ops = PostOps(bias=True, residual=True, residual_out=True, rmsnorm=True)
@@ -328,8 +328,12 @@ def test_staged_post_reorder_matches_the_single_post(primitive):
         plan.check()
         assert got.data_ptr() == out.data_ptr() and calc_diff(got, want) < TOL, plan.describe()
         results.append((got.clone(), res_out.clone()))
-    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+    # The pre-norm values are element-wise: identical. A short stage spreads each row over more
+    # threads (launch_config), so the RMS sum may round differently: within a bf16 step.
+    assert torch.equal(results[0][1], results[1][1])
+    close = dict(rtol=1e-2, atol=1e-2)
+    assert torch.allclose(results[0][0].float(), results[1][0].float(), **close)
     graphed = plans[1].capture(a, b, ops=ops, bias=bias, residual=residual, residual_out=res_out, weight=weight)
-    assert torch.equal(graphed().clone(), results[0][0])
+    assert torch.allclose(graphed().float(), results[0][0].float(), **close)
     with pytest.raises(PlanError, match="residual must be"):
         plans[1].run(a, b, ops=ops, bias=bias, residual=residual[:-1], weight=weight)
