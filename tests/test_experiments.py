@@ -131,3 +131,24 @@ def test_timeline_plot_draws_every_lane():
     assert [t.get_text() for t in ax.get_yticklabels()][0] == "GEMM (measured)"
     plt.close(fig)
     assert timeline.recorded([]) == []
+
+
+def test_timeline_summary_reads_the_spans():
+    import pandas as pd
+
+    from fo_lib.experiments import timeline
+
+    key = dict(primitive="all_reduce", M=256, N=128, K=64, partition="[1, 1]")
+    rows = [dict(source="measured", span="gemm", group=-1, start_ms=0.0, end_ms=1.0),
+            dict(source="measured", span="group", group=0, start_ms=0.5, end_ms=0.8),
+            dict(source="measured", span="group", group=1, start_ms=1.0, end_ms=1.3),
+            dict(source="measured", span="post", group=0, start_ms=1.0, end_ms=1.1),
+            dict(source="measured", span="post", group=1, start_ms=1.3, end_ms=1.45),
+            dict(source="model", span="gemm", group=0, start_ms=0.0, end_ms=0.5),
+            dict(source="model", span="gemm", group=1, start_ms=0.5, end_ms=0.9),
+            dict(source="model", span="group", group=0, start_ms=0.5, end_ms=0.75),
+            dict(source="model", span="group", group=1, start_ms=0.9, end_ms=1.2)]
+    s = timeline.summary(pd.DataFrame([key | r for r in rows])).iloc[0]
+    assert (s.groups, s.gemm_end_ms, s.model_gemm_end_ms, s.first_ready_ms, s.model_first_ready_ms) == (2, 1.0, 0.9, 0.5, 0.5)
+    assert (s.last_collective_end_ms, s.model_last_collective_end_ms, s.call_ms) == (1.3, 1.2, 1.45)
+    assert abs(s.post_tail_ms - 0.15) < 1e-12

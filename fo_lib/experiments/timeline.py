@@ -94,3 +94,22 @@ def plot(ax, df: pd.DataFrame) -> None:
     ax.set_yticks(range(len(lanes)), [lab for _, _, lab in lanes], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("ms from the GEMM's start")
+
+
+def summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Per shape, measured beside modelled (ms from the GEMM's start): when the GEMM's last tile ends,
+    when the first group's wait returns, when the last collective ends, and what the post-reorder
+    adds after it (measured only: the model stops at the last collective)."""
+    rows = []
+    for (prim, M, N, K, part), g in df.groupby(["primitive", "M", "N", "K", "partition"], sort=False):
+        meas, model = g[g.source == "measured"], g[g.source == "model"]
+        mg, mm = meas[meas.span == "group"], model[model.span == "group"]
+        post = meas[meas.span == "post"]
+        rows.append(dict(primitive=prim, shape=f"{M}x{N}x{K}", partition=part, groups=len(mg),
+                         gemm_end_ms=meas[meas.span == "gemm"].end_ms.max(),
+                         model_gemm_end_ms=model[model.span == "gemm"].end_ms.max(),
+                         first_ready_ms=mg.start_ms.min(), model_first_ready_ms=mm.start_ms.min(),
+                         last_collective_end_ms=mg.end_ms.max(), model_last_collective_end_ms=mm.end_ms.max(),
+                         post_tail_ms=(post.end_ms.max() - mg.end_ms.max()) if len(post) else float("nan"),
+                         call_ms=meas.end_ms.max()))
+    return pd.DataFrame(rows)
