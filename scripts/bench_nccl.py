@@ -61,14 +61,16 @@ def report(summary) -> None:
     from fo_lib.experiments.multi_gpu import bar_summary, tuner_pick
 
     picked = tuner_pick(summary)
-    for mode in ("eager", "graph"):
+    for mode in ("eager", "graph", "checked"):
         bar = bar_summary(picked, mode=mode)
-        print(f"tuner ({mode}; partition, fallback and NCCL CTA budget chosen by prediction) vs cuBLAS then NCCL: "
+        print(f"tuner ({mode}; partition, fallback and NCCL CTA budget chosen by prediction"
+              f"{', kept only if it wins its timing check' if mode == 'checked' else ''}) vs cuBLAS then NCCL: "
               f"AllReduce with comm >= 30% of the GEMM ({bar['allreduce_shapes']} shapes): median "
               f"{bar['allreduce_median_speedup']:.3f}x; worst shape {bar['worst_speedup']:.3f}x; best "
               f"{bar['max_speedup']:.3f}x", flush=True)
     cols = ["primitive", "M", "N", "K", "nccl_max_ctas", "comm_sms", "cublas_ms", "gemm_ms", "comm_ms", "reference_ms",
-            "tuner_overlaps", "predicted_partition", "tuned_eager_ms", "tuned_graph_ms", "tuned_graph_speedup",
+            "tuner_overlaps", "tuner_keeps_overlap", "predicted_partition", "tuned_eager_ms", "tuned_graph_ms",
+            "tuned_graph_speedup", "tuned_checked_speedup",
             "best_eager_speedup", "decomposition_speedup", "symm_mem_speedup"]
     print(picked[cols].round(3).to_string(index=False), flush=True)
 

@@ -294,6 +294,9 @@ or NCCL's own) and whether to overlap at all: where no overlap can win, it falls
 two medians measured in the same rounds, or measured back to back in newer records). The
 overlapped op runs *eager* (GEMM, the communication side replayed as one captured graph,
 post-reorder: three launches) and *replayed as one CUDA graph*; the gap between the two is host time.
+*Checked*: the tuner keeps its predicted choice only if that choice also wins one short timing of
+itself against cuBLAS then NCCL (separate rounds from the reported ones), the guard against a model
+that promises a gain the GPU does not deliver.
 `mode="auto"` measures when 2+ GPUs are visible; otherwise the largest recorded `data/<gpu>x<W>/`
 is replayed."""),
         ("code", '''ds = ex.multi_gpu.run(mode, None, quick)
@@ -312,11 +315,11 @@ ax.set(xscale="log", xlabel="message bytes", ylabel="bus bandwidth (GB/s)", titl
 ax.legend(fontsize=6)
 for ax, (prim, g) in zip(axes[1:], picked.groupby("primitive", sort=False)):
     x = np.arange(len(g))
-    cols = [("tuned_graph_speedup", "tuner's choice, CUDA graph"), ("tuned_eager_speedup", "tuner's choice, eager"),
-            ("best_eager_speedup", "best measured partition, eager"), ("decomposition_speedup", "decomposition"),
-            ("symm_mem_speedup", "PyTorch symm-mem fused")]
+    cols = [("tuned_checked_speedup", "tuner's choice, checked, CUDA graph"), ("tuned_graph_speedup", "tuner's choice, CUDA graph"),
+            ("tuned_eager_speedup", "tuner's choice, eager"), ("best_eager_speedup", "best measured partition, eager"),
+            ("decomposition_speedup", "decomposition"), ("symm_mem_speedup", "PyTorch symm-mem fused")]
     for i, (col, lab) in enumerate(cols):
-        ax.bar(x + (i - 2) * 0.16, g[col].fillna(0).to_numpy(), 0.16, label=lab)
+        ax.bar(x + (i - 2.5) * 0.14, g[col].fillna(0).to_numpy(), 0.14, label=lab)
     ax.axhline(1, color="k", lw=0.8)
     ax.set_xticks(x, [f"{m}x{n}x{k}" for m, n, k in zip(g.M, g.N, g.K)], rotation=60, fontsize=6)
     ax.set(title=prim, ylabel="speedup over cuBLAS then NCCL")
@@ -324,7 +327,8 @@ axes[1].legend(fontsize=6)
 ex.stamp(fig, meta, f"W = {int(sweep.world.iloc[0])} GPUs")
 ex.save(fig, "08_multi_gpu", figures_dir)'''),
         ("md", "**Paper vs ours.** The paper's best speedups next to the tuner's on this machine (median over AllReduce shapes whose communication is at least 30% of the cuBLAS GEMM, the worst shape of the sweep, the best), eager and with CUDA graphs. The last table is the host time per group of the eager path (eager minus graph, same partition, divided by the group count)."),
-        ("code", '''bars = {m: ex.multi_gpu.bar_summary(picked, mode=m) for m in ("graph", "eager")}
+        ("code", '''modes = ("checked", "graph", "eager") if picked.tuned_checked_ms.notna().all() else ("graph", "eager")
+bars = {m: ex.multi_gpu.bar_summary(picked, mode=m) for m in modes}
 ours = {f"ours {m}: {k.replace('_', ' ')}": v for m, b in bars.items() for k, v in b.items()
         if k in ("allreduce_median_speedup", "worst_speedup", "max_speedup")}
 pd.Series({"paper max, A800 NVLink": ex.multi_gpu.PAPER["speedup_a800_nvlink"],
@@ -333,7 +337,7 @@ pd.Series({"paper max, A800 NVLink": ex.multi_gpu.PAPER["speedup_a800_nvlink"],
 sweep["groups"] = sweep.predicted_partition.map(lambda s: len(ast.literal_eval(s)))
 sweep["host_ms_per_group"] = (sweep.overlap_predicted_ms - sweep.overlap_predicted_graph_ms) / sweep.groups
 sweep.groupby("primitive").host_ms_per_group.describe().round(3)'''),
-        ("code", 'picked[["primitive", "M", "N", "K", "nccl_max_ctas", "comm_over_cublas", "tuner_overlaps", "predicted_partition", "reference_ms", "tuned_eager_ms", "tuned_graph_ms", "tuned_graph_speedup"]].round(3)'),
+        ("code", 'picked[["primitive", "M", "N", "K", "nccl_max_ctas", "comm_over_cublas", "tuner_overlaps", "tuner_keeps_overlap", "predicted_partition", "reference_ms", "tuned_eager_ms", "tuned_graph_ms", "tuned_graph_speedup", "tuned_checked_speedup"]].round(3)'),
         ("md", """**Where the time goes.** For the best measured candidate of every AllReduce shape (replayed as
 one CUDA graph), its time split into cuBLAS's GEMM time, our GEMM's gap to cuBLAS on all SMs, what
 the GEMM loses on the SMs it leaves to NCCL (its profiled waves on the remaining CTAs), and the rest

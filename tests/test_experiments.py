@@ -152,3 +152,33 @@ def test_timeline_summary_reads_the_spans():
     assert (s.groups, s.gemm_end_ms, s.model_gemm_end_ms, s.first_ready_ms, s.model_first_ready_ms) == (2, 1.0, 0.9, 0.5, 0.5)
     assert (s.last_collective_end_ms, s.model_last_collective_end_ms, s.call_ms) == (1.3, 1.2, 1.45)
     assert abs(s.post_tail_ms - 0.15) < 1e-12
+
+
+def test_tuner_pick_keeps_overlap_only_when_its_check_wins():
+    import pandas as pd
+
+    from fo_lib.experiments import multi_gpu
+
+    def rows(check_overlap, tuner_overlaps=True):
+        base = dict(primitive="all_reduce", N=1024, K=1024, cublas_ms=1.0, comm_ms=0.5, comm_over_cublas=0.5,
+                    cublas_then_comm_ms=1.5, predicted_sequential_ms=1.5, tuner_overlaps=tuner_overlaps,
+                    overlap_predicted_ms=1.3, overlap_predicted_graph_ms=1.2, best_ms=1.25, decomp2_ms=2.0,
+                    decomp4_ms=2.0, symm_mem_fused_ms=float("nan"), predicted_vs_best=1.0, predicted_vs_best_graph=1.0)
+        # Budget 8: predicted best but its NCCL is slower alone; budget 0 holds the fastest reference.
+        return [base | dict(M=m, nccl_max_ctas=0, predicted_model_ms=1.4, check_overlap_ms=9.0, check_reference_ms=1.45)
+                for m in (1, 2, 3)] + [
+            base | dict(M=m, nccl_max_ctas=8, predicted_model_ms=1.1, cublas_then_comm_ms=1.7,
+                        check_overlap_ms=c, check_reference_ms=1.7)
+            for m, c in ((1, check_overlap), (2, 1.5), (3, 1.3))]
+
+    df = pd.DataFrame(rows(1.3))
+    df.loc[(df.M == 3), "tuner_overlaps"] = False  # the model itself falls back: no check can bring overlap back
+    picked = multi_gpu.tuner_pick(df).set_index("M")
+    assert picked.loc[1, "nccl_max_ctas"] == 8 and picked.loc[1, "tuner_keeps_overlap"]
+    assert picked.loc[1, "tuned_checked_ms"] == 1.2 and picked.loc[1, "reference_ms"] == 1.5
+    # 1.5 loses to the fastest reference of its shape (1.45 at NCCL's own budget), not only to its budget's 1.7.
+    assert not picked.loc[2, "tuner_keeps_overlap"] and picked.loc[2, "tuned_checked_ms"] == 1.5
+    assert not picked.loc[3, "tuner_keeps_overlap"] and picked.loc[3, "tuned_checked_speedup"] == 1.0
+    assert multi_gpu.bar_summary(picked.reset_index(), mode="checked")["worst_speedup"] == 1.0
+    old = multi_gpu.tuner_pick(df.drop(columns=["check_overlap_ms", "check_reference_ms"]))
+    assert old.tuned_checked_ms.isna().all() and not old.tuner_keeps_overlap.any()

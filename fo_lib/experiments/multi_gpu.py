@@ -84,7 +84,11 @@ def tuner_pick(summary: pd.DataFrame) -> pd.DataFrame:
     NCCL CTA budgets it takes the one whose predicted time (best partition, or the sequential
     fallback) is lowest; then it runs the predicted partition (eager, or replayed as one CUDA graph)
     or, where the model says no partition wins, the baseline. The reference is the fastest
-    cuBLAS-then-NCCL time over the budgets (normally NCCL's own)."""
+    cuBLAS-then-NCCL time over the budgets (normally NCCL's own).
+
+    ``tuned_checked``: the same choice, kept only if it also wins one short timing of itself
+    against cuBLAS then NCCL (``check_*_ms``: separate rounds, so the reported times are not the
+    ones the decision saw), else the fallback; records without that check have NaN there."""
     if "nccl_max_ctas" not in summary:
         summary = summary.assign(nccl_max_ctas=0)
     summary = summary.assign(reference_ms=reference_ms(summary),
@@ -99,7 +103,13 @@ def tuner_pick(summary: pd.DataFrame) -> pd.DataFrame:
         row["tuned_eager_ms"] = row.overlap_predicted_ms if row.tuner_overlaps else ref
         graph = row.overlap_predicted_graph_ms
         row["tuned_graph_ms"] = graph if (row.tuner_overlaps and graph == graph) else ref
-        for name in ("tuned_eager", "tuned_graph"):
+        if "check_overlap_ms" in g:
+            keep = bool(row.tuner_overlaps and row.check_overlap_ms < g.check_reference_ms.min())
+            row["tuner_keeps_overlap"] = keep
+            row["tuned_checked_ms"] = graph if (keep and graph == graph) else ref
+        else:
+            row["tuner_keeps_overlap"], row["tuned_checked_ms"] = False, float("nan")
+        for name in ("tuned_eager", "tuned_graph", "tuned_checked"):
             row[f"{name}_speedup"] = ref / row[f"{name}_ms"]
         row["best_eager_speedup"] = ref / g.best_ms.min()
         row["decomposition_speedup"] = ref / g[["decomp2_ms", "decomp4_ms"]].min(axis=None)
@@ -148,7 +158,8 @@ def bar_summary(picked: pd.DataFrame, comm_share: float = 0.3, mode: str = "grap
     communication is at least ``comm_share`` of the cuBLAS GEMM, and the worst shape of the sweep."""
     col = f"tuned_{mode}_speedup"
     # How the predicted partition compares with the best measured one, in the same mode.
-    ratio = "predicted_vs_best_graph" if mode == "graph" and "predicted_vs_best_graph" in picked else "predicted_vs_best"
+    graph = mode in ("graph", "checked") and "predicted_vs_best_graph" in picked
+    ratio = "predicted_vs_best_graph" if graph else "predicted_vs_best"
     heavy = picked[(picked.primitive == "all_reduce") & (picked.comm_over_cublas >= comm_share)]
     return {"mode": mode, "allreduce_shapes": len(heavy), "allreduce_median_speedup": float(heavy[col].median()),
             "worst_speedup": float(picked[col].min()), "max_speedup": float(picked[col].max()),

@@ -293,6 +293,13 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
                     if root:
                         tqdm.write(f"CUDA-graph capture failed: {type(exc).__name__}: {exc}")
             med = _slowest(comm, summarize(bench_interleaved(fns, rounds=rounds, inner=inner, warmup=1)))
+            pred_c = tuple(res.best.partition)
+            # The check a tuner can afford before it commits: one short round of the predicted
+            # partition (a graph replay where there is one) against cuBLAS then the collective,
+            # separate from the rounds reported above, so that deciding on it does not pick noise.
+            pred_fn = fns.get(f"graph:{list(pred_c)}", fns[f"ovl:{list(pred_c)}"])
+            check = _slowest(comm, summarize(bench_interleaved(
+                {"overlap": pred_fn, "reference": fns["cublas_then_comm"]}, rounds=3, inner=inner, warmup=1)))
             for plan in plans.values():
                 plan.check()
             ovl = {c: med[f"ovl:{list(c)}"] for c in cands}
@@ -300,7 +307,6 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
             nan = float("nan")
             ovl_graph = {c: med.get(f"graph:{list(c)}", nan) for c in cands}
             best_gc = min(ovl_graph, key=lambda c: ovl_graph[c] if ovl_graph[c] == ovl_graph[c] else float("inf"))
-            pred_c = tuple(res.best.partition)
             t_pred = ovl.get(pred_c, float("nan"))
             t_seq, t_gemm, t_comm = med["sequential"], med["gemm"], med["comm"]
             # What the tuner runs: the predicted partition where the model says overlap wins over the
@@ -325,6 +331,7 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
                        overlap_predicted_ms=t_pred, overlap_predicted_graph_ms=ovl_graph.get(pred_c, nan),
                        best_graph_partition=str(list(best_gc)), best_graph_ms=ovl_graph[best_gc],
                        predicted_vs_best_graph=ovl_graph.get(pred_c, nan) / ovl_graph[best_gc],
+                       check_overlap_ms=check["overlap"], check_reference_ms=check["reference"],
                        tuned_ms=t_tuned, best_partition=str(list(best_c)), best_ms=ovl[best_c],
                        no_overlap_ms=ovl.get(P.no_overlap(T), float("nan")),
                        finest_ms=ovl.get(P.finest(T), float("nan")), candidates=len(cands),
