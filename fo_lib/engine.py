@@ -457,7 +457,7 @@ class OverlapPlan:
         compute = torch.cuda.current_stream(self._dev)
         staged = events is not None or not (replay_comm and self.comm_graph_active)
         stages = self.post_stages if staged else ((self.num_groups - 1, 0, self.out_rows),)
-        launches, result = self._post_launches(ops, stages, operands)  # validated before any launch
+        self._check_post_operands(operands)  # before any launch; the kernel's own checks come later
         # The communication stream may reuse the receive buffer only after the caller's stream has
         # consumed the previous call's output.
         self.comm_stream.wait_stream(compute)
@@ -475,6 +475,9 @@ class OverlapPlan:
                 self._comm_graph.replay()
         else:
             self._collectives(self.comm_stream, wait=True, done=done)
+        # Built after the GEMM and the communication side are enqueued: the GPU starts on them while
+        # the host validates the post-reorder's operands (a single call's latency).
+        launches, result = self._post_launches(ops, stages, operands)
         for g, launch in launches:
             if staged:
                 compute.wait_event(done[g])
@@ -484,23 +487,29 @@ class OverlapPlan:
             launch(compute)
             if events is not None:
                 events["post"].append((g, start, _record(compute)))
-        compute.wait_stream(self.comm_stream)  # the epoch bump; joins the streams under capture
+        if staged:  # the epoch bump; joins the streams under capture
+            compute.wait_stream(self.comm_stream)
         self._error_host.copy_(self.error, non_blocking=True)
         return result
 
-    def _post_launches(self, ops, stages, operands) -> tuple[list, object]:
-        """Validated post-reorder launches ``[(group, launch)]``, one per stage ``(group, r0, r1)``
-        (rows ``r0:r1`` of the output and of the row operands), and the output tensor."""
+    def _check_post_operands(self, operands) -> None:
+        """The post-reorder operands' names and row shapes (stages slice them by rows)."""
         torch = _torch()
-        from . import postops
         unknown = set(operands) - {"bias", "residual", "residual_out", "weight", "out"}
         if unknown:
             raise PlanError(f"unknown post-reorder operands {sorted(unknown)}")
-        rows = {k: operands.get(k) for k in ("residual", "residual_out", "out")}
-        for k, t in rows.items():
+        for k in ("residual", "residual_out", "out"):
+            t = operands.get(k)
             if t is not None and (not isinstance(t, torch.Tensor) or tuple(t.shape) != (self.out_rows, self.N)):
                 got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
                 raise PlanError(f"{k} must be a [{self.out_rows}, {self.N}] tensor, got {got}")
+
+    def _post_launches(self, ops, stages, operands) -> tuple[list, object]:
+        """Post-reorder launches ``[(group, launch)]``, one per stage ``(group, r0, r1)`` (rows
+        ``r0:r1`` of the output and of the row operands), and the output tensor."""
+        torch = _torch()
+        from . import postops
+        rows = {k: operands.get(k) for k in ("residual", "residual_out", "out")}
         if rows["out"] is None and len(stages) > 1:
             rows["out"] = torch.empty((self.out_rows, self.N), dtype=self._tdtype, device=self._dev)
         src = self.send if self.primitive == "all_reduce" else self.recv
