@@ -235,6 +235,8 @@ class OverlapPlan:
         self.error = torch.zeros(1, dtype=torch.int32, device=dev)
         self._error_host = torch.zeros(1, dtype=torch.int32, pin_memory=True)
         self._done = torch.cuda.Event()
+        # Re-recorded every call: a wait on an event waits for its latest record at enqueue time.
+        self._group_done = [torch.cuda.Event() for _ in range(self.num_groups)]
         self._pending_check = False
         self.comm_stream = torch.cuda.Stream(device=dev, priority=-100)  # clamped to the highest priority
         reserve = getattr(self.comm, "reserve", None)
@@ -374,7 +376,11 @@ class OverlapPlan:
                 if events is not None:
                     events.append((ready, _record(stream)))
                 if done is not None:
-                    done.append(events[-1][1] if events is not None else _record(stream, timing=False))
+                    if events is not None:
+                        done.append(events[-1][1])
+                    else:
+                        self._group_done[g].record(stream)
+                        done.append(self._group_done[g])
                 if self.device == "cuda":
                     torch.cuda.nvtx.range_pop()
             if self.device == "cuda" and wait:
@@ -642,9 +648,9 @@ class GraphedCall:
         return self.output
 
 
-def _record(stream, timing: bool = True):
-    """An event (a timing one unless ``timing=False``) recorded on ``stream`` now."""
-    ev = _torch().cuda.Event(enable_timing=timing)
+def _record(stream):
+    """A timing event recorded on ``stream`` now."""
+    ev = _torch().cuda.Event(enable_timing=True)
     ev.record(stream)
     return ev
 
