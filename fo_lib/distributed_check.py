@@ -157,6 +157,7 @@ def check_modules(comm, device: str, seed: int = 7) -> list[str]:
 
     from . import gemm
     from .modules import MoECombine, RowParallelLinear, SequenceParallelLinear
+    from .tuning import OverlapCheck
 
     W, rank = comm.world_size, comm.rank
     K, N = 48, 136
@@ -164,7 +165,7 @@ def check_modules(comm, device: str, seed: int = 7) -> list[str]:
     kw = dict(device=device, plan_kw=dict(config=gemm.CONFIGS["64x64x32"], ctas=3))
     failures = []
     rpl = RowParallelLinear(K, N, comm, bias=True, ops=PostOps(activation="gelu_tanh"), **kw)
-    spl = SequenceParallelLinear(K, N, comm, **kw)
+    spl = SequenceParallelLinear(K, N, comm, check=OverlapCheck(rounds=1, inner=1), **kw)  # overlap or fallback
     moe = MoECombine(K, N, comm, **kw)
     gen = torch.Generator().manual_seed(seed)
     weights = [torch.randn(N, K, generator=gen).bfloat16() for _ in range(W)]
@@ -199,6 +200,9 @@ def check_modules(comm, device: str, seed: int = 7) -> list[str]:
             failures.append(f"MoECombine M={M}: rel. error {calc_diff(got, want):.3g}")
     if len(rpl._cache.plans) != 2:
         failures.append(f"RowParallelLinear cached {len(rpl._cache.plans)} plans for 2 shapes")
+    keeps = [float(p._module_keep) for p in spl._cache.plans.values()]  # timed per rank, decided together
+    if comm.max_over_ranks(keeps) != keeps:
+        failures.append(f"rank {rank}: the overlap check's decisions {keeps} differ from another rank's")
     return failures
 
 

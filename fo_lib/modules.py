@@ -15,6 +15,11 @@ shape pays for tables, buffers and kernel loading; later calls only launch. ``pa
 wave groups: a tuple, a callable ``(M, N, K, T) -> tuple`` (e.g. a tuner), or ``None`` for the
 engine's default. ``graphs=True`` replays each shape's call as a CUDA graph after the first call
 (inputs are copied into the graph's static buffers; see :meth:`OverlapPlan.capture`).
+``check=OverlapCheck()`` (:class:`fo_lib.tuning.OverlapCheck`) times each new shape's overlapped
+call against the non-overlapped fallback (:func:`fo_lib.baselines.sequential`: the GEMM, one
+collective, the post-ops; the same result) on its first call, and runs the fallback from then on
+where overlap does not win. (It times eager calls, so with ``graphs=True`` it errs towards the
+fallback.)
 
 The modules run the forward pass only (inference): no gradient flows through the overlapped op.
 """
@@ -41,11 +46,16 @@ def _module_base():
 
 
 class _PlanCache:
-    """Plans keyed by shape (and routing), with optional CUDA-graph replay per plan."""
+    """Plans keyed by shape (and routing), with optional CUDA-graph replay per plan and the
+    overlap-or-fallback decision of an :class:`~fo_lib.tuning.OverlapCheck` per plan."""
 
-    def __init__(self, primitive, comm, *, dtype, device, partition, graphs, plan_kw):
+    def __init__(self, primitive, comm, *, dtype, device, partition, graphs, plan_kw, check=None):
+        from .tuning import OverlapCheck
+        if check is not None and not isinstance(check, OverlapCheck):
+            raise TypeError(f"check must be an OverlapCheck or None, got {type(check).__name__}")
         self.primitive, self.comm, self.dtype, self.device = primitive, comm, dtype, device
         self.partition, self.graphs, self.plan_kw = partition, graphs, dict(plan_kw or {})
+        self.check = check
         self.plans: dict = {}
 
     def plan(self, M: int, N: int, K: int, routing: Routing | None = None) -> OverlapPlan:
@@ -58,7 +68,23 @@ class _PlanCache:
             self.plans[key] = plan
         return plan
 
+    def overlaps(self, plan: OverlapPlan, x, weight, ops: PostOps, operands: dict) -> bool:
+        """Whether calls of ``plan`` overlap (decided by the check on the plan's first call)."""
+        if self.check is None:
+            return True
+        keep = getattr(plan, "_module_keep", None)
+        if keep is None:
+            from . import baselines
+            keep = self.check.keep(self.comm, lambda: plan.run(x, weight, ops=ops, **operands),
+                                   lambda: baselines.sequential(plan, x, weight, ops=ops, **operands),
+                                   device=self.device)
+            plan._module_keep = keep
+        return keep
+
     def run(self, plan: OverlapPlan, x, weight, ops: PostOps, operands: dict):
+        if not self.overlaps(plan, x, weight, ops, operands):
+            from . import baselines
+            return baselines.sequential(plan, x, weight, ops=ops, **operands)
         if not (self.graphs and self.device == "cuda"):
             return plan.run(x, weight, ops=ops, **operands)
         graphed = getattr(plan, "_module_graph", None)
@@ -84,7 +110,7 @@ class _LinearBase(_module_base()):
 
     def __init__(self, in_features: int, out_features: int, comm, *, bias: bool = False, ops: PostOps = PostOps(),
                  dtype: str = "bf16", device: str = "cuda", partition=None, graphs: bool = False,
-                 plan_kw: dict | None = None):
+                 plan_kw: dict | None = None, check=None):
         super().__init__()
         torch = _torch()
         if ops.residual_out:
@@ -98,7 +124,7 @@ class _LinearBase(_module_base()):
         self.norm_weight = (torch.nn.Parameter(torch.ones(out_features, dtype=_tdtype(dtype), device=dev))
                             if ops.rmsnorm else None)
         self._cache = _PlanCache(self.primitive, comm, dtype=dtype, device=device, partition=partition,
-                                 graphs=graphs, plan_kw=plan_kw)
+                                 graphs=graphs, plan_kw=plan_kw, check=check)
 
     def plan_for(self, x) -> OverlapPlan:
         if x.dim() != 2 or x.shape[1] != self.in_features:
@@ -151,7 +177,7 @@ class MoECombine(_module_base()):
     rank ``routing.dest[s][i]``); fused post-ops on the received rows."""
 
     def __init__(self, in_features: int, out_features: int, comm, *, ops: PostOps = PostOps(), dtype: str = "bf16",
-                 device: str = "cuda", partition=None, plan_kw: dict | None = None):
+                 device: str = "cuda", partition=None, plan_kw: dict | None = None, check=None):
         super().__init__()
         torch = _torch()
         if ops.bias or ops.rmsnorm:
@@ -161,10 +187,10 @@ class MoECombine(_module_base()):
         self.weight = torch.nn.Parameter(torch.empty(out_features, in_features, dtype=_tdtype(dtype), device=dev))
         torch.nn.init.normal_(self.weight, std=in_features ** -0.5)
         self._cache = _PlanCache("all_to_all", comm, dtype=dtype, device=device, partition=partition,
-                                 graphs=False, plan_kw=plan_kw)
+                                 graphs=False, plan_kw=plan_kw, check=check)
 
     def forward(self, x, routing: Routing, residual=None):
         if x.dim() != 2 or x.shape[1] != self.in_features:
             raise PlanError(f"input must be [rows, {self.in_features}], got {tuple(x.shape)}")
         plan = self._cache.plan(int(x.shape[0]), self.out_features, self.in_features, routing)
-        return plan.run(x.detach().contiguous(), self.weight.detach(), ops=self.ops, residual=residual)
+        return self._cache.run(plan, x.detach().contiguous(), self.weight.detach(), self.ops, {"residual": residual})

@@ -232,3 +232,60 @@ def all_to_all_wave_bytes(grid: TileGrid, routing, elem_bytes: int = 2) -> tuple
         off[r] = sent.sum(axis=1) - sent[:, r]
     worst = off.max(axis=0) * elem_bytes * W / (W - 1)
     return tuple(max(1, int(round(b))) for b in worst)
+
+
+def slowest_rank(comm, med: dict) -> dict:
+    """Per variant, the slowest rank's time (a collective op is as fast as its slowest rank); every
+    rank gets the same numbers, so decisions taken on them agree. One process: ``med`` itself."""
+    worst = getattr(comm, "max_over_ranks", None)
+    if worst is None:
+        return dict(med)
+    names = sorted(med)
+    return dict(zip(names, worst([med[n] for n in names])))
+
+
+@dataclasses.dataclass(frozen=True)
+class OverlapCheck:
+    """The tuner's last step: the model picks a partition without running candidates, then this
+    times that one choice against its non-overlapped fallback in a few short interleaved rounds and
+    keeps it only if it wins. On 2 H200s the model alone lost up to 15% on shapes where it
+    promised a few percent (``docs/perf-log.md``, session 4); with this check no shape lost.
+
+    ``rounds`` x ``inner`` calls of each (CUDA: device time between events; CPU: wall time). Every
+    rank must call :meth:`keep` at the same point (it may run collectives); the slowest rank's
+    times decide, so all ranks agree."""
+
+    rounds: int = 3
+    inner: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("rounds", "inner"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"OverlapCheck.{name} must be a positive integer, got {v!r}")
+
+    def timings(self, comm, overlapped, fallback, *, device: str = "cuda") -> dict[str, float]:
+        """``{"overlap": ms, "fallback": ms}``: median per call, the slowest rank's."""
+        from statistics import median
+
+        fns = {"overlap": lambda i: overlapped(), "fallback": lambda i: fallback()}
+        if device == "cuda":
+            from .testing import bench_interleaved, summarize
+            med = summarize(bench_interleaved(fns, rounds=self.rounds, inner=self.inner, warmup=1))
+        else:
+            import time
+            samples = {k: [] for k in fns}
+            for r in range(self.rounds + 1):  # the first round warms up
+                for name in (list(fns) if r % 2 else list(fns)[::-1]):
+                    t0 = time.perf_counter()
+                    for i in range(self.inner):
+                        fns[name](i)
+                    if r:
+                        samples[name].append((time.perf_counter() - t0) / self.inner * 1e3)
+            med = {k: median(v) for k, v in samples.items()}
+        return slowest_rank(comm, med)
+
+    def keep(self, comm, overlapped, fallback, *, device: str = "cuda") -> bool:
+        """Whether the overlapped call beats the fallback (same result, so either may run)."""
+        t = self.timings(comm, overlapped, fallback, device=device)
+        return t["overlap"] < t["fallback"]

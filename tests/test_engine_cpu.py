@@ -183,3 +183,69 @@ def test_post_stages_cover_the_rows_and_read_only_finished_groups(primitive, see
             reads = region[table[r0:r1]]
             assert reads.min() >= 0 and reads.max() <= g  # only finished groups
             assert region[table[r0]].max() == g or r0 == 0  # the stage's first row needed group g
+
+
+class _SelfLink:
+    """One rank: every collective leaves the data where it is (enough to run modules on the CPU)."""
+
+    world_size, rank, link, sm_footprint = 1, 0, "none", 0
+
+    def all_reduce(self, t):
+        pass
+
+    def reduce_scatter(self, send, recv):
+        recv.copy_(send)
+
+    def all_to_all(self, send, send_counts, recv, recv_counts):
+        recv.copy_(send)
+
+
+def test_overlap_check_decides_once_per_shape_and_the_fallback_gives_the_same_result():
+    from fo_lib import baselines, tuning
+    from fo_lib.modules import RowParallelLinear
+
+    class Fixed(tuning.OverlapCheck):
+        def __init__(self, overlap_ms, fallback_ms):
+            super().__init__()
+            object.__setattr__(self, "t", {"overlap": overlap_ms, "fallback": fallback_ms})
+            object.__setattr__(self, "calls", [])
+
+        def timings(self, comm, overlapped, fallback, *, device="cuda"):
+            self.calls.append((overlapped(), fallback()))  # both run and agree
+            return dict(self.t)
+
+    torch.manual_seed(0)
+    x = torch.randn(96, 64).bfloat16()
+    outs, seq_calls = {}, []
+    real_sequential = baselines.sequential
+    for name, check in (("none", None), ("keep", Fixed(1.0, 2.0)), ("fallback", Fixed(2.0, 1.0))):
+        torch.manual_seed(1)
+        layer = RowParallelLinear(64, 72, _SelfLink(), bias=True, device="cpu", check=check,
+                                  plan_kw=dict(config=CFG, sm_count=2))
+        baselines.sequential = lambda *a, **k: (seq_calls.append(name), real_sequential(*a, **k))[1]
+        try:
+            outs[name] = [layer(x) for _ in range(3)] + [layer(x[:64])]
+        finally:
+            baselines.sequential = real_sequential
+        if check is not None:
+            assert len(check.calls) == 2  # once per shape (96 and 64 rows), not per call
+            for overlapped, fallback in check.calls:
+                assert torch.allclose(overlapped.float(), fallback.float(), atol=2e-2, rtol=2e-2)
+    # The fallback runs on every call of the "fallback" layer (4) plus once per check (2 + 2).
+    assert seq_calls.count("fallback") == 6 and seq_calls.count("keep") == 2 and "none" not in seq_calls
+    for got in ("keep", "fallback"):
+        for a, b in zip(outs["none"], outs[got]):
+            assert torch.allclose(a.float(), b.float(), atol=2e-2, rtol=2e-2)
+    with pytest.raises(TypeError, match="OverlapCheck"):
+        RowParallelLinear(64, 72, _SelfLink(), device="cpu", check="yes")
+
+
+def test_overlap_check_times_both_sides_on_the_cpu():
+    from fo_lib.tuning import OverlapCheck
+
+    import time
+    t = OverlapCheck(rounds=2, inner=2).timings(_SelfLink(), lambda: time.sleep(0.004), lambda: None, device="cpu")
+    assert set(t) == {"overlap", "fallback"} and t["overlap"] >= 3.5 and 0 <= t["fallback"] < 3.5
+    assert not OverlapCheck(rounds=2, inner=1).keep(_SelfLink(), lambda: time.sleep(0.003), lambda: None, device="cpu")
+    with pytest.raises(ValueError, match="rounds"):
+        OverlapCheck(rounds=0)

@@ -5,6 +5,7 @@ import pytest
 
 from fo_lib import experiments as ex
 from fo_lib import partition as P
+from fo_lib import tuning
 from fo_lib.experiments import overlap
 
 
@@ -83,8 +84,8 @@ def test_rank_agreement_helpers():
     # One process: nothing to agree on; several: rank 0's choice and the slowest rank's time.
     assert overlap._agree(_OneProcessLink(), (1, 2)) == (1, 2)
     assert overlap._agree(_RankLink(), (1, 2)) == ("from rank 0", (1, 2))
-    assert overlap._slowest(_OneProcessLink(), {"b": 1.0, "a": 2.0}) == {"b": 1.0, "a": 2.0}
-    assert overlap._slowest(_RankLink(), {"b": 1.0, "a": 2.0}) == {"a": 3.0, "b": 2.0}
+    assert tuning.slowest_rank(_OneProcessLink(), {"b": 1.0, "a": 2.0}) == {"b": 1.0, "a": 2.0}
+    assert tuning.slowest_rank(_RankLink(), {"b": 1.0, "a": 2.0}) == {"a": 3.0, "b": 2.0}
     assert overlap.link_label(_OneProcessLink()).startswith("emulated")
     assert overlap.link_label(_RankLink()) == "NCCL (4 GPUs)"
 

@@ -151,15 +151,6 @@ def _agree(comm, obj):
     return obj if bcast is None else bcast(obj)
 
 
-def _slowest(comm, med: dict) -> dict:
-    """Per variant, the slowest rank's median: a collective op is as fast as its slowest rank."""
-    worst = getattr(comm, "max_over_ranks", None)
-    if worst is None:
-        return med
-    names = sorted(med)
-    return dict(zip(names, worst([med[n] for n in names])))
-
-
 def link_label(comm) -> str:
     if comm.link == "emulated":
         return LINK
@@ -292,14 +283,14 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
                     fns = {k: v for k, v in fns.items() if not k.startswith("graph:")}
                     if root:
                         tqdm.write(f"CUDA-graph capture failed: {type(exc).__name__}: {exc}")
-            med = _slowest(comm, summarize(bench_interleaved(fns, rounds=rounds, inner=inner, warmup=1)))
+            med = tuning.slowest_rank(comm, summarize(bench_interleaved(fns, rounds=rounds, inner=inner, warmup=1)))
             pred_c = tuple(res.best.partition)
             # The check a tuner can afford before it commits: one short round of the predicted
             # partition (a graph replay where there is one) against cuBLAS then the collective,
             # separate from the rounds reported above, so that deciding on it does not pick noise.
             pred_fn = fns.get(f"graph:{list(pred_c)}", fns[f"ovl:{list(pred_c)}"])
-            check = _slowest(comm, summarize(bench_interleaved(
-                {"overlap": pred_fn, "reference": fns["cublas_then_comm"]}, rounds=3, inner=inner, warmup=1)))
+            check = tuning.OverlapCheck(rounds=3, inner=inner).timings(
+                comm, lambda: pred_fn(0), lambda: fns["cublas_then_comm"](0))
             for plan in plans.values():
                 plan.check()
             ovl = {c: med[f"ovl:{list(c)}"] for c in cands}
@@ -331,7 +322,7 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
                        overlap_predicted_ms=t_pred, overlap_predicted_graph_ms=ovl_graph.get(pred_c, nan),
                        best_graph_partition=str(list(best_gc)), best_graph_ms=ovl_graph[best_gc],
                        predicted_vs_best_graph=ovl_graph.get(pred_c, nan) / ovl_graph[best_gc],
-                       check_overlap_ms=check["overlap"], check_reference_ms=check["reference"],
+                       check_overlap_ms=check["overlap"], check_reference_ms=check["fallback"],
                        tuned_ms=t_tuned, best_partition=str(list(best_c)), best_ms=ovl[best_c],
                        no_overlap_ms=ovl.get(P.no_overlap(T), float("nan")),
                        finest_ms=ovl.get(P.finest(T), float("nan")), candidates=len(cands),

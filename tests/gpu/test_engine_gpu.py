@@ -200,6 +200,27 @@ def test_row_parallel_linear_module_with_graphs():
     assert len(layer._cache.plans) == 2
 
 
+@pytest.mark.parametrize("M,K", [(4096, 4096), (256, 64)])
+def test_modules_with_an_overlap_check(M, K):
+    """With check=OverlapCheck() each shape's first call times the overlapped call against the
+    fallback on the GPU, decides once, and every call gives the right result either way."""
+    from fo_lib.modules import RowParallelLinear
+    from fo_lib.tuning import OverlapCheck
+
+    layer = RowParallelLinear(K, 1024, LoopbackCommunicator(2), check=OverlapCheck(rounds=2, inner=2))
+    x = torch.randn(M, K, device="cuda").bfloat16()
+    want = 2 * (x.double() @ layer.weight.double().T)
+    for _ in range(3):
+        got = layer(x)
+        torch.cuda.synchronize()
+        assert calc_diff(got, want) < TOL
+    (plan,) = layer._cache.plans.values()
+    assert isinstance(plan._module_keep, bool)
+    t = OverlapCheck(rounds=2, inner=2).timings(plan.comm, lambda: layer(x), lambda: baselines.sequential(
+        plan, x, layer.weight.detach()))
+    assert set(t) == {"overlap", "fallback"} and min(t.values()) > 0
+
+
 @pytest.mark.parametrize("primitive", ["all_reduce", "reduce_scatter", "all_to_all"])
 def test_loopback_sm_copy_mode(primitive):
     """The SM-copy link gives the same results as the copy-engine link, and really moves its volume
