@@ -183,3 +183,19 @@ def test_tuner_pick_keeps_overlap_only_when_its_check_wins():
     assert multi_gpu.bar_summary(picked.reset_index(), mode="checked")["worst_speedup"] == 1.0
     old = multi_gpu.tuner_pick(df.drop(columns=["check_overlap_ms", "check_reference_ms"]))
     assert old.tuned_checked_ms.isna().all() and not old.tuner_keeps_overlap.any()
+
+
+def test_benchmark_routing_is_seeded_by_the_shape_and_routed_profile_counts_its_bytes():
+    from fo_lib import gemm
+    from fo_lib.profiles import GemmProfile
+    from fo_lib.tuning import all_to_all_wave_bytes
+
+    r1, r2 = overlap.benchmark_routing(512, 256, 64, 4), overlap.benchmark_routing(512, 256, 64, 4)
+    assert all(np.array_equal(a, b) for a, b in zip(r1.dest, r2.dest)) and len(r1.dest) == 4
+    assert not np.array_equal(r1.dest[0], overlap.benchmark_routing(512, 256, 128, 4).dest[0])
+    assert set(np.unique(r1.dest[0])) <= set(range(4))
+    cfg = gemm.CONFIGS["64x64x32"]
+    grid = cfg.grid(512, 256, 4)
+    prof = GemmProfile.synthetic(grid.num_waves, 0.1, 1, M=512, N=256, K=64, ctas=4)
+    routed = overlap.routed_profile(prof, cfg, 4, r1)
+    assert routed.wave_bytes == tuple(all_to_all_wave_bytes(grid, r1)) and routed.wave_ms == prof.wave_ms

@@ -151,6 +151,25 @@ def _agree(comm, obj):
     return obj if bcast is None else bcast(obj)
 
 
+def benchmark_routing(M: int, N: int, K: int, world: int):
+    """The All-to-All routing of the benchmarks: destinations drawn with Dirichlet(2) skew, seeded by
+    the shape, so that every rank and every run sees the same one."""
+    from ..engine import Routing
+
+    rng = np.random.default_rng([M, N, K, world])
+    dest = rng.choice(world, size=M, p=rng.dirichlet(np.full(world, 2.0)))
+    return Routing.from_destinations([dest] * world)
+
+
+def routed_profile(profile, config, ctas: int, routing):
+    """``profile`` with the bytes per wave an All-to-All with ``routing`` really moves (a skewed
+    routing moves more off-rank than the output size suggests)."""
+    from .. import tuning
+
+    return dataclasses.replace(profile, wave_bytes=tuning.all_to_all_wave_bytes(config.grid(profile.M, profile.N, ctas),
+                                                                                 routing))
+
+
 def link_label(comm) -> str:
     if comm.link == "emulated":
         return LINK
@@ -203,7 +222,7 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
     from tqdm import tqdm
 
     from .. import baselines, gemm, partition as P, tuning
-    from ..engine import OverlapPlan, Routing
+    from ..engine import OverlapPlan
     from ..predictor import OverlapModel
     from ..testing import bench_interleaved, summarize
 
@@ -229,16 +248,11 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
             run_gemm = gemm.kernels_for(cfg)
             a = torch.randn(M, K, device="cuda").bfloat16()
             b = torch.randn(N, K, device="cuda").bfloat16()
-            routing = None
-            if prim == "all_to_all":  # seeded by the shape: the same routing on every rank and in every run
-                shape_rng = np.random.default_rng([M, N, K, world])
-                dest = shape_rng.choice(world, size=M, p=shape_rng.dirichlet(np.full(world, 2.0)))
-                routing = Routing.from_destinations([dest] * world)
+            routing = benchmark_routing(M, N, K, world) if prim == "all_to_all" else None
             ctas = sms - sms_free[prim] if schedule == "persistent" else sms
             profile = tuning.measure_gemm_profile(M, N, K, config=cfg, ctas=ctas)
             if prim == "all_to_all":  # what a skewed All-to-All moves, not the output size
-                grid = cfg.grid(M, N, ctas)
-                profile = dataclasses.replace(profile, wave_bytes=tuning.all_to_all_wave_bytes(grid, routing))
+                profile = routed_profile(profile, cfg, ctas, routing)
             profile = _agree(comm, profile)
             if prim not in curves:
                 curves[prim] = _agree(comm, tuning.measure_curve(comm, prim, tuning.default_sizes(2 * 8192 * 16384)))

@@ -12,7 +12,8 @@ import pandas as pd
 from . import load, measured_set, resolve_mode
 
 NAME = "timeline"
-LOOPBACK_SHAPES = (("all_reduce", 4096, 8192, 8192), ("reduce_scatter", 4096, 8192, 8192))
+LOOPBACK_SHAPES = (("all_reduce", 4096, 8192, 8192), ("reduce_scatter", 4096, 8192, 8192),
+                   ("all_to_all", 4096, 8192, 8192))
 # Under NCCL: one GEMM-heavy and one communication-heavy AllReduce (Llama-3-70B TP=8 attention
 # output projection), where the sweep hid almost none of the collective (docs/perf-log.md).
 NCCL_SHAPES = (("all_reduce", 8192, 8192, 8192), ("all_reduce", 8192, 8192, 1024))
@@ -22,13 +23,14 @@ def measure(comm=None, *, shapes=LOOPBACK_SHAPES, repeats: int = 5, world: int =
     """Rows ``(primitive, M, N, K, partition, source, span, group, start_ms, end_ms)``, ``source``
     "measured" or "model"; spans ``gemm`` / ``group`` / ``post`` (model: ``gemm`` per group's waves,
     ``group`` per collective). ``comm``: the loopback of ``world`` virtual ranks by default, or a
-    torch.distributed communicator (every rank calls this; rank 0's profile and curve decide)."""
+    torch.distributed communicator (every rank calls this; rank 0's profile and curve decide).
+    All-to-All shapes use the benchmarks' routing (:func:`~fo_lib.experiments.overlap.benchmark_routing`)."""
     import torch
 
     from .. import gemm, tuning
     from ..engine import OverlapPlan
     from ..predictor import OverlapModel
-    from .overlap import _agree, link_label
+    from .overlap import _agree, benchmark_routing, link_label, routed_profile
 
     if comm is None:
         from ..comm.loopback import LoopbackCommunicator
@@ -37,13 +39,13 @@ def measure(comm=None, *, shapes=LOOPBACK_SHAPES, repeats: int = 5, world: int =
     ctas = sms - int(getattr(comm, "sm_footprint", 0))
     rows = []
     for prim, M, N, K in shapes:
-        if prim == "all_to_all":
-            raise ValueError("the timeline covers all_reduce and reduce_scatter (All-to-All needs a routing)")
         cfg = gemm.auto_config(M, N, K, sms)
-        profile = _agree(comm, tuning.measure_gemm_profile(M, N, K, config=cfg, ctas=ctas))
+        routing = benchmark_routing(M, N, K, comm.world_size) if prim == "all_to_all" else None
+        profile = tuning.measure_gemm_profile(M, N, K, config=cfg, ctas=ctas)
+        profile = _agree(comm, profile if routing is None else routed_profile(profile, cfg, ctas, routing))
         curve = _agree(comm, tuning.measure_curve(comm, prim, tuning.default_sizes(sum(profile.wave_bytes))))
         choice = OverlapModel(profile, curve, "refined").tune().best
-        plan = OverlapPlan(prim, M, N, K, comm, config=cfg, ctas=ctas, partition=choice.partition)
+        plan = OverlapPlan(prim, M, N, K, comm, config=cfg, ctas=ctas, partition=choice.partition, routing=routing)
         a = torch.randn(M, K, device="cuda").bfloat16()
         b = torch.randn(N, K, device="cuda").bfloat16()
         plan.timed_run(a, b)  # warm-up

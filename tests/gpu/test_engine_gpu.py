@@ -280,12 +280,16 @@ def test_engine_default_gemm_is_hopper_on_sm90(primitive):
     assert calc_diff(y, _expected(plan, C, W)) < TOL
 
 
-@pytest.mark.parametrize("primitive", ["all_reduce", "reduce_scatter"])
+@pytest.mark.parametrize("primitive", ["all_reduce", "reduce_scatter", "all_to_all"])
 def test_timed_run_timeline_is_ordered_and_output_unchanged(primitive):
     """timed_run returns the same output as run and a timeline in causal order: the collectives run
     one after another on the communication stream, the post-reorder after the last of them."""
+    from fo_lib.experiments.overlap import benchmark_routing
+
     M, N, K = 2048, 4096, 512
-    plan = OverlapPlan(primitive, M, N, K, LoopbackCommunicator(2), config=gemm.CONFIGS["128x128x32"], ctas=60)
+    routing = benchmark_routing(M, N, K, 2) if primitive == "all_to_all" else None
+    plan = OverlapPlan(primitive, M, N, K, LoopbackCommunicator(2), config=gemm.CONFIGS["128x128x32"], ctas=60,
+                       routing=routing)
     a, b, C = _inputs(M, N, K, seed=21)
     want = plan.run(a, b).clone()
     got, rows = plan.timed_run(a, b)
@@ -304,7 +308,7 @@ def test_timed_run_timeline_is_ordered_and_output_unchanged(primitive):
     for r in posts:  # each stage after its group's collective and after the GEMM (same stream)
         assert r["start_ms"] >= max(groups[r["group"]]["end_ms"], gemm_row["end_ms"]) - eps
         assert r["end_ms"] >= r["start_ms"]
-    assert posts[-1]["group"] == plan.num_groups - 1
+    assert posts[-1]["group"] == int(plan.post_stages[-1][0]) and posts[-1]["end_ms"] == max(r["end_ms"] for r in rows)
     assert plan.epoch == 2  # the timed call counted as a call
 
 
