@@ -40,8 +40,6 @@ from .postops import PostOps, post_reorder_reference
 PRIMITIVES = ("all_reduce", "reduce_scatter", "all_to_all")
 DEVICES = ("cuda", "cpu")
 SCHEDULES = ("persistent", "per_tile")
-# torch.cuda._sleep counts SM clock cycles: 2 GHz (above the H200's boost clock) errs on the long side.
-_SLEEP_CYCLES_PER_MS = 2_000_000
 
 
 class PlanError(ValueError):
@@ -548,7 +546,8 @@ class OverlapPlan:
         torch.cuda.synchronize(self._dev)
         host_start = time.perf_counter()
         gate_start = _record(torch.cuda.current_stream(self._dev))
-        torch.cuda._sleep(int(gate_ms * _SLEEP_CYCLES_PER_MS))
+        from .testing import SLEEP_CYCLES_PER_MS
+        torch.cuda._sleep(int(gate_ms * SLEEP_CYCLES_PER_MS))
         events: dict = {}
         out = self._enqueue(a, b, ops, events=events, **operands)
         host_ms = (time.perf_counter() - host_start) * 1e3

@@ -29,14 +29,14 @@ def _event_ms(fn, repeats: int, warmup: int = 2, calls: int = 3) -> float:
     calls are enqueued behind a ~2 ms GPU sleep, so what the events measure is the device's time,
     not the host's time to launch: timed one at a time, a small NCCL call measured its ~50-80 us of
     Python and NCCL host work instead (the curves' small-message floor before this change)."""
-    from .testing import host_and_gpu_time
+    from .testing import SLEEP_CYCLES_PER_MS, host_and_gpu_time
 
     for _ in range(warmup):
         fn()
-    sleep_cycles = 4_000_000  # ~2 ms at the H200's clock
+    sleep_cycles = 2 * SLEEP_CYCLES_PER_MS  # ~2 ms
     host_us, gpu_ms = host_and_gpu_time(fn, calls=calls, rounds=repeats, sleep_cycles=sleep_cycles)
     if host_us * calls > 1000.0:  # enqueueing took over ~1 ms: sleep 4x longer than that, measure again
-        sleep_cycles = int(4 * host_us * calls * 2000)  # 2000 cycles per us at 2 GHz
+        sleep_cycles = int(4 * host_us * calls * SLEEP_CYCLES_PER_MS / 1000)
         host_us, gpu_ms = host_and_gpu_time(fn, calls=calls, rounds=repeats, sleep_cycles=sleep_cycles)
     return float(gpu_ms)
 

@@ -170,6 +170,15 @@ def routed_profile(profile, config, ctas: int, routing):
                                                                                  routing))
 
 
+def measured_profile(comm, M: int, N: int, K: int, config, ctas: int, routing=None):
+    """The GEMM profile on ``ctas`` CTAs (an All-to-All's bytes per wave from ``routing``), rank 0's
+    on every rank."""
+    from .. import tuning
+
+    profile = tuning.measure_gemm_profile(M, N, K, config=config, ctas=ctas)
+    return _agree(comm, profile if routing is None else routed_profile(profile, config, ctas, routing))
+
+
 def link_label(comm) -> str:
     if comm.link == "emulated":
         return LINK
@@ -250,10 +259,7 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
             b = torch.randn(N, K, device="cuda").bfloat16()
             routing = benchmark_routing(M, N, K, world) if prim == "all_to_all" else None
             ctas = sms - sms_free[prim] if schedule == "persistent" else sms
-            profile = tuning.measure_gemm_profile(M, N, K, config=cfg, ctas=ctas)
-            if prim == "all_to_all":  # what a skewed All-to-All moves, not the output size
-                profile = routed_profile(profile, cfg, ctas, routing)
-            profile = _agree(comm, profile)
+            profile = measured_profile(comm, M, N, K, cfg, ctas, routing)
             if prim not in curves:
                 curves[prim] = _agree(comm, tuning.measure_curve(comm, prim, tuning.default_sizes(2 * 8192 * 16384)))
             model = OverlapModel(profile, curves[prim], "refined", **((model_kw or {}).get(prim) or {"launch_ms": 0.01}))
@@ -371,7 +377,7 @@ def host_overhead(comm=None, *, world: int = 2, shapes=((2048, 4096, 1024), (409
     import torch
 
     from .. import gemm
-    from ..engine import OverlapPlan, Routing
+    from ..engine import OverlapPlan
     from ..testing import host_and_gpu_time
 
     if comm is None:
@@ -382,10 +388,7 @@ def host_overhead(comm=None, *, world: int = 2, shapes=((2048, 4096, 1024), (409
     for prim in primitives:
         for M, N, K in shapes:
             cfg = gemm.auto_config(M, N, K, sms)
-            routing = None
-            if prim == "all_to_all":
-                dest = np.random.default_rng(0).choice(comm.world_size, size=M)
-                routing = Routing.from_destinations([dest] * comm.world_size)
+            routing = benchmark_routing(M, N, K, comm.world_size) if prim == "all_to_all" else None
             plan = OverlapPlan(prim, M, N, K, comm, config=cfg, routing=routing)
             per_group = OverlapPlan(prim, M, N, K, comm, config=cfg, routing=routing, comm_graph=False)
             a = torch.randn(M, K, device="cuda").bfloat16()

@@ -30,7 +30,7 @@ def measure(comm=None, *, shapes=LOOPBACK_SHAPES, repeats: int = 5, world: int =
     from .. import gemm, tuning
     from ..engine import OverlapPlan
     from ..predictor import OverlapModel
-    from .overlap import _agree, benchmark_routing, link_label, routed_profile
+    from .overlap import _agree, benchmark_routing, link_label, measured_profile
 
     if comm is None:
         from ..comm.loopback import LoopbackCommunicator
@@ -41,8 +41,7 @@ def measure(comm=None, *, shapes=LOOPBACK_SHAPES, repeats: int = 5, world: int =
     for prim, M, N, K in shapes:
         cfg = gemm.auto_config(M, N, K, sms)
         routing = benchmark_routing(M, N, K, comm.world_size) if prim == "all_to_all" else None
-        profile = tuning.measure_gemm_profile(M, N, K, config=cfg, ctas=ctas)
-        profile = _agree(comm, profile if routing is None else routed_profile(profile, cfg, ctas, routing))
+        profile = measured_profile(comm, M, N, K, cfg, ctas, routing)
         curve = _agree(comm, tuning.measure_curve(comm, prim, tuning.default_sizes(sum(profile.wave_bytes))))
         choice = OverlapModel(profile, curve, "refined").tune().best
         plan = OverlapPlan(prim, M, N, K, comm, config=cfg, ctas=ctas, partition=choice.partition, routing=routing)
