@@ -29,7 +29,7 @@ from fo_lib import gemm, gemm_sm90  # noqa: E402
 from fo_lib.provenance import write_result  # noqa: E402
 
 
-def bench_shape(M, N, K, dtype, rounds, inner, configs, portable=False, graph=False):
+def bench_shape(M, N, K, dtype, rounds, inner, configs, portable=False, graph=False, swizzles=()):
     sets = input_sets(M, N, K, dtype)
     n_sets = len(sets)
     sms = gemm.sm_count()
@@ -50,6 +50,9 @@ def bench_shape(M, N, K, dtype, rounds, inner, configs, portable=False, graph=Fa
         pcfg = gemm.default_config(M, N, K, sms)
         fns["portable"] = lambda i: gemm.gemm_nt(pick(i)[0], pick(i)[1], pick(i)[2], config=pcfg)
     add_config_variants(fns, gemm_sm90.SM90, gemm_sm90.CONFIGS, configs, sets, M)
+    for sw in swizzles:  # the default tiles in bands of `sw` tile rows (1 = row-major raster)
+        c = cfg.with_raster("row", sw)
+        fns[f"swizzle:{sw}"] = (lambda c: lambda i: gemm_sm90.gemm_nt(pick(i)[0], pick(i)[1], pick(i)[2], config=c))(c)
     return check_and_time(fns, gemm_sm90.SM90, cfg, sets, M, N, K, rounds, inner, graph)
 
 
@@ -66,6 +69,8 @@ def main(argv=None):
     p.add_argument("--portable", action="store_true", help="also time the portable fo_lib.gemm kernel")
     p.add_argument("--graph", action="store_true", help="time CUDA-graph replays (no host overhead)")
     p.add_argument("--rounds", type=int, help="interleaved rounds (default 15, quick 6)")
+    p.add_argument("--swizzles", type=int, nargs="*", default=[],
+                   help="also time the default config in row bands of these many tile rows")
     args = p.parse_args(argv)
     if not gemm_sm90.is_supported():
         sys.exit("bench_gemm_sm90: needs a compute capability 9.0 GPU")
@@ -82,7 +87,8 @@ def main(argv=None):
     for M in args.M:
         for N in args.N:
             for K in args.K:
-                cfg, err, res = bench_shape(M, N, K, dtype, rounds, inner, configs, args.portable, args.graph)
+                cfg, err, res = bench_shape(M, N, K, dtype, rounds, inner, configs, args.portable, args.graph,
+                                            args.swizzles)
                 t, o, s = res["torch"][1], res["sm90"][1], res["sm90_signal"][1]
                 overhead = (res["sm90_signal"][0] / res["sm90"][0] - 1) * 100
                 extra = (f" {res['portable'][1]:8.1f}" if args.portable else "") + " " + \
@@ -92,7 +98,7 @@ def main(argv=None):
                 for name, (ms, tf) in res.items():
                     rows.append(dict(M=M, N=N, K=K, dtype=args.dtype, variant=name,
                                      config=name[4:] if name.startswith("cfg:") else
-                                     (cfg.tile_name if name.startswith("sm90") else ""),
+                                     (cfg.tile_name if name.startswith(("sm90", "swizzle:")) else ""),
                                      order=cfg.order, swizzle=cfg.swizzle, median_ms=round(ms, 5),
                                      tflops=round(tf, 2), rounds=rounds, inner=inner, rel_err=float(f"{err:.3e}")))
                 del res

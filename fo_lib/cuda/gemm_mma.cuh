@@ -226,6 +226,20 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
     int rd_stage = 0;
     float acc[S::MI][S::NI][4];
 
+    // Signal epilogue: a tile's counter release is deferred to a barrier a few k-tiles into the CTA's
+    // next tile (or after its last one). Its stores have drained by then, so the gpu-scope release
+    // does not stall the warp that issues it, and no barrier is added per tile. The barrier in
+    // between orders every thread's stores before thread 0 at CTA scope, as before.
+    int pending_group = -1;  // group of the tile whose release is due (thread 0 only; -1: none)
+    int tile_grp = -1;       // group of the current tile, loaded at tile start (thread 0 only)
+    const int publish_kt = KT >= 2 ? (KT - 2 < 2 ? KT - 2 : 2) : -1;  // in-loop barrier used; -1: top
+    auto publish = [&]() {
+        if (EPILOGUE == 1 && tid == 0 && pending_group >= 0) {
+            red_release_gpu_add(group_counter + pending_group, 1u);
+            pending_group = -1;
+        }
+    };
+
 #pragma unroll 1
     for (int s = blockIdx.x; s < tiles; s += gridDim.x) {
         int tm, tn;
@@ -241,6 +255,8 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         // tile's epilogue writes, so the plain epilogue needs no trailing barrier.
         cp_async_wait<STAGES - 2>();
         __syncthreads();
+        if (publish_kt < 0) publish();
+        if (EPILOGUE == 1 && tid == 0) tile_grp = tile_group[tm * tiles_n + tn];
         if (EPILOGUE == 2 && tid == 0) probe[(tm * tiles_n + tn) * 4 + 0] = globaltimer_ns();
         if (kTableStore && tid < BM) {
             // NOTES: the tile's BM row offsets ride in the cp.async group of this tile's first
@@ -264,6 +280,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                         // whose slot the next issue_load overwrites.
                         cp_async_wait<STAGES - 2>();
                         __syncthreads();
+                        if (kt == publish_kt) publish();
                         load_frags(cur ^ 1, rd_stage, 0);
                     }
                 } else {
@@ -326,22 +343,24 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
             }
         }
 
-        if (EPILOGUE == 1 || EPILOGUE == 2) {
-            // Every thread's stores of this tile precede thread 0's release: bar.sync orders them
-            // before thread 0 at CTA scope, and red.release.gpu is cumulative, so a consumer that
-            // acquires the counter sees all of them. (A separate __threadfence() would be redundant.)
+        // Every thread's stores of this tile precede thread 0's release: the next bar.sync orders
+        // them before thread 0 at CTA scope, and red.release.gpu is cumulative, so a consumer that
+        // acquires the counter sees all of them. (A separate __threadfence() would be redundant.)
+        if (EPILOGUE == 1) pending_group = tile_grp;
+        if (EPILOGUE == 2) {
+            // The probe stamps the tile's end when its stores are issued, so it is not deferred.
             __syncthreads();
             if (tid == 0) {
                 const int tile_id = tm * tiles_n + tn;
-                if (EPILOGUE == 1) {
-                    red_release_gpu_add(group_counter + tile_group[tile_id], 1u);
-                } else {
-                    probe[tile_id * 4 + 1] = globaltimer_ns();
-                    probe[tile_id * 4 + 2] = smid();
-                    probe[tile_id * 4 + 3] = blockIdx.x;
-                }
+                probe[tile_id * 4 + 1] = globaltimer_ns();
+                probe[tile_id * 4 + 2] = smid();
+                probe[tile_id * 4 + 3] = blockIdx.x;
             }
         }
+    }
+    if (EPILOGUE == 1) {
+        __syncthreads();
+        publish();
     }
     cp_async_wait<0>();
 }

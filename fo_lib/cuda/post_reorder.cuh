@@ -173,6 +173,8 @@ __device__ __forceinline__ void post_reorder(const bits16* __restrict__ buf, con
 
     float v[ITEMS][W];
     float ss = 0.f;
+    // NORM: the weight chunks are loaded with the row, so no load waits behind the row reduction.
+    v4u32 wr[NORM && VEC ? ITEMS : 1];
 
     for (int k0 = 0;; k0 += ITEMS) {
         // Unit of item i for this thread (VEC: chunk index; scalar: stripe index).
@@ -216,6 +218,7 @@ __device__ __forceinline__ void post_reorder(const bits16* __restrict__ buf, con
                     }
                     if constexpr (BIAS) br[i] = ld_nc_v4(bias + j0);
                     if constexpr (RES) rsr[i] = ld_v4(res_row + j0);
+                    if constexpr (NORM) wr[i] = ld_nc_v4(weight + j0);
                 }
             }
 #pragma unroll
@@ -299,10 +302,10 @@ __device__ __forceinline__ void post_reorder(const bits16* __restrict__ buf, con
         if constexpr (VEC) {
 #pragma unroll
             for (int i = 0; i < ITEMS; ++i) {
-                const int c = i * G + tx;
+                const int c = i * G + tx;  // == unit[i] of the load loop (NORM: one pass, YSPLIT 1)
                 if (c < units) {
                     float w[W], f[W];
-                    unpack8(T{}, ld_nc_v4(weight + c * W), w);
+                    unpack8(T{}, wr[i], w);
 #pragma unroll
                     for (int e = 0; e < W; ++e) f[e] = v[i][e] * inv * w[e];
                     st_v4(out_row + c * W, pack8(T{}, f));
