@@ -45,16 +45,13 @@ ARCH = "sm_90a"
 
 @dataclass(frozen=True)
 class Sm90Config(RasterMixin):
-    """One sm_90a tile configuration: ``128 x BN x 64`` tiles, ``stages`` operand buffers,
-    ``mma_depth`` k-blocks of wgmma left in flight while the next is issued (1; 0 waits for every
-    k-block before issuing the next, the first version). ``order``/``swizzle`` are run-time
-    arguments (no recompile)."""
+    """One sm_90a tile configuration: ``128 x BN x 64`` tiles, ``stages`` operand buffers.
+    ``order``/``swizzle`` are run-time arguments (no recompile)."""
 
     BN: int = 256
     stages: int = 3
     order: str = "row"
     swizzle: int = 1
-    mma_depth: int = 1
 
     BM: ClassVar[int] = 128  # two consumer warpgroups x wgmma m64
     BK: ClassVar[int] = 64   # one 128-byte swizzle span of 16-bit elements
@@ -70,8 +67,7 @@ class Sm90Config(RasterMixin):
     @property
     def tile_name(self) -> str:
         """Identifies the compiled specialization (everything but the run-time raster)."""
-        depth = "" if self.mma_depth == 1 else f"_d{self.mma_depth}"
-        return f"m{self.BM}n{self.BN}k{self.BK}_s{self.stages}{depth}"
+        return f"m{self.BM}n{self.BN}k{self.BK}_s{self.stages}"
 
     def validate(self) -> "Sm90Config":
         def bad(msg: str):
@@ -85,8 +81,6 @@ class Sm90Config(RasterMixin):
             bad(f"BN must be 128 or 256 (wgmma m64n128 / m64n256), got {self.BN}")
         if not 2 <= self.stages <= 8:
             bad(f"stages must be in [2, 8], got {self.stages}")
-        if self.mma_depth not in (0, 1) or isinstance(self.mma_depth, bool):
-            bad(f"mma_depth must be 0 or 1, got {self.mma_depth!r}")
         if self.smem_bytes > _MAX_SMEM:
             bad(f"needs {self.smem_bytes} B of shared memory, more than {_MAX_SMEM}")
         if self.order not in RASTER_ORDERS:
@@ -99,10 +93,6 @@ CONFIGS: dict[str, Sm90Config] = {
     "128x256x64": Sm90Config(256, 3),
     # Small N / many tiles: 5 x 32 KB stages + the 32 KB C tile.
     "128x128x64": Sm90Config(128, 5),
-    # The first version's main loop (wait for each k-block's wgmmas before issuing the next), kept
-    # for side-by-side measurement: scripts/bench_gemm_sm90.py --configs all.
-    "128x256x64_d0": Sm90Config(256, 3, mma_depth=0),
-    "128x128x64_d0": Sm90Config(128, 5, mma_depth=0),
 }
 for _c in CONFIGS.values():
     _c.validate()
@@ -141,7 +131,7 @@ def generate_source(cfg: Sm90Config, dtype: str, epilogue: str) -> tuple[str, st
     if epilogue not in EPILOGUES:
         raise GemmError(f"epilogue must be one of {EPILOGUES}, got {epilogue!r}")
     name = kernel_name(cfg, dtype, epilogue)
-    targs = f"{cfg.BN}, {cfg.stages}, {_DTYPE_TAG[dtype]}, {_EPILOGUE_ID[epilogue]}, {cfg.mma_depth}"
+    targs = f"{cfg.BN}, {cfg.stages}, {_DTYPE_TAG[dtype]}, {_EPILOGUE_ID[epilogue]}"
     # NOTES: __launch_bounds__(384, 1) gives the kernel a register cap at entry, without which
     # setmaxnreg is ignored (ptxas warning C7508).
     source = f"""#include "gemm_sm90.cuh"

@@ -5,14 +5,13 @@
 //   C: M x N row-major (ldc). bf16 or fp16 in, fp32 accumulation, same 16-bit type out.
 //
 // Structure: one persistent CTA per SM, 384 threads = 3 warpgroups, tile 128 x BN x 64.
-//   * WG 0 (producer, setmaxnreg.dec to 56 registers):
+//   * WG 0 (producer, setmaxnreg.dec to 40 registers):
 //       - warp 0, lane 0: TMA loads of A (128 x 64) and B (BN x 64) into a STAGES-deep ring guarded
 //         by full/empty mbarriers; it runs ahead across tile boundaries.
 //       - warps 1-3 ("store warps"): take a finished C tile from shared memory, store it to global
 //         (C, or comm_buf through the row table), then publish it (signal / probe).
-//   * WG 1 and WG 2 (consumers, setmaxnreg.inc to 224): rows 0-63 and 64-127 of the tile,
+//   * WG 1 and WG 2 (consumers, setmaxnreg.inc to 232): rows 0-63 and 64-127 of the tile,
 //     wgmma.m64n{BN}k16 with A and B from shared-memory descriptors, fp32 accumulators in registers.
-//     MMA_DEPTH k-blocks of wgmma stay in flight while the next one is issued (0 or 1).
 //     After a tile's last k-block they write the accumulators (16-bit) to the C staging tile and go
 //     straight on to the next tile: the global stores, the fence and the atomic are off their path.
 //   * Tile schedule: CTA b of P runs s = b, b + P, ... through fo::raster_tile (tile_schedule.cuh),
@@ -20,7 +19,7 @@
 //
 // Handshakes (all mbarriers, phase parity tracked by counters, never re-initialised):
 //   full[s]   : 1 arrival (producer's expect_tx) + the TMA bytes     -> consumers may read stage s
-//   empty[s]  : 2 arrivals (one thread per consumer WG, once the stage's wgmmas are complete)   -> producer may refill
+//   empty[s]  : 2 arrivals (one thread per consumer WG, after wgmma.wait_group 0) -> producer may refill
 //   c_full    : 256 arrivals (every consumer thread after its st.shared of C) -> store warps may read C
 //   c_empty   : 96 arrivals (every store thread after its ld.shared of C)     -> consumers may write C
 // NOTES: smem C is written and read by the generic proxy only (st.shared / ld.shared), and the operand
@@ -269,7 +268,7 @@ struct Sm90Shape {
 };
 
 // Pointers an epilogue does not use may be null.
-template <int BN, int STAGES, class T, int EPILOGUE, int MMA_DEPTH>
+template <int BN, int STAGES, class T, int EPILOGUE>
 __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDesc& tma_b, bits16* __restrict__ C,
                                                int M, int N, int K, i64 ldc, int order, int swizzle,
                                                bits16* __restrict__ comm_buf, const i64* __restrict__ row_offset,
@@ -278,7 +277,6 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
     using S = Sm90Shape<BN, STAGES>;
     using namespace sm90;
     static_assert(EPILOGUE >= 0 && EPILOGUE <= 3, "EPILOGUE is 0 plain, 1 signal, 2 probe or 3 scatter");
-    static_assert(MMA_DEPTH == 0 || MMA_DEPTH == 1, "MMA_DEPTH (k-blocks of wgmma in flight) is 0 or 1");
     constexpr bool kTableStore = EPILOGUE == 1 || EPILOGUE == 3;
     constexpr int BM = S::BM, BK = S::BK;
 
@@ -438,27 +436,15 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                     Wgmma<BN>::mma(acc, desc_sw128(sa + kk * 32), desc_sw128(sb + kk * 32), (kb | kk) != 0, T{});
                 }
                 wgmma_commit();
-                // MMA_DEPTH 0: wait for this k-block's MMAs, free its stage. MMA_DEPTH 1: keep them in
-                // flight while the next k-block is waited for and issued (the tensor cores never idle
-                // between k-blocks); wait_group 1 only completes the previous k-block, whose stage is
-                // freed instead. Successive wgmmas on the same accumulators chain in order, so no
-                // register is read before the final wait_group 0 below.
-                wgmma_wait<MMA_DEPTH>();
-                if (MMA_DEPTH == 0) {
-                    fence_acc(acc);
-                    if (tid == 0) mbar_arrive(bar_empty + 8 * stage);
-                } else if (kb > 0 && tid == 0) {
-                    mbar_arrive(bar_empty + 8 * (stage == 0 ? STAGES - 1 : stage - 1));
-                }
+                wgmma_wait<0>();
+                fence_acc(acc);
+                // wgmma.wait_group 0 means this warpgroup's MMAs (and their shared-memory reads of
+                // the stage) are complete: one arrival per warpgroup frees the stage.
+                if (tid == 0) mbar_arrive(bar_empty + 8 * stage);
                 if (++stage == STAGES) {
                     stage = 0;
                     phase ^= 1u;
                 }
-            }
-            if (MMA_DEPTH == 1) {
-                wgmma_wait<0>();
-                fence_acc(acc);
-                if (tid == 0) mbar_arrive(bar_empty + 8 * (stage == 0 ? STAGES - 1 : stage - 1));
             }
             // Epilogue: accumulators -> smem C (16-bit), 16-byte chunks swizzled by row & 7.
             // Fragment of wgmma m64nNk16: acc[4 j + 2 h + e] is row 16 warp + lane / 4 + 8 h,
