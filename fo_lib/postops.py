@@ -121,9 +121,14 @@ def generate_source(ops: PostOps, dtype: str, vectorized: bool) -> tuple[str, st
     b = lambda flag: "true" if flag else "false"  # noqa: E731
     name = (f"fo_post_reorder_{dtype}_{'v' if vectorized else 's'}{items}_{ops.activation}"
             f"_b{int(ops.bias)}r{int(ops.residual)}o{int(ops.residual_out)}n{int(ops.rmsnorm)}")
-    bounds = MAX_THREADS_PER_ROW  # NORM may need a 1024-thread row; the others stay <= 512
+    # NORM may need a 1024-thread row (the others stay <= 512): at most 64 registers. A plain
+    # RMSNorm keeps its row as 16-bit values and fits 48 without spilling: 5 CTAs of 256 threads
+    # per SM instead of 4 (post_reorder.cuh, kKeepRaw).
+    plain_norm = (ops.rmsnorm and vectorized and not (ops.bias or ops.residual or ops.residual_out)
+                  and ops.activation == "none")
+    bounds = "__maxnreg__(48)" if plain_norm else f"__launch_bounds__({MAX_THREADS_PER_ROW})"
     source = f"""#include "post_reorder.cuh"
-extern "C" __global__ void __launch_bounds__({bounds}) {name}(
+extern "C" __global__ void {bounds} {name}(
     const fo::bits16* buf, const fo::i64* src_offset, fo::bits16* out, const fo::bits16* bias,
     const fo::bits16* residual, fo::bits16* residual_out, const fo::bits16* weight,
     int R, int N, int BN, int tiles_n, long long ldo, float eps) {{

@@ -173,8 +173,13 @@ __device__ __forceinline__ void post_reorder(const bits16* __restrict__ buf, con
 
     float v[ITEMS][W];
     float ss = 0.f;
-    // NORM: the weight chunks are loaded with the row, so no load waits behind the row reduction.
-    v4u32 wr[NORM && VEC ? ITEMS : 1];
+    // A plain RMSNorm (nothing applied before the norm) keeps the row as the 16-bit values it read
+    // (exact, half the registers of fp32, so more rows fit on an SM: the host caps it at 48
+    // registers) and loads the weight chunks with the row, so no load waits behind the reduction.
+    // (The fused variants have no registers to spare for either.)
+    constexpr bool kKeepRaw = NORM && VEC && !BIAS && !RES && !RES_OUT && ACT == ACT_NONE;
+    v4u32 raw[kKeepRaw ? ITEMS : 1];
+    v4u32 wr[kKeepRaw ? ITEMS : 1];
 
     for (int k0 = 0;; k0 += ITEMS) {
         // Unit of item i for this thread (VEC: chunk index; scalar: stripe index).
@@ -218,7 +223,7 @@ __device__ __forceinline__ void post_reorder(const bits16* __restrict__ buf, con
                     }
                     if constexpr (BIAS) br[i] = ld_nc_v4(bias + j0);
                     if constexpr (RES) rsr[i] = ld_v4(res_row + j0);
-                    if constexpr (NORM) wr[i] = ld_nc_v4(weight + j0);
+                    if constexpr (kKeepRaw) wr[i] = ld_nc_v4(weight + j0);
                 }
             }
 #pragma unroll
@@ -243,15 +248,16 @@ __device__ __forceinline__ void post_reorder(const bits16* __restrict__ buf, con
                     }
                     if constexpr (RES_OUT) st_v4(rout_row + j0, pack8(T{}, f));
                     if constexpr (NORM) {
+                        if constexpr (kKeepRaw) raw[i] = xr[i];
 #pragma unroll
                         for (int e = 0; e < W; ++e) {
-                            v[i][e] = f[e];
+                            if constexpr (!kKeepRaw) v[i][e] = f[e];
                             ss += f[e] * f[e];
                         }
                     } else {
                         st_v4(out_row + j0, pack8(T{}, f));
                     }
-                } else if constexpr (NORM) {
+                } else if constexpr (NORM && !kKeepRaw) {
 #pragma unroll
                     for (int e = 0; e < W; ++e) v[i][e] = 0.f;
                 }
@@ -305,9 +311,10 @@ __device__ __forceinline__ void post_reorder(const bits16* __restrict__ buf, con
                 const int c = i * G + tx;  // == unit[i] of the load loop (NORM: one pass, YSPLIT 1)
                 if (c < units) {
                     float w[W], f[W];
-                    unpack8(T{}, wr[i], w);
+                    unpack8(T{}, kKeepRaw ? wr[i] : ld_nc_v4(weight + c * W), w);
+                    if constexpr (kKeepRaw) unpack8(T{}, raw[i], f);
 #pragma unroll
-                    for (int e = 0; e < W; ++e) f[e] = v[i][e] * inv * w[e];
+                    for (int e = 0; e < W; ++e) f[e] = (kKeepRaw ? f[e] : v[i][e]) * inv * w[e];
                     st_v4(out_row + c * W, pack8(T{}, f));
                 }
             }
