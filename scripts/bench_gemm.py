@@ -92,6 +92,12 @@ def bench_shape(M, N, K, dtype, rounds, inner, configs, ablation=False, graph=Fa
                                  + np.arange(ro.shape[1], dtype=np.int64)[None, :] * cfg.BN).cuda()
         fns["scatter_rowmajor"] = lambda i: gemm.gemm_nt_scatter(sets[i % n_sets][0], sets[i % n_sets][1],
                                                                  comm[i % 2], ro_rm, config=cfg)
+        # The destination buffer alone: the row-major table store into the rotating output sets,
+        # and the plain store into the two communication buffers.
+        fns["scatter_rowmajor_into_c"] = lambda i: gemm.gemm_nt_scatter(
+            sets[i % n_sets][0], sets[i % n_sets][1], sets[i % n_sets][2].view(-1), ro_rm, config=cfg)
+        fns["plain_into_comm"] = lambda i: gemm.gemm_nt(sets[i % n_sets][0], sets[i % n_sets][1],
+                                                        comm[i % 2].view(M, N), config=cfg)
     add_config_variants(fns, gemm.PORTABLE, gemm.CONFIGS, configs, sets, M)
     return check_and_time(fns, gemm.PORTABLE, cfg, sets, M, N, K, rounds, inner, graph)
 

@@ -37,6 +37,11 @@ __device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool pred) 
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(pred ? 16 : 0)
                  : "memory");
 }
+// 8-byte async copy (zero-filled when `pred` is false).
+__device__ __forceinline__ void cp_async8(u32 dst, const void* src, bool pred) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src), "r"(pred ? 8 : 0)
+                 : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -73,15 +78,6 @@ __device__ __forceinline__ void ld_shared_v4(u32 addr, u32 (&v)[4]) {
 __device__ __forceinline__ i64 ld_shared_s64(u32 addr) {
     i64 v;
     asm volatile("ld.shared.s64 %0, [%1];" : "=l"(v) : "r"(addr));
-    return v;
-}
-__device__ __forceinline__ void st_shared_s64(u32 addr, i64 v) {
-    asm volatile("st.shared.s64 [%0], %1;" ::"r"(addr), "l"(v));
-}
-// Read-only 8-byte load (the row table), non-coherent path.
-__device__ __forceinline__ i64 ld_nc_s64(const i64* p) {
-    i64 v;
-    asm volatile("ld.global.nc.s64 %0, [%1];" : "=l"(v) : "l"(p));
     return v;
 }
 __device__ __forceinline__ void st_global_v4(void* p, const u32 (&v)[4]) {
@@ -262,14 +258,14 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         if (publish_kt < 0) publish();
         if (EPILOGUE == 1 && tid == 0) tile_grp = tile_group[tm * tiles_n + tn];
         if (EPILOGUE == 2 && tid == 0) probe[(tm * tiles_n + tn) * 4 + 0] = globaltimer_ns();
-        // NOTES: thread r < BM loads row r's table entry into a register here and parks it in shared
-        // memory just before the epilogue's barrier: the load's latency hides behind the whole main
-        // loop and, unlike a cp.async, no k-tile wait depends on it (riding in the first k-tile's
-        // cp.async group cost +2 % at K = 4096; a dependent load per store in the epilogue ~20 % at
-        // K = 1024).
-        i64 my_row_offset = 0;
-        if (kTableStore && tid < BM && tm * BM + tid < M)
-            my_row_offset = ld_nc_s64(row_offset + i64(tm * BM + tid) * tiles_n + tn);
+        if (kTableStore && tid < BM) {
+            // NOTES: the tile's BM row offsets ride in the cp.async group of this tile's first
+            // issue_load, so they land during the main loop; a dependent global load per 16-byte
+            // store in the epilogue instead cost ~20 % at K = 1024.
+            const int grow = tm * BM + tid;
+            const bool ok = grow < M;
+            cp_async8(smem_ro + tid * 8, ok ? row_offset + i64(grow) * tiles_n + tn : row_offset, ok);
+        }
         load_frags(0, rd_stage, 0);
 
 #pragma unroll 1
@@ -314,7 +310,9 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                 }
             }
         }
-        if (kTableStore && tid < BM) st_shared_s64(smem_ro + tid * 8, my_row_offset);
+        // The row offsets were committed with k-tile (first + STAGES-1) of this tile; the main loop's
+        // last wait covered k-tiles up to (first + KT-1).
+        if (kTableStore && KT < STAGES) cp_async_wait<0>();
         __syncthreads();
 
         const int rows = min(BM, M - tm * BM);
