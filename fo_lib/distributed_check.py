@@ -32,9 +32,12 @@ def make_cases(world_size: int, seed: int, count: int) -> list[dict]:
     cases = []
     for i in range(count):
         prim = ("all_reduce", "reduce_scatter", "all_to_all")[i % 3]
+        # Every primitive meets every post-op; AllReduce alternates its two layouts.
+        layout = ("tiles", "rows")[(i // 3) % 2] if prim == "all_reduce" else "tiles"
         cases.append(dict(primitive=prim, M=int(rng.integers(20, 300)), N=int(rng.integers(8, 260)),
                           K=int(8 * rng.integers(1, 9)), sms=int(rng.integers(2, 7)), seed=int(rng.integers(2**31)),
-                          ops=i % len(OPS_CHOICES), skew=float(rng.uniform(0.2, 3.0)), empty_dest=bool(i % 2)))
+                          ops=(i + i // 3) % len(OPS_CHOICES), skew=float(rng.uniform(0.2, 3.0)),
+                          empty_dest=bool(i % 2), layout=layout))
     return cases
 
 
@@ -56,7 +59,9 @@ def run_case(comm, case: dict, device: str) -> list[str]:
     W, rank = comm.world_size, comm.rank
     M, N, K = case["M"], case["N"], case["K"]
     rng = np.random.default_rng(case["seed"])
-    cfg = gemm.CONFIGS["64x64x32"].with_raster(("row", "col")[case["seed"] % 2], 1 + case["seed"] % 3)
+    layout = case.get("layout", "tiles")
+    order = "row" if layout == "rows" else ("row", "col")[case["seed"] % 2]  # rows: bands of tile rows
+    cfg = gemm.CONFIGS["64x64x32"].with_raster(order, 1 + case["seed"] % 3)
     dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
     gen = torch.Generator().manual_seed(case["seed"])
     A = [torch.randn(M, K, generator=gen).bfloat16() for _ in range(W)]
@@ -71,7 +76,7 @@ def run_case(comm, case: dict, device: str) -> list[str]:
 
     C = [a.double() @ b.double().T for a, b in zip(A, B)]
     dense = sum(C)  # the reduction every rank would see (AllReduce / ReduceScatter)
-    plan_kw = dict(dtype="bf16", device=device, config=cfg, ctas=case["sms"], routing=routing)
+    plan_kw = dict(dtype="bf16", device=device, config=cfg, ctas=case["sms"], routing=routing, layout=layout)
     if case["primitive"] == "reduce_scatter" and cfg.BM % W:
         # Subtiles need BM % W == 0: the plan must refuse clearly (and identically on every rank).
         try:
@@ -99,7 +104,7 @@ def run_case(comm, case: dict, device: str) -> list[str]:
     failures = []
     tol = 3e-2
     label = (f"{case['primitive']} M={M} N={N} K={K} T={plan.grid.num_waves} partition={list(plan.partition)} "
-             f"ops={ops}")
+             f"layout={layout} ops={ops}")
     variants = [("overlap", lambda: plan.run(a, b, ops=ops, **on_dev)),
                 ("overlap again", lambda: plan.run(a, b, ops=ops, **on_dev))]
     if device == "cuda":  # the whole call captured as a CUDA graph (NCCL collectives inside), replayed twice

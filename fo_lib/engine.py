@@ -40,6 +40,7 @@ from .postops import PostOps, post_reorder_reference
 PRIMITIVES = ("all_reduce", "reduce_scatter", "all_to_all")
 DEVICES = ("cuda", "cpu")
 SCHEDULES = ("persistent", "per_tile")
+LAYOUTS = ("tiles", "rows")
 
 
 class PlanError(ValueError):
@@ -104,13 +105,20 @@ class OverlapPlan:
     CTA per tile, so the GEMM has every SM until a collective starts, whose high-priority CTAs then
     take SMs as GEMM tiles finish (waves are counted over all ``sm_count`` SMs; ``ctas`` and
     ``comm_sms`` do not apply).
+    ``layout`` (all_reduce only): ``"tiles"`` (default) stores each group's tiles contiguously
+    (:func:`fo_lib.reorder.tile_reorder`) and gathers them back in the post-reorder; ``"rows"``
+    (:func:`fo_lib.reorder.row_reorder`) cuts the groups at whole tile-row bands instead, so the
+    GEMM stores ``C`` in place (no table) and the groups' collectives work on row ranges of it. The
+    default config then walks a row-major raster (``swizzle`` 1: bands of one tile row, the finest
+    cuts). With no element-wise op and no ``out``, a call runs no post-reorder at all and returns
+    the plan's buffer as ``[M, N]``: the next call overwrites it, like a captured call's output.
     """
 
     def __init__(self, primitive: str, M: int, N: int, K: int, comm, *, dtype: str = "bf16",
                  device: str = "cuda", partition=None, config=None, ctas: int | None = None,
                  comm_sms: int | None = None, routing: Routing | None = None, max_groups: int = 8,
                  timeout_ms: float = 10_000.0, sm_count: int | None = None, comm_graph: bool = True,
-                 schedule: str = "persistent"):
+                 schedule: str = "persistent", layout: str = "tiles"):
         if primitive not in PRIMITIVES:
             raise PlanError(f"primitive must be one of {PRIMITIVES}, got {primitive!r}")
         if device not in DEVICES:
@@ -124,6 +132,11 @@ class OverlapPlan:
             raise PlanError(f"K must be a multiple of 8 (16-byte rows for the GEMM's loads), got {K}")
         if not timeout_ms > 0:
             raise PlanError(f"timeout_ms must be positive, got {timeout_ms}")
+        if layout not in LAYOUTS:
+            raise PlanError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        if layout == "rows" and primitive != "all_reduce":
+            raise PlanError(f"the rows layout is for all_reduce (whole rows per group), not {primitive}")
+        self.layout = layout
         self.primitive, self.M, self.N, self.K = primitive, int(M), int(N), int(K)
         self.comm, self.device, self.dtype = comm, device, dtype
         self.world_size, self.rank = int(comm.world_size), int(comm.rank)
@@ -136,7 +149,12 @@ class OverlapPlan:
         if config is None:
             config = (gemm_mod.auto_config(self.M, self.N, self.K, sm_count) if device == "cuda"
                       else gemm_mod.default_config(self.M, self.N, self.K, sm_count))
+            if layout == "rows":
+                config = config.with_raster("row", 1)
         config.validate()
+        if layout == "rows" and config.order != "row":
+            raise PlanError(f"the rows layout needs a row raster (bands of whole tile rows), got order "
+                            f"{config.order!r}")
         self.config = config
         if comm_sms is None:
             # The SMs the communication side needs while the GEMM runs (wait kernels, the collective's
@@ -163,7 +181,7 @@ class OverlapPlan:
         self.partition = validate_partition(partition, T)
 
         if primitive == "all_reduce":
-            self.tables = reorder.tile_reorder(self.grid, self.partition)
+            self.tables = (reorder.row_reorder if layout == "rows" else reorder.tile_reorder)(self.grid, self.partition)
             self.out_rows = self.M
             self.post_table = self.tables.post_table
             self.recv_elements = 0
@@ -207,7 +225,8 @@ class OverlapPlan:
 
     @property
     def num_groups(self) -> int:
-        return len(self.partition)
+        """Groups of a call: one per part of ``partition`` (the rows layout may merge some)."""
+        return len(self.tables.group_tiles)
 
     def _alloc(self) -> None:
         torch = _torch()
@@ -226,6 +245,8 @@ class OverlapPlan:
             self._cpu_scatter = self._cpu_group_indices()
             return
         self.row_offset = torch.from_numpy(self.tables.row_offset).to(dev)
+        # The GEMM's store table (None: C row-major, the rows layout's in-place store).
+        self._store_table = None if self.layout == "rows" else self.row_offset
         self.tile_group = torch.from_numpy(self.tables.tile_group).to(dev)
         self.post_table_dev = torch.from_numpy(np.ascontiguousarray(self.post_table)).to(dev)
         self.counters = torch.zeros(self.num_groups, dtype=torch.int32, device=dev)
@@ -306,7 +327,7 @@ class OverlapPlan:
         from . import gemm, postops
         a = torch.zeros(self.M, self.K, dtype=self._tdtype, device=self._dev)
         b = torch.zeros(self.N, self.K, dtype=self._tdtype, device=self._dev)
-        gemm.kernels_for(self.config).gemm_nt_signal(a, b, self.send, self.row_offset, self.tile_group,
+        gemm.kernels_for(self.config).gemm_nt_signal(a, b, self.send, self._store_table, self.tile_group,
                                                      self.counters, config=self.config, ctas=self.ctas)
         self.epoch_word.fill_(-1)  # epoch 2^32 - 1: the next target is 0, so these waits pass at once
         counting.wait_epoch(self.counters, 0, 1, self.epoch_word, self.error, self.timeout_ns)
@@ -467,7 +488,7 @@ class OverlapPlan:
         self.comm_stream.wait_stream(compute)
         if events is not None:
             events["gemm_start"] = _record(compute)
-        gemm.kernels_for(self.config).gemm_nt_signal(a, b, self.send, self.row_offset, self.tile_group,
+        gemm.kernels_for(self.config).gemm_nt_signal(a, b, self.send, self._store_table, self.tile_group,
                                                      self.counters, config=self.config, ctas=self.ctas, stream=compute)
         done: list = []
         if events is not None:
@@ -481,7 +502,8 @@ class OverlapPlan:
             self._collectives(self.comm_stream, wait=True, done=done)
         # Built after the GEMM and the communication side are enqueued: the GPU starts on them while
         # the host validates the post-reorder's operands (a single call's latency).
-        launches, result = self._post_launches(ops, stages, operands)
+        launches, result = self._post_launches(ops, stages, operands) if not self._in_place(ops, operands) \
+            else ([], self.send.view(self.M, self.N))
         for g, launch in launches:
             if staged:
                 compute.wait_event(done[g])
@@ -491,10 +513,15 @@ class OverlapPlan:
             launch(compute)
             if events is not None:
                 events["post"].append((g, start, _record(compute)))
-        if staged:  # the epoch bump; joins the streams under capture
+        if staged or not launches:  # the epoch bump (joins the streams under capture); no post: the output
             compute.wait_stream(self.comm_stream)
         self._error_host.copy_(self.error, non_blocking=True)
         return result
+
+    def _in_place(self, ops, operands) -> bool:
+        """The rows layout with nothing to apply: the buffer already is the output."""
+        return (self.layout == "rows" and ops.identity
+                and all(operands.get(k) is None for k in ("bias", "residual", "residual_out", "weight", "out")))
 
     def _check_post_operands(self, operands) -> None:
         """The post-reorder operands' names and row shapes (stages slice them by rows)."""
@@ -629,8 +656,11 @@ class OverlapPlan:
         return postops.post_reorder(gathered, self._ag_table, (self.M, self.N), self.grid.BN, ops, **operands)
 
     def describe(self) -> str:
+        groups = ("" if self.layout == "tiles" else
+                  f", layout rows (row cuts {self.tables.row_cuts.tolist()})")
         return (f"{self.primitive} {self.M}x{self.N}x{self.K} {self.dtype} on {self.device}, world "
-                f"{self.world_size} ({self.comm.link}), {self.grid.describe()}, partition {list(self.partition)}")
+                f"{self.world_size} ({self.comm.link}), {self.grid.describe()}, partition {list(self.partition)}"
+                + groups)
 
 
 class GraphedCall:

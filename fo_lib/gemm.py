@@ -12,8 +12,11 @@ picks a tile config, generates the tiny instantiation source, and launches on a 
   same ``(BM, BN, order, swizzle, ctas)``.
 * Epilogues: ``plain`` stores ``C``; ``signal`` stores row ``i`` of tile column ``tn`` at
   ``comm_buf[row_offset[i, tn] + c]`` and then adds 1 to ``group_counter[tile_group[tile_id]]``
-  (release, never reset: the waiter compares against epoch targets); ``probe`` stores ``C`` and records
-  per tile ``(start ns, end ns, smid, cta)``.
+  (release, never reset: the waiter compares against epoch targets); ``signal_rows`` stores ``C``
+  row-major into ``comm_buf`` and signals the same way; ``probe`` stores ``C`` and records per tile
+  ``(start ns, end ns, smid, cta)``; ``scatter`` is ``signal`` without the counter. The signal
+  epilogues release a tile's counter at a barrier a few k-tiles into the CTA's next tile (or at its
+  end): the stores have drained by then, so the release costs the main loop almost nothing.
 
 ``import fo_lib.gemm`` needs neither torch nor CuPy; they are imported when a kernel is launched.
 """
@@ -27,8 +30,8 @@ from . import kernels
 from .tiling import RASTER_ORDERS
 
 DTYPES = ("bf16", "f16")
-EPILOGUES = ("plain", "signal", "probe", "scatter")
-_EPILOGUE_ID = {"plain": 0, "signal": 1, "probe": 2, "scatter": 3}
+EPILOGUES = ("plain", "signal", "probe", "scatter", "signal_rows")
+_EPILOGUE_ID = {name: i for i, name in enumerate(EPILOGUES)}  # the EPILOGUE template argument
 _DTYPE_TAG = {"bf16": "fo::bf16_tag", "f16": "fo::f16_tag"}
 _MAX_SMEM = 227 * 1024  # H100/H200 opt-in limit per block; the device's own limit is checked at launch
 
@@ -350,7 +353,7 @@ def _check_table_store(a, comm_buf, row_offset, tile_group, group_counter, cfg, 
         raise GemmError("comm_buf must be contiguous (row_offset indexes its flat storage)")
     if comm_buf.numel() < M * N:
         raise GemmError(f"comm_buf holds {comm_buf.numel()} elements, fewer than M*N = {M * N}")
-    checks = [(row_offset, "row_offset", (torch.int64,), (M, tiles_n))]
+    checks = [] if row_offset is None else [(row_offset, "row_offset", (torch.int64,), (M, tiles_n))]
     if group_counter is not None:
         checks += [(tile_group, "tile_group", (torch.int32,), (tiles_m * tiles_n,)),
                    (group_counter, "group_counter", (torch.int32, torch.uint32), None)]
@@ -426,12 +429,18 @@ class GemmFamily:
         Element ``C[i, tn * BN + c]`` (``c < min(BN, N - tn * BN)``) goes to
         ``comm_buf.flatten()[row_offset[i, tn] + c]``; after a tile is stored,
         ``group_counter[tile_group[tile_id]] += 1`` (release, gpu scope). Counters are never reset.
-        ``config`` is required: the tables depend on its tile shape.
+        ``row_offset=None`` stores ``C`` row-major into ``comm_buf`` (the "rows" layout of
+        :func:`fo_lib.reorder.row_reorder`: no table is read). ``config`` is required: the tables
+        depend on its tile shape.
         """
         if config is None:
             raise GemmError("gemm_nt_signal needs an explicit config (the tables are built for its tiles)")
         dtype, M, N, K, cfg, ctas = self.check(a, b, config, ctas)
         _check_table_store(a, comm_buf, row_offset, tile_group, group_counter, cfg, M, N)
+        if row_offset is None:
+            self.launch(cfg, dtype, "signal_rows", a, b, comm_buf.data_ptr(), N, ctas, stream,
+                        tile_group_ptr=tile_group.data_ptr(), counter_ptr=group_counter.data_ptr())
+            return
         self.launch(cfg, dtype, "signal", a, b, 0, 0, ctas, stream, comm_ptr=comm_buf.data_ptr(),
                     row_offset_ptr=row_offset.data_ptr(), tile_group_ptr=tile_group.data_ptr(),
                     counter_ptr=group_counter.data_ptr())
@@ -442,6 +451,8 @@ class GemmFamily:
         pre-communication reorder alone (non-overlapped runs; the signal-cost ablation)."""
         if config is None:
             raise GemmError("gemm_nt_scatter needs an explicit config (the table is built for its tiles)")
+        if row_offset is None:
+            raise GemmError("gemm_nt_scatter stores through a row table: row_offset is required")
         dtype, M, N, K, cfg, ctas = self.check(a, b, config, ctas)
         _check_table_store(a, comm_buf, row_offset, None, None, cfg, M, N)
         self.launch(cfg, dtype, "scatter", a, b, 0, 0, ctas, stream, comm_ptr=comm_buf.data_ptr(),

@@ -15,7 +15,8 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
   operand ring. Run-time raster (``order``, ``swizzle``) and CTA count (``ctas``) as in fo_lib.gemm.
 * Epilogues: ``plain`` stores ``C``; ``signal`` stores row ``i`` of tile column ``tn`` at
   ``comm_buf[row_offset[i, tn] + c]`` then adds 1 to ``group_counter[tile_group[tile_id]]`` (release,
-  gpu scope, never reset); ``probe`` stores ``C`` and records per tile ``(start ns, end ns, smid,
+  gpu scope, never reset); ``signal_rows`` stores ``C`` row-major into ``comm_buf`` and signals the
+  same way; ``probe`` stores ``C`` and records per tile ``(start ns, end ns, smid,
   cta)``; ``scatter`` is ``signal`` without the counter. The stores, the release and the probe's end
   stamp are done by the store warps after the consumers hand the tile over in shared memory, so a
   tile's probe interval may overlap the next tile's start on the same CTA (start = the consumers
@@ -30,14 +31,14 @@ from functools import lru_cache
 from typing import ClassVar
 
 from . import kernels
-from .gemm import DTYPES, EPILOGUES, GemmError, GemmFamily, RasterMixin, _check_operands, pick_by_waves, sm_count
+from .gemm import (_EPILOGUE_ID, DTYPES, EPILOGUES, GemmError, GemmFamily, RasterMixin, _check_operands,
+                   pick_by_waves, sm_count)
 from .tiling import RASTER_ORDERS
 
 __all__ = ["Sm90Config", "CONFIGS", "default_config", "gemm_nt", "gemm_nt_signal", "gemm_nt_scatter",
            "gemm_nt_probe", "generate_source", "kernel_name", "tma_desc_fields", "is_supported",
            "GemmError", "sm_count"]
 
-_EPILOGUE_ID = {"plain": 0, "signal": 1, "probe": 2, "scatter": 3}
 _DTYPE_TAG = {"bf16": "fo::bf16_tag", "f16": "fo::f16_tag"}
 _MAX_SMEM = 227 * 1024  # sm_90 opt-in limit per block (232448 B)
 ARCH = "sm_90a"

@@ -56,6 +56,11 @@ class PostOps:
     rmsnorm: bool = False
     eps: float = 1e-6
 
+    @property
+    def identity(self) -> bool:
+        """Nothing to apply: the post-reorder only moves data."""
+        return not (self.bias or self.residual or self.residual_out or self.rmsnorm) and self.activation == "none"
+
     def __post_init__(self) -> None:
         for name in ("bias", "residual", "residual_out", "rmsnorm"):
             value = getattr(self, name)

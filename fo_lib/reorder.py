@@ -8,6 +8,11 @@ follow it contiguously. One indirection per (row, tile column) expresses all thr
 * **tile** (AllReduce, :func:`tile_reorder`): the tiles of a group are stored one after another
   (each tile row-major, in schedule order), so each group's slice is contiguous and the whole
   buffer is exactly ``M * N`` elements.
+* **rows** (AllReduce, :func:`row_reorder`): no reorder at all. When every group is a run of whole
+  tile-row bands of a row raster, its rows are already contiguous in the row-major output, so the
+  GEMM stores ``C`` in place and each group's collective works on a row range: no table read in the
+  GEMM and, without fused element-wise work, no post-reorder. The wave groups' cuts move down to
+  the nearest band boundary (a group never waits for a later wave than its partition says).
 * **subtile** (ReduceScatter, :func:`subtile_reorder`): each tile's rows are cut into ``W``
   subtiles of ``BM / W`` rows; a group's slice holds ``W`` equal chunks, chunk ``k`` being subtile
   ``k`` of every tile in the group, so one ``ReduceScatter`` per group delivers chunk ``k`` to rank
@@ -120,6 +125,65 @@ def tile_reorder(grid: TileGrid, partition) -> TileReorder:
     slices = np.stack([np.concatenate(([0], ends[:-1])), ends], axis=1)
     return TileReorder(grid, g.partition, g.tile_group, g.group_tiles,
                        np.ascontiguousarray(row_offset, dtype=np.int64), slices)
+
+
+# --- AllReduce: row bands, the natural layout -------------------------------------------------------
+@dataclass(frozen=True)
+class RowReorder:
+    """Groups of whole tile-row bands, stored in the natural row-major layout (see the module doc).
+
+    ``partition`` is the wave partition asked for; ``row_cuts`` the output rows where groups start
+    and end (``[groups + 1]``, from 0 to M): group ``g`` is rows ``row_cuts[g]:row_cuts[g + 1]``.
+    A wave cut that falls inside a band moves down to the band's start, so the band's tiles join the
+    next group; cuts that meet merge (fewer groups than ``partition`` then)."""
+
+    grid: TileGrid
+    partition: tuple[int, ...]
+    tile_group: np.ndarray      # int32 [tiles]
+    group_tiles: np.ndarray     # int64 [groups]
+    row_cuts: np.ndarray        # int64 [groups + 1]
+    row_offset: np.ndarray      # int64 [M, TN]: the identity table (i * N + tn * BN)
+    group_slices: np.ndarray    # int64 [groups, 2]: rows row_cuts[g]:row_cuts[g+1] of the flat output
+
+    natural = True              # the buffer is the row-major output: nothing to gather back
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.group_tiles)
+
+    @property
+    def buffer_elements(self) -> int:
+        return self.grid.M * self.grid.N
+
+    @property
+    def post_table(self) -> np.ndarray:
+        return self.row_offset
+
+
+def band_tiles(grid: TileGrid) -> int:
+    """Schedule indices per band of a row raster: ``swizzle`` tile rows (fewer in the last band)."""
+    if grid.order != "row":
+        raise ReorderError(f"the rows layout needs a row raster (bands of whole tile rows), got order {grid.order!r}")
+    return min(grid.swizzle, grid.tiles_m) * grid.tiles_n
+
+
+def row_reorder(grid: TileGrid, partition) -> RowReorder:
+    part = part_mod.validate_partition(partition, grid.num_waves)
+    band = band_tiles(grid)
+    # Wave cuts in schedule indices, moved down to a band start; 0 and the end bound the groups.
+    wave_cuts = part_mod.boundaries(part)[1:-1] * grid.ctas
+    cuts = np.unique(np.concatenate(([0], (wave_cuts // band) * band, [grid.num_tiles])))
+    group_of_s = np.searchsorted(cuts, np.arange(grid.num_tiles), side="right") - 1
+    tile_group = np.empty(grid.num_tiles, dtype=np.int32)
+    tile_group[grid.schedule] = group_of_s
+    group_tiles = np.diff(cuts).astype(np.int64)
+    # A cut at band start c begins output row (c / band) * rows_per_band * BM; the last cut is M.
+    rows_per_band = min(grid.swizzle, grid.tiles_m)
+    row_cuts = np.where(cuts == grid.num_tiles, grid.M, (cuts // band) * rows_per_band * grid.BM).astype(np.int64)
+    i = np.arange(grid.M, dtype=np.int64)[:, None]
+    row_offset = i * grid.N + np.arange(grid.tiles_n, dtype=np.int64)[None, :] * grid.BN
+    slices = np.stack([row_cuts[:-1], row_cuts[1:]], axis=1) * grid.N
+    return RowReorder(grid, part, tile_group, group_tiles, row_cuts, np.ascontiguousarray(row_offset), slices)
 
 
 # --- ReduceScatter: subtile unit ---------------------------------------------------------------

@@ -106,6 +106,10 @@ def main(argv=None) -> int:
                     help="the GEMM's CTA schedule (fo_lib.engine.OverlapPlan): persistent CTAs leaving the "
                          "footprint free, or one CTA per tile sharing SMs with NCCL's high-priority CTAs")
     ap.add_argument("--skip", nargs="*", default=[], choices=("curves", "sweep"))
+    ap.add_argument("--layout", default="tiles", choices=("tiles", "rows"),
+                    help="the AllReduce plans' layout (fo_lib.engine.OverlapPlan): tile slots gathered back by "
+                         "the post-reorder, or groups of whole tile rows stored in place")
+    ap.add_argument("--primitives", nargs="+", default=list(PRIMITIVES), choices=PRIMITIVES)
     args = ap.parse_args(argv)
 
     import pandas as pd
@@ -133,7 +137,7 @@ def main(argv=None) -> int:
         tag = f"NCCL CTAs {'default' if budget == 0 else budget}"
         # A bounded CTA budget applies to AllReduce and ReduceScatter; All-to-All (grouped send/recv)
         # stalled under min=max=8 CTAs on 2 H200s, so it keeps NCCL's own choice.
-        prims = PRIMITIVES if budget == 0 else ("all_reduce", "reduce_scatter")
+        prims = [p for p in args.primitives if budget == 0 or p != "all_to_all"]
         if "curves" not in args.skip:
             for prim in prims:
                 curve = c.broadcast_object(tuning.measure_curve(c, prim, tuning.default_sizes(1 << 30, min_bytes=16 << 10)))
@@ -152,7 +156,7 @@ def main(argv=None) -> int:
         if "sweep" not in args.skip:
             summary, cands, saved = measure(c, quick=args.quick, shapes=sweep_shapes(args.quick), primitives=prims,
                                             candidates_limit=args.candidates, comm_sms=free, model_kw=model_kw,
-                                            schedule=args.schedule)
+                                            schedule=args.schedule, layout=args.layout)
             summaries.append(summary)
             cand_frames.append(cands)
             saved_all[str(budget)] = saved

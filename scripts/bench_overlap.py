@@ -33,6 +33,8 @@ def main(argv=None):
     ap.add_argument("--host-overhead", action="store_true",
                     help="also measure the host time per call, eager vs CUDA graph (<out>_host_overhead.csv)")
     ap.add_argument("--no-sweep", action="store_true", help="skip the speedup sweep (with --host-overhead)")
+    ap.add_argument("--layout", default="tiles", choices=("tiles", "rows"),
+                    help="the AllReduce plans' layout (fo_lib.engine.OverlapPlan)")
     args = ap.parse_args(argv)
     if args.host_overhead:
         from fo_lib.experiments.overlap import LINK, host_overhead
@@ -45,7 +47,7 @@ def main(argv=None):
     if args.no_sweep:
         return
     df, cand, saved = measure(world=args.world, quick=args.quick, primitives=args.primitives,
-                              candidates_limit=args.candidates, comm_sms=args.comm_sms)
+                              candidates_limit=args.candidates, comm_sms=args.comm_sms, layout=args.layout)
     write_records(df, cand, saved, args.out, world=args.world, comm_sms=args.comm_sms)
     heavy = df[df.comm_over_gemm >= 0.3]
     within = (df.predicted_vs_best <= 1.03).mean()

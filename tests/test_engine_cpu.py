@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from fo_lib import gemm
+from fo_lib import gemm, partition as P
 from fo_lib.engine import OverlapPlan, PlanError, Routing
 
 
@@ -249,3 +249,40 @@ def test_overlap_check_times_both_sides_on_the_cpu():
     assert not OverlapCheck(rounds=2, inner=1).keep(_SelfLink(), lambda: time.sleep(0.003), lambda: None, device="cpu")
     with pytest.raises(ValueError, match="rounds"):
         OverlapCheck(rounds=0)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_rows_layout_all_reduce_matches_the_tiles_layout(seed):
+    """The rows layout gives the same AllReduce (with and without fused post-ops) as the tiles
+    layout, with its groups on whole tile rows; it is refused where it cannot apply."""
+    from fo_lib.postops import PostOps
+
+    rng = np.random.default_rng(seed)
+    M, N, K = int(rng.integers(65, 400)), int(rng.integers(17, 200)), 8 * int(rng.integers(1, 5))
+    sms = int(rng.integers(2, 6))
+    cfg = CFG.with_raster("row", int(rng.integers(1, 3)))
+    T = cfg.grid(M, N, sms).num_waves
+    part = P.from_cuts(rng.random(T - 1) < 0.5)
+    a, b = torch.randn(M, K).bfloat16(), torch.randn(N, K).bfloat16()
+    ops = PostOps(bias=True, residual=True, rmsnorm=True)
+    operands = dict(bias=torch.randn(N).bfloat16(), residual=torch.randn(M, N).bfloat16(),
+                    weight=torch.rand(N).bfloat16() + 0.5)
+    out = {}
+    for layout in ("tiles", "rows"):
+        plan = OverlapPlan("all_reduce", M, N, K, _SelfLink(), device="cpu", config=cfg, sm_count=sms,
+                           partition=part, layout=layout)
+        out[layout] = (plan.run(a, b), plan.run(a, b, ops=ops, **operands))
+    rows = plan.tables
+    assert plan.num_groups == len(rows.row_cuts) - 1 <= len(part)
+    assert [sl["send"] for sl in plan.slices] == [(r0 * N, r1 * N) for r0, r1 in zip(rows.row_cuts[:-1], rows.row_cuts[1:])]
+    dense = (a.double() @ b.double().T)
+    assert torch.allclose(out["rows"][0].double(), dense, atol=0.05, rtol=0.02)
+    for x, y in zip(out["tiles"], out["rows"]):
+        assert torch.equal(x, y)
+    with pytest.raises(PlanError, match="rows layout is for all_reduce"):
+        OverlapPlan("reduce_scatter", M, N, K, _SelfLink(), device="cpu", config=cfg, sm_count=sms, layout="rows")
+    with pytest.raises(PlanError, match="row raster"):
+        OverlapPlan("all_reduce", M, N, K, _SelfLink(), device="cpu", config=cfg.with_raster("col", 1),
+                    sm_count=sms, layout="rows")
+    with pytest.raises(PlanError, match="layout must be one of"):
+        OverlapPlan("all_reduce", M, N, K, _SelfLink(), device="cpu", config=cfg, sm_count=sms, layout="cols")

@@ -62,6 +62,39 @@ def test_tile_round_trip_and_bijection(gp, seed):
     assert plan.group_tiles.tolist() == sizes
 
 
+@given(grid_and_partition())
+def test_rows_layout_groups_are_row_ranges_no_later_than_their_waves(gp):
+    g, part = gp
+    if g.order != "row":
+        with pytest.raises(R.ReorderError, match="row raster"):
+            R.row_reorder(g, part)
+        return
+    plan = R.row_reorder(g, part)
+    G = plan.num_groups
+    assert 1 <= G <= len(part) and plan.group_tiles.sum() == g.num_tiles
+    assert plan.group_tiles.tolist() == np.bincount(plan.tile_group, minlength=G).tolist()
+    # The identity table: the buffer is C itself.
+    C = np.random.default_rng(0).standard_normal((g.M, g.N))
+    assert np.array_equal(R.pre_reorder(C, plan.row_offset, plan.buffer_elements, g.BN).reshape(g.M, g.N), C)
+    # Group g is exactly the tiles of output rows row_cuts[g]:row_cuts[g+1] (whole rows, in order) ...
+    assert plan.row_cuts[0] == 0 and plan.row_cuts[-1] == g.M and (np.diff(plan.row_cuts) > 0).all()
+    tile_row_group = plan.tile_group.reshape(g.tiles_m, g.tiles_n)
+    assert (tile_row_group == tile_row_group[:, :1]).all()
+    row_group = np.repeat(tile_row_group[:, 0], g.BM)[:g.M]
+    assert np.array_equal(row_group, np.searchsorted(plan.row_cuts, np.arange(g.M), side="right") - 1)
+    assert np.array_equal(plan.group_slices, np.stack([plan.row_cuts[:-1], plan.row_cuts[1:]], 1) * g.N)
+    _check_groups_contiguous(plan, plan.row_offset, g.N, g.BN, plan.group_slices)
+    # ... and its cut is a wave cut moved down to a band start: every group ends no later than the
+    # wave cut it came from, and by less than one band of tiles.
+    band = R.band_tiles(g)
+    ends = np.cumsum(plan.group_tiles)[:-1]
+    wave_cuts = P.boundaries(part)[1:-1] * g.ctas
+    assert set(ends.tolist()) == set(((wave_cuts // band) * band).tolist()) - {0}
+    for e in ends:
+        c = wave_cuts[wave_cuts >= e].min()
+        assert c - band < e <= c and e % band == 0
+
+
 @st.composite
 def rs_case(draw):
     g, part = draw(grid_and_partition())

@@ -14,7 +14,8 @@
 //     -> 16-byte coalesced global stores. EPILOGUE 0 = plain store, 1 = store through a row table
 //     into the communication buffer and signal the tile's group counter, 2 = plain store plus a
 //     per-tile timing probe, 3 = store through the row table without signalling (the pre-reorder
-//     alone: the non-overlapped path and the ablation of the signal's cost).
+//     alone: the non-overlapped path and the ablation of the signal's cost), 4 = plain store into
+//     the communication buffer (row-major, ldc) and signal: the AllReduce "rows" layout, no table.
 //
 // NOTES: no toolkit headers (see common.cuh); every shared-memory access is PTX on 32-bit shared
 // addresses, every 16-bit value is raw bits.
@@ -130,7 +131,7 @@ struct GemmShape {
 };
 
 // EPILOGUE: 0 plain (C), 1 signal (comm_buf through row_offset + group counters), 2 probe (C + probe),
-// 3 scatter (comm_buf through row_offset, no signal).
+// 3 scatter (comm_buf through row_offset, no signal), 4 signal_rows (C row-major + group counters).
 // Pointers an epilogue does not use may be null.
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES, class T, int EPILOGUE>
 __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const bits16* __restrict__ B,
@@ -141,8 +142,9 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                                              u64* __restrict__ probe) {
     using S = GemmShape<BM, BN, BK, WARPS_M, WARPS_N, STAGES>;
     using namespace mma_detail;
-    static_assert(EPILOGUE >= 0 && EPILOGUE <= 3, "EPILOGUE is 0 plain, 1 signal, 2 probe or 3 scatter");
+    static_assert(EPILOGUE >= 0 && EPILOGUE <= 4, "EPILOGUE is 0 plain, 1 signal, 2 probe, 3 scatter or 4 signal_rows");
     constexpr bool kTableStore = EPILOGUE == 1 || EPILOGUE == 3;
+    constexpr bool kSignal = EPILOGUE == 1 || EPILOGUE == 4;
 
     extern __shared__ __align__(128) unsigned char fo_gemm_smem[];
     const u32 smem = smem_addr(fo_gemm_smem);
@@ -234,7 +236,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
     int tile_grp = -1;       // group of the current tile, loaded at tile start (thread 0 only)
     const int publish_kt = KT >= 2 ? (KT - 2 < 2 ? KT - 2 : 2) : -1;  // in-loop barrier used; -1: top
     auto publish = [&]() {
-        if (EPILOGUE == 1 && tid == 0 && pending_group >= 0) {
+        if (kSignal && tid == 0 && pending_group >= 0) {
             red_release_gpu_add(group_counter + pending_group, 1u);
             pending_group = -1;
         }
@@ -256,7 +258,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         cp_async_wait<STAGES - 2>();
         __syncthreads();
         if (publish_kt < 0) publish();
-        if (EPILOGUE == 1 && tid == 0) tile_grp = tile_group[tm * tiles_n + tn];
+        if (kSignal && tid == 0) tile_grp = tile_group[tm * tiles_n + tn];
         if (EPILOGUE == 2 && tid == 0) probe[(tm * tiles_n + tn) * 4 + 0] = globaltimer_ns();
         if (kTableStore && tid < BM) {
             // NOTES: the tile's BM row offsets ride in the cp.async group of this tile's first
@@ -346,7 +348,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         // Every thread's stores of this tile precede thread 0's release: the next bar.sync orders
         // them before thread 0 at CTA scope, and red.release.gpu is cumulative, so a consumer that
         // acquires the counter sees all of them. (A separate __threadfence() would be redundant.)
-        if (EPILOGUE == 1) pending_group = tile_grp;
+        if (kSignal) pending_group = tile_grp;
         if (EPILOGUE == 2) {
             // The probe stamps the tile's end when its stores are issued, so it is not deferred.
             __syncthreads();
@@ -358,7 +360,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
             }
         }
     }
-    if (EPILOGUE == 1) {
+    if (kSignal) {
         __syncthreads();
         publish();
     }

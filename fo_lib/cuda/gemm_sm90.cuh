@@ -27,7 +27,8 @@
 //
 // EPILOGUE 0 plain, 1 signal (comm_buf through row_offset, then red.release.gpu on the tile's group
 // counter), 2 probe (plain + per-tile start/end %globaltimer, smid, CTA), 3 scatter (table store, no
-// signal) -- the same meaning and arguments as gemm_mma.cuh.
+// signal), 4 signal_rows (plain row-major store, then the signal) -- the same meaning and arguments
+// as gemm_mma.cuh.
 #pragma once
 
 #include "common.cuh"
@@ -276,8 +277,9 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                                                u64* __restrict__ probe) {
     using S = Sm90Shape<BN, STAGES>;
     using namespace sm90;
-    static_assert(EPILOGUE >= 0 && EPILOGUE <= 3, "EPILOGUE is 0 plain, 1 signal, 2 probe or 3 scatter");
+    static_assert(EPILOGUE >= 0 && EPILOGUE <= 4, "EPILOGUE is 0 plain, 1 signal, 2 probe, 3 scatter or 4 signal_rows");
     constexpr bool kTableStore = EPILOGUE == 1 || EPILOGUE == 3;
+    constexpr bool kSignal = EPILOGUE == 1 || EPILOGUE == 4;
     constexpr int BM = S::BM, BK = S::BK;
 
     extern __shared__ unsigned char fo_sm90_smem[];
@@ -390,9 +392,9 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 // Every store warp's global stores (and reads of smem_ro) precede the publication
                 // below and the next tile's row-offset fetch.
                 bar_sync(1, S::STORE_THREADS);
-                if ((EPILOGUE == 1 || EPILOGUE == 2) && st == 0) {
+                if ((kSignal || EPILOGUE == 2) && st == 0) {
                     const int tile_id = tm * tiles_n + tn;
-                    if (EPILOGUE == 1) {
+                    if (kSignal) {
                         // bar.sync orders the other store threads' stores before this thread at CTA
                         // scope; red.release.gpu is cumulative, so a waiter that acquires the counter
                         // sees the whole tile (the same protocol as gemm_mma.cuh).

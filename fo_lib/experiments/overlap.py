@@ -209,7 +209,8 @@ def _symm_mem_matmul_rs(comm, a, b):
 def measure(comm=None, *, world: int = 2, quick: bool = False,
             primitives=("all_reduce", "reduce_scatter", "all_to_all"), candidates_limit: int = 12,
             comm_sms: int | None = None, shapes=None, rounds: int | None = None, inner: int | None = None,
-            model_kw: dict | None = None, graphs: bool = True, schedule: str = "persistent"):
+            model_kw: dict | None = None, graphs: bool = True, schedule: str = "persistent",
+            layout: str = "tiles"):
     """Overlapped vs sequential vs decomposition, and every candidate partition's latency next to the
     refined model's prediction.
 
@@ -222,7 +223,9 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
     refined model's parameters, e.g. fitted by ``scripts/calibrate_overlap.py`` on an earlier run.
     ``graphs``: also time every candidate replayed as one CUDA graph (``OverlapPlan.capture``), the
     mode without host work per group. ``schedule``: the GEMM's CTA schedule
-    (:class:`fo_lib.engine.OverlapPlan`; ``"per_tile"`` ignores ``comm_sms``).
+    (:class:`fo_lib.engine.OverlapPlan`; ``"per_tile"`` ignores ``comm_sms``). ``layout``: the
+    AllReduce plans' layout (``"rows"``: groups of whole tile rows, the GEMM in a row-major raster,
+    no post-reorder; the other primitives keep ``"tiles"``).
 
     Returns ``(summary, candidates, saved)``: one row per (primitive, shape), one row per measured
     partition, and the GEMM profiles and link curves as JSON-ready dicts.
@@ -254,6 +257,9 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
     for prim in primitives:
         for M, N, K in tqdm(per_prim.get(prim, []), desc=prim, disable=not root):
             cfg = gemm.auto_config(M, N, K, sms)
+            plan_layout = layout if prim == "all_reduce" else "tiles"
+            if plan_layout == "rows":  # bands of one tile row: the finest row cuts
+                cfg = cfg.with_raster("row", 1)
             run_gemm = gemm.kernels_for(cfg)
             a = torch.randn(M, K, device="cuda").bfloat16()
             b = torch.randn(N, K, device="cuda").bfloat16()
@@ -267,7 +273,7 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
             T = profile.num_waves
             cands = candidate_partitions(T, res.best.partition, rng, candidates_limit)
             plans = {c: OverlapPlan(prim, M, N, K, comm, config=cfg, ctas=ctas, partition=c, routing=routing,
-                                    schedule=schedule) for c in cands}
+                                    schedule=schedule, layout=plan_layout) for c in cands}
             any_plan = plans[cands[0]]
             out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
             full = torch.randn(M * N, device="cuda").bfloat16()
@@ -331,7 +337,7 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
             t_oseq = med["ours_sequential"]
             eff_ours = (t_oseq - t_pred) / (t_oseq - max(t_gemm, t_comm))
             row = dict(primitive=prim, M=M, N=N, K=K, world=world, link=link_label(comm),
-                       waves=T, config=cfg.tile_name, schedule=schedule, gemm_ms=t_gemm, cublas_ms=med["cublas"], comm_ms=t_comm,
+                       waves=T, config=cfg.tile_name, schedule=schedule, layout=plan_layout, gemm_ms=t_gemm, cublas_ms=med["cublas"], comm_ms=t_comm,
                        comm_over_gemm=t_comm / t_gemm, comm_over_cublas=t_comm / med["cublas"],
                        sequential_ms=t_seq, cublas_then_comm_ms=med["cublas_then_comm"], ours_sequential_ms=t_oseq, comm_sms=sms_free[prim],
                        nccl_max_ctas=getattr(comm, "max_ctas", None) or 0, decomp2_ms=med["decomp2"],

@@ -82,3 +82,7 @@ def check_signal_rejects_bad_tables(family, cfg):
         family.gemm_nt_signal(a, b, comm[:100], ro, tg, cnt, config=cfg)
     with pytest.raises(GemmError, match="explicit config"):
         family.gemm_nt_signal(a, b, comm, ro, tg, cnt, config=None)
+    with pytest.raises(GemmError, match="comm_buf"):  # the rows store (no table) checks the buffer too
+        family.gemm_nt_signal(a, b, comm[:100], None, tg, cnt, config=cfg)
+    with pytest.raises(GemmError, match="row_offset is required"):
+        family.gemm_nt_scatter(a, b, comm, None, config=cfg)

@@ -362,3 +362,52 @@ def test_staged_post_reorder_matches_the_single_post(primitive):
     assert torch.allclose(graphed().float(), results[0][0].float(), **close)
     with pytest.raises(PlanError, match="residual must be"):
         plans[1].run(a, b, ops=ops, bias=bias, residual=residual[:-1], weight=weight)
+
+
+@pytest.mark.parametrize("hopper", [False, True])
+def test_rows_layout_all_reduce(hopper):
+    """The rows layout: groups of whole tile rows, the GEMM storing C in place. With no post-op a call
+    returns the plan's buffer (no post-reorder runs); with post-ops and out= it matches the tiles
+    layout; eager (communication graph and group by group) and captured calls agree, over repeats."""
+    from fo_lib import gemm_sm90
+    if hopper and not gemm_sm90.is_supported():
+        pytest.skip("needs a compute capability 9.0 GPU")
+    M, N, K, W = 3000, 2100, 192, 2
+    cfg = (gemm_sm90.CONFIGS["128x128x64"] if hopper else gemm.CONFIGS["128x128x32"]).with_raster("row", 1)
+    a, b, C = _inputs(M, N, K, seed=41)
+    ops = PostOps(bias=True, residual=True, rmsnorm=True)
+    bias, weight = (torch.randn(N, device="cuda").bfloat16() for _ in range(2))
+    residual = torch.randn(M, N, device="cuda").bfloat16()
+    want_ops = baselines.torch_post_ops(W * C, ops, bias=bias.double(), residual=residual.double(),
+                                        weight=weight.double())
+    for comm_graph in (True, False):
+        plan = OverlapPlan("all_reduce", M, N, K, LoopbackCommunicator(W), config=cfg, ctas=30,
+                           partition=None, comm_graph=comm_graph, layout="rows")
+        assert plan.num_groups > 1 and plan._store_table is None
+        for call in range(3):
+            plan.send.fill_(float("nan"))  # poisoned: the GEMM must write every element
+            got = plan.run(a, b)
+            assert got.data_ptr() == plan.send.data_ptr() and tuple(got.shape) == (M, N)
+            torch.cuda.synchronize()
+            plan.check()
+            assert calc_diff(got, W * C) < TOL, (call, plan.describe())
+        out = torch.full((M, N), float("nan"), device="cuda").bfloat16()
+        got = plan.run(a, b, ops=ops, bias=bias, residual=residual, weight=weight, out=out)
+        torch.cuda.synchronize()
+        plan.check()
+        assert got.data_ptr() == out.data_ptr() and calc_diff(got, want_ops) < TOL
+        copy = plan.run(a, b, out=torch.empty(M, N, device="cuda").bfloat16())  # out= gets a copy
+        torch.cuda.synchronize()
+        assert copy.data_ptr() != plan.send.data_ptr() and calc_diff(copy, W * C) < TOL
+    graphed = plan.capture(a, b)
+    a2, b2, C2 = _inputs(M, N, K, seed=42)
+    a.copy_(a2)
+    b.copy_(b2)
+    for _ in range(2):
+        y = graphed()
+        torch.cuda.synchronize()
+        plan.check()
+        assert calc_diff(y, W * C2) < TOL
+    tiles = OverlapPlan("all_reduce", M, N, K, LoopbackCommunicator(W), config=cfg, ctas=30,
+                        partition=plan.partition, layout="tiles")
+    assert torch.equal(tiles.run(a, b), plan.run(a, b))

@@ -107,7 +107,7 @@ def test_gemm_rejects_bad_inputs():
 @pytest.mark.parametrize("cname", CONFIG_NAMES)
 @pytest.mark.parametrize("M,N,K,groups", [(1, 8, 8, 1), (100, 300, 64, 3), (1000, 2000, 264, 5),
                                           (2048, 4096, 512, 8), (257, 129, 40, 2), (77, 1000, 16, 4)])
-@pytest.mark.parametrize("epilogue", ["signal", "scatter"])
+@pytest.mark.parametrize("epilogue", ["signal", "scatter", "signal_rows"])
 def test_gemm_signal(M, N, K, groups, cname, dtype, epilogue):
     cfg = gemm_sm90.CONFIGS[cname].with_raster("col", 2)
     a, b = inputs(M, N, K, dtype, seed=M + N + K)
@@ -117,7 +117,10 @@ def test_gemm_signal(M, N, K, groups, cname, dtype, epilogue):
     ro = torch.from_numpy(row_offset).cuda()
     tg = torch.from_numpy(tile_group).cuda()
     counters = torch.zeros(groups, dtype=torch.int32, device="cuda")
-    if epilogue == "signal":
+    if epilogue == "signal_rows":  # C row-major into comm, no table: the rows layout's store
+        row_offset = np.arange(M, dtype=np.int64)[:, None] * N + np.arange(grid.tiles_n)[None, :] * cfg.BN
+        gemm_sm90.gemm_nt_signal(a, b, comm, None, tg, counters, config=cfg)
+    elif epilogue == "signal":
         gemm_sm90.gemm_nt_signal(a, b, comm, ro, tg, counters, config=cfg)
     else:
         gemm_sm90.gemm_nt_scatter(a, b, comm, ro, config=cfg)
@@ -128,7 +131,7 @@ def test_gemm_signal(M, N, K, groups, cname, dtype, epilogue):
     got = comm[torch.from_numpy(gather_index(row_offset, M, N, cfg.BN)).cuda()]
     assert torch.equal(got, plain), "signal epilogue stored different values / places than plain"
     assert calc_diff(got, ref(a, b)) < TOL[dtype]
-    expect = np.bincount(tile_group, minlength=groups) if epilogue == "signal" else np.zeros(groups)
+    expect = np.bincount(tile_group, minlength=groups) if epilogue != "scatter" else np.zeros(groups)
     assert counters.cpu().numpy().tolist() == expect.tolist()
 
 
