@@ -185,6 +185,32 @@ def test_tuner_pick_keeps_overlap_only_when_its_check_wins():
     assert old.tuned_checked_ms.isna().all() and not old.tuner_keeps_overlap.any()
 
 
+def test_checked_tuner_also_picks_the_allreduce_layout():
+    import pandas as pd
+
+    from fo_lib.experiments import multi_gpu
+
+    base = dict(primitive="all_reduce", N=1024, K=1024, nccl_max_ctas=0, cublas_ms=1.0, comm_ms=0.5,
+                comm_over_cublas=0.5, cublas_then_comm_ms=1.5, predicted_model_ms=1.2, predicted_sequential_ms=1.5,
+                tuner_overlaps=True, overlap_predicted_ms=1.3, best_ms=1.25, decomp2_ms=2.0, decomp4_ms=2.0,
+                symm_mem_fused_ms=float("nan"), predicted_vs_best=1.0, predicted_vs_best_graph=1.0,
+                check_reference_ms=1.45)
+    df = pd.DataFrame([
+        base | dict(M=1, layout="tiles", overlap_predicted_graph_ms=1.2, check_overlap_ms=1.3),
+        base | dict(M=1, layout="rows", overlap_predicted_graph_ms=1.1, check_overlap_ms=1.2),
+        base | dict(M=2, layout="tiles", overlap_predicted_graph_ms=1.2, check_overlap_ms=1.3),
+        base | dict(M=2, layout="rows", overlap_predicted_graph_ms=1.3, check_overlap_ms=1.4, tuner_overlaps=False),
+        base | dict(M=3, layout="tiles", overlap_predicted_graph_ms=1.2, check_overlap_ms=1.5),
+        base | dict(M=3, layout="rows", overlap_predicted_graph_ms=1.4, check_overlap_ms=1.46)])
+    picked = multi_gpu.tuner_pick(df).set_index("M")
+    assert len(picked) == 3 and (picked.layout == "tiles").all()  # eager / graph: the default layout
+    assert picked.loc[1, "checked_layout"] == "rows" and picked.loc[1, "tuned_checked_ms"] == 1.1
+    assert picked.loc[1, "tuned_graph_ms"] == 1.2
+    assert picked.loc[2, "checked_layout"] == "tiles" and picked.loc[2, "tuned_checked_ms"] == 1.2
+    # Both checks lose to cuBLAS then NCCL (1.45): the fallback.
+    assert not picked.loc[3, "tuner_keeps_overlap"] and picked.loc[3, "tuned_checked_ms"] == 1.5
+
+
 def test_benchmark_routing_is_seeded_by_the_shape_and_routed_profile_counts_its_bytes():
     from fo_lib import gemm
     from fo_lib.profiles import GemmProfile

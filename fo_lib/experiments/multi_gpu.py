@@ -88,32 +88,45 @@ def tuner_pick(summary: pd.DataFrame) -> pd.DataFrame:
 
     ``tuned_checked``: the same choice, kept only if it also wins one short timing of itself
     against cuBLAS then NCCL (``check_*_ms``: separate rounds, so the reported times are not the
-    ones the decision saw), else the fallback; records without that check have NaN there."""
+    ones the decision saw), else the fallback; records without that check have NaN there.
+
+    A summary with a ``layout`` column holding both AllReduce layouts (two sweeps of
+    ``scripts/bench_nccl.py --layout``) gives one row per shape: the eager and graph choices are
+    the ``tiles`` layout's (the default), and the checked tuner also picks the layout, the one whose
+    choice has the shorter check timing (``checked_layout``)."""
     if "nccl_max_ctas" not in summary:
         summary = summary.assign(nccl_max_ctas=0)
     summary = summary.assign(reference_ms=reference_ms(summary),
                              predicted_choice_ms=summary[["predicted_model_ms", "predicted_sequential_ms"]].min(axis=1))
+    summary["layout"] = summary["layout"].fillna("tiles") if "layout" in summary else "tiles"
     if "overlap_predicted_graph_ms" not in summary:
         summary["overlap_predicted_graph_ms"] = float("nan")
+    checked = "check_overlap_ms" in summary
     rows = []
-    for _, g in summary.groupby(["primitive", "M", "N", "K"], sort=False):
-        row = g.loc[g.predicted_choice_ms.idxmin()].copy()
-        ref = g.reference_ms.min()
+    for _, shape in summary.groupby(["primitive", "M", "N", "K"], sort=False):
+        ref = shape.reference_ms.min()
+        # One choice per layout: the budget with the lowest predicted time.
+        picks = {lay: g.loc[g.predicted_choice_ms.idxmin()] for lay, g in shape.groupby("layout", sort=False)}
+        row = picks.get("tiles", next(iter(picks.values()))).copy()
         row["reference_ms"] = ref
         row["tuned_eager_ms"] = row.overlap_predicted_ms if row.tuner_overlaps else ref
         graph = row.overlap_predicted_graph_ms
         row["tuned_graph_ms"] = graph if (row.tuner_overlaps and graph == graph) else ref
-        if "check_overlap_ms" in g:
-            keep = bool(row.tuner_overlaps and row.check_overlap_ms < g.check_reference_ms.min())
+        if checked:
+            live = [p for p in picks.values() if p.tuner_overlaps and p.check_overlap_ms == p.check_overlap_ms]
+            best = min(live, key=lambda p: p.check_overlap_ms) if live else None
+            keep = bool(best is not None and best.check_overlap_ms < shape.check_reference_ms.min())
             row["tuner_keeps_overlap"] = keep
-            row["tuned_checked_ms"] = graph if (keep and graph == graph) else ref
+            row["checked_layout"] = best.layout if keep else ""
+            best_graph = best.overlap_predicted_graph_ms if keep else float("nan")
+            row["tuned_checked_ms"] = best_graph if best_graph == best_graph else ref
         else:
-            row["tuner_keeps_overlap"], row["tuned_checked_ms"] = False, float("nan")
+            row["tuner_keeps_overlap"], row["checked_layout"], row["tuned_checked_ms"] = False, "", float("nan")
         for name in ("tuned_eager", "tuned_graph", "tuned_checked"):
             row[f"{name}_speedup"] = ref / row[f"{name}_ms"]
-        row["best_eager_speedup"] = ref / g.best_ms.min()
-        row["decomposition_speedup"] = ref / g[["decomp2_ms", "decomp4_ms"]].min(axis=None)
-        row["symm_mem_speedup"] = ref / g.symm_mem_fused_ms.min()
+        row["best_eager_speedup"] = ref / shape.best_ms.min()
+        row["decomposition_speedup"] = ref / shape[["decomp2_ms", "decomp4_ms"]].min(axis=None)
+        row["symm_mem_speedup"] = ref / shape.symm_mem_fused_ms.min()
         rows.append(row)
     return pd.DataFrame(rows).reset_index(drop=True)
 
