@@ -112,12 +112,15 @@ class SearchResult:
     evaluated: int  # how many comm-cost evaluations / candidates the search used
 
 
-def search_exact(compute_end: Sequence[float], comm_cost: CommCost | np.ndarray) -> SearchResult:
+def search_exact(compute_end: Sequence[float], comm_cost: CommCost | np.ndarray, finish=None) -> SearchResult:
     """The partition of least latency, by dynamic programming over group boundaries.
 
     ``comm_cost`` is either a function ``c(a, b)`` or a ``[T+1, T+1]`` matrix with ``c`` at
     ``[a, b]`` for ``a < b`` (the fast path: each boundary is one vectorised step, so ``T = 200``
     takes milliseconds). Ties go to the partition with fewer groups (fewer collective launches).
+    ``finish(start, cost)`` (vectorised) is when a collective of cost ``cost`` started at ``start``
+    ends (default ``start + cost``); the search stays exact for any ``finish`` that never ends
+    earlier when started later, since each boundary then only needs its earliest finish.
     """
     p = np.asarray(compute_end, dtype=np.float64)
     num_waves = len(p) - 1
@@ -136,7 +139,8 @@ def search_exact(compute_end: Sequence[float], comm_cost: CommCost | np.ndarray)
     back = np.zeros(num_waves + 1, dtype=np.int64)
     best[0] = 0.0
     for b in range(1, num_waves + 1):
-        m = np.maximum(p[b], best[:b]) + cost[:b, b]
+        start = np.maximum(p[b], best[:b])
+        m = start + cost[:b, b] if finish is None else finish(start, cost[:b, b])
         ties = np.flatnonzero(m == m.min())
         a = int(ties[np.argmin(groups[ties])])
         best[b], back[b], groups[b] = m[a], a, groups[a] + 1

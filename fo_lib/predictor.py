@@ -12,8 +12,11 @@ sampled latency curve (no extrapolation: a size outside the samples is an error)
   communication occupies removed (so the wave count ``T`` is the one under overlap);
 * ``c`` = the curve inside its samples, an ``alpha + bytes/beta`` line outside (small-message floor);
 * ``launch_ms`` per collective (host enqueue + wait-kernel wake-up);
-* ``comm_slowdown`` on collectives that run while the GEMM still computes, ``gemm_slowdown`` on
-  compute that shares the GPU with communication (memory-bandwidth contention);
+* ``comm_slowdown``: a collective progresses at ``1 / comm_slowdown`` of its rate for as long as
+  the GEMM still computes and at full rate after it (only the part of a collective that overlaps
+  the GEMM is slowed: measured timelines show a first group crawling beside the GEMM while the
+  groups after its end run at the curve's speed); ``gemm_slowdown`` on compute that shares the GPU
+  with communication (memory-bandwidth contention);
 * no overlap is the fastest plain GEMM on every SM (``full_ms``, or cuBLAS's ``baseline_ms`` when
   profiled) followed by one collective: the fallback when no partition wins.
 
@@ -141,15 +144,29 @@ class OverlapModel:
         return int(self._byte_prefix[b] - self._byte_prefix[a])
 
     def comm_ms(self, a, b):
-        """Time of the collective over waves ``a .. b-1`` (scalars or broadcastable arrays)."""
+        """Time of the collective over waves ``a .. b-1`` with the GPU to itself, its launch
+        included (scalars or broadcastable arrays); :meth:`finish` adds the GEMM's contention."""
         a, b = np.asarray(a), np.asarray(b)
         nbytes = self._byte_prefix[b] - self._byte_prefix[a]
         if self.model == "paper":
             return self.curve.interp_ms(nbytes)
-        t = np.asarray(self.curve.latency_ms(nbytes))
-        t = np.where(b < self.num_waves, t * self.comm_slowdown, t)  # compute still runs beside it
-        t = t + self.launch_ms
+        t = np.asarray(self.curve.latency_ms(nbytes)) + self.launch_ms
         return float(t) if t.ndim == 0 else t
+
+    @property
+    def gemm_end(self) -> float:
+        return float(self._wave_ends[-1])
+
+    def finish(self, start, cost):
+        """When a collective of :meth:`comm_ms` ``cost`` started at ``start`` ends (vectorised): while
+        the GEMM computes (until :attr:`gemm_end`) it does ``1 / comm_slowdown`` of the work per ms."""
+        start, cost = np.asarray(start, dtype=np.float64), np.asarray(cost, dtype=np.float64)
+        if self.model == "paper" or self.comm_slowdown == 1.0:
+            return start + cost
+        s = self.comm_slowdown
+        beside = np.maximum(self.gemm_end - start, 0.0)  # how long the GEMM still runs after the start
+        done = beside / s                                 # work done in that time
+        return np.where(done >= cost, start + cost * s, start + beside + (cost - done))
 
     def comm_matrix(self) -> np.ndarray:
         """``[T+1, T+1]`` matrix of :meth:`comm_ms` for every group ``a < b`` (inf elsewhere)."""
@@ -164,7 +181,7 @@ class OverlapModel:
         groups, m = [], 0.0
         for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
             start = max(float(self._wave_ends[b]), m)
-            m = start + self.comm_ms(int(a), int(b))
+            m = float(self.finish(start, self.comm_ms(int(a), int(b))))
             groups.append(GroupTiming(i, int(a), int(b - a), self.group_bytes(int(a), int(b)),
                                       float(self._wave_ends[a]), float(self._wave_ends[b]), start, m))
         return Prediction(part, m, tuple(groups), self.model)
@@ -179,7 +196,7 @@ class OverlapModel:
         return Prediction((self.num_waves,), gemm + comm, (g,), self.model)
 
     def search(self) -> part_mod.SearchResult:
-        return part_mod.search_exact(self._wave_ends, self.comm_matrix())
+        return part_mod.search_exact(self._wave_ends, self.comm_matrix(), finish=self.finish)
 
     def tune(self) -> TuneResult:
         t0 = time.perf_counter()
@@ -198,7 +215,7 @@ def synthetic_model(num_waves: int, wave_ms: float, bytes_per_wave: int, curve: 
 # --- calibration of the refined model against measured partitions ------------------------------
 CALIBRATION_GRID = {
     "launch_ms": (0.0, 0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.16),
-    "comm_slowdown": (1.0, 1.05, 1.1, 1.2, 1.3, 1.45, 1.6),
+    "comm_slowdown": (1.0, 1.05, 1.1, 1.2, 1.3, 1.45, 1.6, 2.0, 2.5, 3.0),
     "gemm_slowdown": (1.0, 1.02, 1.05, 1.08, 1.12, 1.18),
 }
 

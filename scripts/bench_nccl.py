@@ -45,18 +45,6 @@ def sweep_shapes(quick: bool) -> dict:
             "all_to_all": PAPER_SHAPES["all_to_all"]}
 
 
-def load_model_params(spec: str, out: Path) -> dict | None:
-    import json
-
-    path = out / "overlap_nccl_calibration.meta.json" if spec == "auto" else Path(spec)
-    if not path.exists():
-        if spec != "auto":
-            raise SystemExit(f"bench_nccl: no model parameters at {path}")
-        return None
-    doc = json.loads(path.read_text())
-    return doc.get("fitted_on_all_shapes", doc)
-
-
 def report(summary) -> None:
     from fo_lib.experiments.multi_gpu import bar_summary, tuner_pick
 
@@ -116,9 +104,9 @@ def main(argv=None) -> int:
 
     from fo_lib import tuning
     from fo_lib.comm.torch_dist import init_from_env
-    from fo_lib.experiments.overlap import link_label, measure
+    from fo_lib.experiments.overlap import link_label, load_model_params, measure
 
-    model_kw = load_model_params(args.model_params, Path(args.out))
+    model_kw = load_model_params(args.model_params, Path(args.out) / "overlap_nccl_calibration.meta.json")
     comm = init_from_env("nccl")
     W, root = comm.world_size, comm.rank == 0
     out = Path(args.out)

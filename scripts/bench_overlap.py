@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fo_lib.experiments.overlap import measure, write_records  # noqa: E402
+from fo_lib.experiments.overlap import load_model_params, measure, write_records  # noqa: E402
 
 
 def main(argv=None):
@@ -35,6 +35,10 @@ def main(argv=None):
     ap.add_argument("--no-sweep", action="store_true", help="skip the speedup sweep (with --host-overhead)")
     ap.add_argument("--layout", default="tiles", choices=("tiles", "rows"),
                     help="the AllReduce plans' layout (fo_lib.engine.OverlapPlan)")
+    ap.add_argument("--model-params", default="none",
+                    help="JSON file with the refined model's parameters per primitive (a calibration sidecar "
+                         "of scripts/calibrate_overlap.py, fitted on an earlier run), 'auto' (the sidecar beside "
+                         "--out if there is one) or 'none' (launch_ms 0.01, no slowdowns)")
     args = ap.parse_args(argv)
     if args.host_overhead:
         from fo_lib.experiments.overlap import LINK, host_overhead
@@ -46,8 +50,11 @@ def main(argv=None):
         print(ho.round(3).to_string(index=False), flush=True)
     if args.no_sweep:
         return
+    model_kw = None if args.model_params == "none" else load_model_params(
+        args.model_params, Path(args.out).with_name("overlap_calibration.meta.json"))
     df, cand, saved = measure(world=args.world, quick=args.quick, primitives=args.primitives,
-                              candidates_limit=args.candidates, comm_sms=args.comm_sms, layout=args.layout)
+                              candidates_limit=args.candidates, comm_sms=args.comm_sms, layout=args.layout,
+                              model_kw=model_kw)
     write_records(df, cand, saved, args.out, world=args.world, comm_sms=args.comm_sms)
     heavy = df[df.comm_over_gemm >= 0.3]
     within = (df.predicted_vs_best <= 1.03).mean()

@@ -29,7 +29,7 @@ from fo_lib.provenance import write_result  # noqa: E402
 
 # A wider grid than the single-GPU default: NCCL calls cost far more per group than the loopback's.
 GRID = {"launch_ms": (0.0, 0.01, 0.02, 0.05, 0.1, 0.16, 0.25, 0.35),
-        "comm_slowdown": (1.0, 1.1, 1.2, 1.35, 1.5, 1.7),
+        "comm_slowdown": (1.0, 1.1, 1.2, 1.35, 1.5, 1.7, 2.0, 2.5, 3.0),
         "gemm_slowdown": (1.0, 1.03, 1.06)}
 
 

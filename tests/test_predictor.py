@@ -103,3 +103,20 @@ def test_bad_profile_files(tmp_path):
     with pytest.raises(ProfileError, match="wave durations"):
         GemmProfile(M=1, N=1, K=1, dtype="bf16", config={}, sm_count=2, comm_sms=0, ctas=2,
                     wave_ms=(1.0,), wave_bytes=(1, 2), full_ms=1.0)
+
+
+def test_comm_slowdown_only_while_the_gemm_computes():
+    """A collective runs 1/comm_slowdown as fast beside the GEMM and at full speed after it: fully
+    beside it takes cost x slowdown, after it takes cost, and a partial overlap lies in between,
+    continuous and never finishing earlier for a later start (what keeps the search exact)."""
+    prof = GemmProfile(M=1024, N=1024, K=1024, dtype="bf16", config={}, sm_count=132, comm_sms=4,
+                       ctas=128, wave_ms=(1.0, 1.0), wave_bytes=(100, 100), full_ms=2.0)
+    m = OverlapModel(prof, CURVE, "refined", comm_slowdown=2.0)
+    assert m.gemm_end == 2.0
+    assert m.finish(0.0, 0.5) == pytest.approx(1.0)        # all of it beside the GEMM
+    assert m.finish(2.5, 0.5) == pytest.approx(3.0)        # all of it after
+    assert m.finish(1.5, 0.5) == pytest.approx(2.25)       # 0.25 of work by 2.0, the rest at full speed
+    starts = np.linspace(0.0, 3.0, 301)
+    ends = m.finish(starts, 0.5)
+    assert (np.diff(ends) >= -1e-12).all() and np.abs(np.diff(ends)).max() < 0.011
+    assert OverlapModel(prof, CURVE, "refined").finish(1.0, 0.5) == pytest.approx(1.5)

@@ -179,6 +179,21 @@ def measured_profile(comm, M: int, N: int, K: int, config, ctas: int, routing=No
     return _agree(comm, profile if routing is None else routed_profile(profile, config, ctas, routing))
 
 
+def load_model_params(spec: str, auto_path) -> dict | None:
+    """The refined model's parameters per primitive for a benchmark: ``spec`` is a JSON file (a
+    calibration sidecar's ``fitted_on_all_shapes``, or the mapping itself), or ``"auto"``: the
+    sidecar at ``auto_path`` if it exists (fitted on an earlier run), else None (the defaults)."""
+    from pathlib import Path
+
+    path = Path(auto_path) if spec == "auto" else Path(spec)
+    if not path.exists():
+        if spec != "auto":
+            raise FileNotFoundError(f"no model parameters at {path}")
+        return None
+    doc = json.loads(path.read_text())
+    return doc.get("fitted_on_all_shapes", doc)
+
+
 def link_label(comm) -> str:
     if comm.link == "emulated":
         return LINK
