@@ -12,11 +12,13 @@ sampled latency curve (no extrapolation: a size outside the samples is an error)
   communication occupies removed (so the wave count ``T`` is the one under overlap);
 * ``c`` = the curve inside its samples, an ``alpha + bytes/beta`` line outside (small-message floor);
 * ``launch_ms`` per collective (host enqueue + wait-kernel wake-up);
-* ``comm_slowdown``: a collective progresses at ``1 / comm_slowdown`` of its rate for as long as
-  the GEMM still computes and at full rate after it (only the part of a collective that overlaps
-  the GEMM is slowed: measured timelines show a first group crawling beside the GEMM while the
-  groups after its end run at the curve's speed); ``gemm_slowdown`` on compute that shares the GPU
-  with communication (memory-bandwidth contention);
+* ``comm_slowdown`` on collectives that share the GPU with the GEMM, by ``contention``:
+  ``"uniform"`` (default) stretches every collective of a group that ends before the last wave;
+  ``"gemm_overlap"`` lets a collective progress at ``1 / comm_slowdown`` of its rate for as long
+  as the GEMM still computes and at full rate after it (measured timelines show a first group
+  crawling beside the GEMM while the groups after its end run at the curve's speed: the loopback
+  All-to-All's first group took 2.8x its curve, the next ones 1.0x); ``gemm_slowdown`` on compute
+  that shares the GPU with communication (memory-bandwidth contention);
 * no overlap is the fastest plain GEMM on every SM (``full_ms``, or cuBLAS's ``baseline_ms`` when
   profiled) followed by one collective: the fallback when no partition wins.
 
@@ -33,6 +35,7 @@ from . import partition as part_mod
 from .profiles import BandwidthCurve, GemmProfile, ProfileError
 
 MODELS = ("paper", "refined")
+CONTENTION = ("uniform", "gemm_overlap")
 
 
 @dataclass(frozen=True)
@@ -102,12 +105,15 @@ class OverlapModel:
     launch_ms: float = 0.0
     comm_slowdown: float = 1.0
     gemm_slowdown: float = 1.0
+    contention: str = "uniform"
     _wave_ends: np.ndarray = field(init=False, repr=False, compare=False)
     _byte_prefix: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
             raise ValueError(f"unknown model {self.model!r}; choose one of {MODELS}")
+        if self.contention not in CONTENTION:
+            raise ValueError(f"unknown contention {self.contention!r}; choose one of {CONTENTION}")
         for name in ("launch_ms",):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0")
@@ -144,13 +150,17 @@ class OverlapModel:
         return int(self._byte_prefix[b] - self._byte_prefix[a])
 
     def comm_ms(self, a, b):
-        """Time of the collective over waves ``a .. b-1`` with the GPU to itself, its launch
-        included (scalars or broadcastable arrays); :meth:`finish` adds the GEMM's contention."""
+        """Time of the collective over waves ``a .. b-1``, its launch included (scalars or
+        broadcastable arrays): with ``contention="uniform"`` stretched if compute still runs beside
+        it; with ``"gemm_overlap"`` as if it had the GPU to itself (:meth:`finish` adds the GEMM)."""
         a, b = np.asarray(a), np.asarray(b)
         nbytes = self._byte_prefix[b] - self._byte_prefix[a]
         if self.model == "paper":
             return self.curve.interp_ms(nbytes)
-        t = np.asarray(self.curve.latency_ms(nbytes)) + self.launch_ms
+        t = np.asarray(self.curve.latency_ms(nbytes))
+        if self.contention == "uniform":
+            t = np.where(b < self.num_waves, t * self.comm_slowdown, t)  # compute still runs beside it
+        t = t + self.launch_ms
         return float(t) if t.ndim == 0 else t
 
     @property
@@ -158,10 +168,11 @@ class OverlapModel:
         return float(self._wave_ends[-1])
 
     def finish(self, start, cost):
-        """When a collective of :meth:`comm_ms` ``cost`` started at ``start`` ends (vectorised): while
-        the GEMM computes (until :attr:`gemm_end`) it does ``1 / comm_slowdown`` of the work per ms."""
+        """When a collective of :meth:`comm_ms` ``cost`` started at ``start`` ends (vectorised). With
+        ``contention="gemm_overlap"``, while the GEMM computes (until :attr:`gemm_end`) it does
+        ``1 / comm_slowdown`` of the work per ms; otherwise ``start + cost``."""
         start, cost = np.asarray(start, dtype=np.float64), np.asarray(cost, dtype=np.float64)
-        if self.model == "paper" or self.comm_slowdown == 1.0:
+        if self.model == "paper" or self.contention == "uniform" or self.comm_slowdown == 1.0:
             return start + cost
         s = self.comm_slowdown
         beside = np.maximum(self.gemm_end - start, 0.0)  # how long the GEMM still runs after the start
@@ -217,6 +228,7 @@ CALIBRATION_GRID = {
     "launch_ms": (0.0, 0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.16),
     "comm_slowdown": (1.0, 1.05, 1.1, 1.2, 1.3, 1.45, 1.6, 2.0, 2.5, 3.0),
     "gemm_slowdown": (1.0, 1.02, 1.05, 1.08, 1.12, 1.18),
+    "contention": ("uniform",),
 }
 
 

@@ -30,7 +30,8 @@ from fo_lib.provenance import write_result  # noqa: E402
 # A wider grid than the single-GPU default: NCCL calls cost far more per group than the loopback's.
 GRID = {"launch_ms": (0.0, 0.01, 0.02, 0.05, 0.1, 0.16, 0.25, 0.35),
         "comm_slowdown": (1.0, 1.1, 1.2, 1.35, 1.5, 1.7, 2.0, 2.5, 3.0),
-        "gemm_slowdown": (1.0, 1.03, 1.06)}
+        "gemm_slowdown": (1.0, 1.03, 1.06),
+        "contention": ("uniform",)}
 
 
 def load(data: Path, record: str):
@@ -49,7 +50,10 @@ def main(argv=None) -> None:
     ap.add_argument("--mode", choices=("eager", "graph"), default="eager",
                     help="fit to the eager calls or to the CUDA-graph replays (records that have them)")
     ap.add_argument("--record", default=None, help="overlap_nccl or overlap_loopback (default: what --data holds)")
+    ap.add_argument("--contention", default="uniform", choices=("uniform", "gemm_overlap"),
+                    help="how the refined model slows a collective beside the GEMM (fo_lib.predictor)")
     args = ap.parse_args(argv)
+    GRID["contention"] = (args.contention,)
     data = Path(args.data)
     record = args.record or ("overlap_nccl" if (data / "overlap_nccl_candidates.csv").exists() else "overlap_loopback")
     cand, curves, profiles = load(data, record)

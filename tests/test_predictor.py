@@ -31,7 +31,8 @@ def test_paper_model_matches_algorithm_1_by_hand():
 @given(T=st.integers(1, 12), w=st.floats(0.01, 2.0), b=st.integers(1_000_000, 50_000_000),
        model=st.sampled_from(["paper", "refined"]))
 def test_tune_is_the_brute_force_optimum(T, w, b, model):
-    m = synthetic_model(T, w, b, CURVE, model, **({"launch_ms": 0.02, "comm_slowdown": 1.1}
+    m = synthetic_model(T, w, b, CURVE, model, **({"launch_ms": 0.02, "comm_slowdown": 1.1,
+                                                   "contention": ("uniform", "gemm_overlap")[T % 2]}
                                                   if model == "refined" else {}))
     res = m.tune()
     every = min(m.predict(p).total_ms for p in P.compositions(T))
@@ -111,7 +112,7 @@ def test_comm_slowdown_only_while_the_gemm_computes():
     continuous and never finishing earlier for a later start (what keeps the search exact)."""
     prof = GemmProfile(M=1024, N=1024, K=1024, dtype="bf16", config={}, sm_count=132, comm_sms=4,
                        ctas=128, wave_ms=(1.0, 1.0), wave_bytes=(100, 100), full_ms=2.0)
-    m = OverlapModel(prof, CURVE, "refined", comm_slowdown=2.0)
+    m = OverlapModel(prof, CURVE, "refined", comm_slowdown=2.0, contention="gemm_overlap")
     assert m.gemm_end == 2.0
     assert m.finish(0.0, 0.5) == pytest.approx(1.0)        # all of it beside the GEMM
     assert m.finish(2.5, 0.5) == pytest.approx(3.0)        # all of it after
@@ -120,3 +121,9 @@ def test_comm_slowdown_only_while_the_gemm_computes():
     ends = m.finish(starts, 0.5)
     assert (np.diff(ends) >= -1e-12).all() and np.abs(np.diff(ends)).max() < 0.011
     assert OverlapModel(prof, CURVE, "refined").finish(1.0, 0.5) == pytest.approx(1.5)
+    # "uniform" (the default) stretches the whole collective of every group but the last instead.
+    u = OverlapModel(prof, CURVE, "refined", comm_slowdown=2.0)
+    assert u.finish(0.0, 0.5) == 0.5 and u.comm_ms(0, 1) == pytest.approx(2 * CURVE.latency_ms(100))
+    assert u.comm_ms(1, 2) == pytest.approx(CURVE.latency_ms(100))
+    with pytest.raises(ValueError, match="contention"):
+        OverlapModel(prof, CURVE, "refined", contention="sometimes")
