@@ -296,14 +296,16 @@ overlapped op runs *eager* (GEMM, the communication side replayed as one capture
 post-reorder: three launches) and *replayed as one CUDA graph*; the gap between the two is host time.
 *Checked*: the tuner keeps its predicted choice only if that choice also wins one short timing of
 itself against cuBLAS then NCCL (separate rounds from the reported ones), the guard against a model
-that promises a gain the GPU does not deliver.
+that promises a gain the GPU does not deliver. Where the AllReduce sweep was also recorded in the
+*rows* layout (groups of whole tile rows stored in place, no post-reorder: `layout="rows"`), the
+checked tuner also picks the layout, by the same check timing.
 `mode="auto"` measures when 2+ GPUs are visible; otherwise the largest recorded `data/<gpu>x<W>/`
 is replayed."""),
         ("code", '''ds = ex.multi_gpu.run(mode, None, quick)
 curves, cmeta = ex.multi_gpu.curves(ds)
 fp, fmeta = ex.multi_gpu.footprint(ds)
 sweep, meta = ex.multi_gpu.sweep(ds)
-picked = ex.multi_gpu.tuner_pick(sweep)
+picked = ex.multi_gpu.tuner_pick(ex.multi_gpu.sweep_both_layouts(ds))
 print("data set", ds)
 fp[["primitive", "nccl_max_ctas", "collective_ctas", "collective_threads", "sms_taken", "footprint", "collective_ms"]]'''),
         ("code", '''import numpy as np
@@ -337,7 +339,7 @@ pd.Series({"paper max, A800 NVLink": ex.multi_gpu.PAPER["speedup_a800_nvlink"],
 sweep["groups"] = sweep.predicted_partition.map(lambda s: len(ast.literal_eval(s)))
 sweep["host_ms_per_group"] = (sweep.overlap_predicted_ms - sweep.overlap_predicted_graph_ms) / sweep.groups
 sweep.groupby("primitive").host_ms_per_group.describe().round(3)'''),
-        ("code", 'picked[["primitive", "M", "N", "K", "nccl_max_ctas", "comm_over_cublas", "tuner_overlaps", "tuner_keeps_overlap", "predicted_partition", "reference_ms", "tuned_eager_ms", "tuned_graph_ms", "tuned_graph_speedup", "tuned_checked_speedup"]].round(3)'),
+        ("code", 'picked[["primitive", "M", "N", "K", "nccl_max_ctas", "comm_over_cublas", "tuner_overlaps", "tuner_keeps_overlap", "checked_layout", "predicted_partition", "reference_ms", "tuned_eager_ms", "tuned_graph_ms", "tuned_graph_speedup", "tuned_checked_speedup"]].round(3)'),
         ("md", """**Where the time goes.** For the best measured candidate of every AllReduce shape (replayed as
 one CUDA graph), its time split into cuBLAS's GEMM time, our GEMM's gap to cuBLAS on all SMs, what
 the GEMM loses on the SMs it leaves to NCCL (its profiled waves on the remaining CTAs), and the rest

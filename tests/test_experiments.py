@@ -225,3 +225,16 @@ def test_benchmark_routing_is_seeded_by_the_shape_and_routed_profile_counts_its_
     prof = GemmProfile.synthetic(grid.num_waves, 0.1, 1, M=512, N=256, K=64, ctas=4)
     routed = overlap.routed_profile(prof, cfg, 4, r1)
     assert routed.wave_bytes == tuple(all_to_all_wave_bytes(grid, r1)) and routed.wave_ms == prof.wave_ms
+
+
+def test_recorded_sweep_with_both_layouts_feeds_the_checked_tuner():
+    from fo_lib.experiments import multi_gpu
+
+    ds = multi_gpu.data_sets()[0]
+    df = multi_gpu.sweep_both_layouts(ds)
+    assert set(df.layout) <= {"tiles", "rows"} and (df.layout == "tiles").any()
+    picked = multi_gpu.tuner_pick(df)
+    assert len(picked) == len(df[df.layout == "tiles"].groupby(["primitive", "M", "N", "K"]))
+    assert set(picked.checked_layout) <= {"", "tiles", "rows"}
+    fell_back = ~picked.tuner_keeps_overlap
+    assert (picked.tuned_checked_ms[fell_back] == picked.reference_ms[fell_back]).all()

@@ -69,6 +69,18 @@ def sweep(data_set: str):
     return load(data_set, "overlap_nccl")
 
 
+def sweep_both_layouts(data_set: str) -> pd.DataFrame:
+    """The sweep plus, where it was recorded (``data/<set>/rows_layout/``, ``bench_nccl.py --layout
+    rows``), the AllReduce sweep in the rows layout, with a ``layout`` column: what
+    :func:`tuner_pick` needs to let the checked tuner choose the layout too."""
+    df, _ = sweep(data_set)
+    df = df.assign(layout=df["layout"].fillna("tiles") if "layout" in df else "tiles")
+    if (DATA_DIR / data_set / "rows_layout" / "overlap_nccl.csv").exists():
+        rows, _ = load(f"{data_set}/rows_layout", "overlap_nccl")
+        df = pd.concat([df, rows.assign(layout="rows")], ignore_index=True)
+    return df
+
+
 def reference_ms(summary: pd.DataFrame) -> pd.Series:
     """The non-overlapped baseline per row: cuBLAS then the collective on the whole output, measured
     back to back (``cublas_then_comm_ms``), or, in records made before that variant existed, the sum
