@@ -21,7 +21,7 @@ from fo_lib.testing import calc_diff  # noqa: E402
 
 
 def exercise(family, configs, shapes) -> None:
-    """Every epilogue of one GEMM family (plain, signal, scatter, probe) on few CTAs, then the
+    """Every epilogue of one GEMM family (plain, signal, scatter, probe, signal_rows) on few CTAs, then the
     post-reorder with every fused op back to row-major; results checked against float64."""
     torch.manual_seed(0)
     for cfg in configs:
@@ -40,6 +40,10 @@ def exercise(family, configs, shapes) -> None:
             family.gemm_nt_signal(a, b, comm, ro, torch.from_numpy(plan.tile_group).cuda(), counters,
                                   config=cfg, ctas=3)
             family.gemm_nt_scatter(a, b, torch.empty_like(comm), ro, config=cfg, ctas=3)
+            rows = torch.empty_like(comm)  # signal_rows: C row-major into the buffer, then the signal
+            row_counters = torch.zeros_like(counters)
+            family.gemm_nt_signal(a, b, rows, None, torch.from_numpy(plan.tile_group).cuda(), row_counters,
+                                  config=cfg, ctas=3)
             _, probe = family.gemm_nt_probe(a, b, config=cfg, ctas=3)
             ops = postops.PostOps(bias=True, activation="silu", residual=True, rmsnorm=True, eps=1e-5)
             bias = torch.randn(N, device="cuda").bfloat16()
@@ -52,6 +56,7 @@ def exercise(family, configs, shapes) -> None:
             assert calc_diff(y, want) < 2e-2, (cfg.tile_name, calc_diff(y, want))
             torch.cuda.synchronize()
             assert counters.cpu().tolist() == plan.group_tiles.tolist()
+            assert row_counters.cpu().tolist() == plan.group_tiles.tolist() and torch.equal(rows.view(M, N), out)
             assert (probe[:, 1] >= probe[:, 0]).all()
 
 
