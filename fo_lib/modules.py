@@ -86,10 +86,10 @@ class _PlanCache:
             from . import baselines
             return baselines.sequential(plan, x, weight, ops=ops, **operands)
         if not (self.graphs and self.device == "cuda"):
-            return plan.run(x, weight, ops=ops, **operands)
+            return _owned(plan, plan.run(x, weight, ops=ops, **operands))
         graphed = getattr(plan, "_module_graph", None)
         if graphed is None:
-            first = plan.run(x, weight, ops=ops, **operands)  # eager once, then capture on static copies
+            first = _owned(plan, plan.run(x, weight, ops=ops, **operands))  # eager once, then capture
             static = {"a": x.clone(), "b": weight.detach().clone(),
                       **{k: v.clone() for k, v in operands.items() if v is not None}}
             graphed = plan.capture(static["a"], static["b"], ops=ops,
@@ -103,6 +103,12 @@ class _PlanCache:
             if v is not None:
                 static[k].copy_(v)
         return graphed().clone()
+
+
+def _owned(plan: OverlapPlan, y):
+    """A module's output must outlive the next call: the rows layout without post-ops returns the
+    plan's buffer itself, which the next call overwrites, so that one is copied."""
+    return y.clone() if plan.layout == "rows" and y.data_ptr() == plan.send.data_ptr() else y
 
 
 class _LinearBase(_module_base()):

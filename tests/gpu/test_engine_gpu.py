@@ -200,6 +200,25 @@ def test_row_parallel_linear_module_with_graphs():
     assert len(layer._cache.plans) == 2
 
 
+@pytest.mark.parametrize("graphs", [False, True])
+def test_row_parallel_linear_rows_layout_outputs_outlive_the_next_call(graphs):
+    """In the rows layout a plain AllReduce returns the plan's buffer; a module must hand out its own
+    tensor, so an earlier output keeps its values after later calls."""
+    from fo_lib.modules import RowParallelLinear
+
+    layer = RowParallelLinear(128, 640, LoopbackCommunicator(2), graphs=graphs,
+                              plan_kw=dict(config=gemm.CONFIGS["64x64x32"].with_raster("row", 1), ctas=40,
+                                           layout="rows"))
+    xs = [torch.randn(500, 128, device="cuda").bfloat16() for _ in range(3)]
+    outs = [layer(x) for x in xs]
+    torch.cuda.synchronize()
+    plan = next(iter(layer._cache.plans.values()))
+    assert plan.layout == "rows" and plan.num_groups > 1
+    for x, y in zip(xs, outs):
+        assert y.data_ptr() != plan.send.data_ptr()
+        assert calc_diff(y, 2 * (x.double() @ layer.weight.double().T)) < TOL
+
+
 @pytest.mark.parametrize("M,K", [(4096, 4096), (256, 64)])
 def test_modules_with_an_overlap_check(M, K):
     """With check=OverlapCheck() each shape's first call times the overlapped call against the
