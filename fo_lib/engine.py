@@ -111,7 +111,8 @@ class OverlapPlan:
     GEMM stores ``C`` in place (no table) and the groups' collectives work on row ranges of it. The
     default config then walks a row-major raster (``swizzle`` 1: bands of one tile row, the finest
     cuts). With no element-wise op and no ``out``, a call runs no post-reorder at all and returns
-    the plan's buffer as ``[M, N]``: the next call overwrites it, like a captured call's output.
+    the plan's buffer as ``[M, N]``, which any later call of the plan overwrites (eager or a
+    captured replay, whose output is that same buffer); the modules copy it out.
     """
 
     def __init__(self, primitive: str, M: int, N: int, K: int, comm, *, dtype: str = "bf16",
@@ -520,7 +521,7 @@ class OverlapPlan:
 
     def _in_place(self, ops, operands) -> bool:
         """The rows layout with nothing to apply: the buffer already is the output."""
-        return (self.layout == "rows" and ops.identity
+        return (self.layout == "rows" and ops.is_identity
                 and all(operands.get(k) is None for k in ("bias", "residual", "residual_out", "weight", "out")))
 
     def _check_post_operands(self, operands) -> None:

@@ -56,11 +56,6 @@ class PostOps:
     rmsnorm: bool = False
     eps: float = 1e-6
 
-    @property
-    def identity(self) -> bool:
-        """Nothing to apply: the post-reorder only moves data."""
-        return not (self.bias or self.residual or self.residual_out or self.rmsnorm) and self.activation == "none"
-
     def __post_init__(self) -> None:
         for name in ("bias", "residual", "residual_out", "rmsnorm"):
             value = getattr(self, name)
@@ -116,6 +111,14 @@ def kernel_items(ops: PostOps) -> int:
     return 2 if (ops.bias or ops.residual) else 4
 
 
+def _nvrtc_has_maxnreg() -> bool:
+    """``__maxnreg__`` exists from NVRTC 12.4 on (older ones get the 64-register launch bound)."""
+    try:
+        return kernels.nvrtc_version() >= (12, 4)
+    except Exception:  # noqa: BLE001 - no CuPy here: the source is only shown, not compiled
+        return True
+
+
 def generate_source(ops: PostOps, dtype: str, vectorized: bool) -> tuple[str, str]:
     """The NVRTC source of one post-reorder specialization and its ``extern "C"`` kernel name."""
     if not isinstance(ops, PostOps):
@@ -131,7 +134,8 @@ def generate_source(ops: PostOps, dtype: str, vectorized: bool) -> tuple[str, st
     # per SM instead of 4 (post_reorder.cuh, kKeepRaw).
     plain_norm = (ops.rmsnorm and vectorized and not (ops.bias or ops.residual or ops.residual_out)
                   and ops.activation == "none")
-    bounds = "__maxnreg__(48)" if plain_norm else f"__launch_bounds__({MAX_THREADS_PER_ROW})"
+    bounds = ("__maxnreg__(48)" if plain_norm and _nvrtc_has_maxnreg()
+              else f"__launch_bounds__({MAX_THREADS_PER_ROW})")
     source = f"""#include "post_reorder.cuh"
 extern "C" __global__ void {bounds} {name}(
     const fo::bits16* buf, const fo::i64* src_offset, fo::bits16* out, const fo::bits16* bias,

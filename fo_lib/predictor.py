@@ -170,10 +170,13 @@ class OverlapModel:
     def finish(self, start, cost):
         """When a collective of :meth:`comm_ms` ``cost`` started at ``start`` ends (vectorised). With
         ``contention="gemm_overlap"``, while the GEMM computes (until :attr:`gemm_end`) it does
-        ``1 / comm_slowdown`` of the work per ms; otherwise ``start + cost``."""
+        ``1 / comm_slowdown`` of the transfer per ms (its ``launch_ms`` is not slowed); otherwise
+        ``start + cost``."""
         start, cost = np.asarray(start, dtype=np.float64), np.asarray(cost, dtype=np.float64)
         if self.model == "paper" or self.contention == "uniform" or self.comm_slowdown == 1.0:
             return start + cost
+        # The launch (host enqueue, the wait kernel's wake-up) is not bandwidth: it is not slowed.
+        start, cost = start + self.launch_ms, np.maximum(cost - self.launch_ms, 0.0)
         s = self.comm_slowdown
         beside = np.maximum(self.gemm_end - start, 0.0)  # how long the GEMM still runs after the start
         done = beside / s                                 # work done in that time

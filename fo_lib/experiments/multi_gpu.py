@@ -77,7 +77,10 @@ def sweep_both_layouts(data_set: str) -> pd.DataFrame:
     df = df.assign(layout=df["layout"].fillna("tiles") if "layout" in df else "tiles")
     if (DATA_DIR / data_set / "rows_layout" / "overlap_nccl.csv").exists():
         rows, _ = load(f"{data_set}/rows_layout", "overlap_nccl")
-        df = pd.concat([df, rows.assign(layout="rows")], ignore_index=True)
+        # Only AllReduce has a rows layout: other primitives of that run are a second tiles sweep.
+        rows = rows[rows.primitive == "all_reduce"]
+        rows = rows.assign(layout=rows["layout"].fillna("rows") if "layout" in rows else "rows")
+        df = pd.concat([df, rows], ignore_index=True)
     return df
 
 

@@ -358,6 +358,9 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
                        nccl_max_ctas=getattr(comm, "max_ctas", None) or 0, decomp2_ms=med["decomp2"],
                        decomp4_ms=med["decomp4"], symm_mem_fused_ms=med.get("symm_mem_fused", float("nan")),
                        predicted_partition=str(list(pred_c)), predicted_model_ms=res.best.total_ms,
+                       # The rows layout moves wave cuts to band starts: the groups that ran.
+                       predicted_groups_run=(str(plans[pred_c].tables.group_tiles.tolist()) if pred_c in plans
+                                             else ""),
                        predicted_sequential_ms=res.no_overlap.total_ms, tuner_overlaps=overlap_chosen,
                        model_params=json.dumps((model_kw or {}).get(prim) or {"launch_ms": 0.01}),
                        overlap_predicted_ms=t_pred, overlap_predicted_graph_ms=ovl_graph.get(pred_c, nan),
@@ -375,6 +378,7 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
             for c in cands:
                 cand_rows.append(dict(primitive=prim, M=M, N=N, K=K, nccl_max_ctas=getattr(comm, "max_ctas", None) or 0,
                                       partition=str(list(c)), groups=len(c),
+                                      groups_run=str(plans[c].tables.group_tiles.tolist()),
                                       measured_ms=ovl[c], measured_graph_ms=ovl_graph[c], model_ms=model.predict(c).total_ms,
                                       sequential_ms=t_seq, ours_sequential_ms=t_oseq))
             saved["profiles"].append(profile.to_dict() | {"primitive": prim})
