@@ -129,35 +129,20 @@ def tile_reorder(grid: TileGrid, partition) -> TileReorder:
 
 # --- AllReduce: row bands, the natural layout -------------------------------------------------------
 @dataclass(frozen=True)
-class RowReorder:
-    """Groups of whole tile-row bands, stored in the natural row-major layout (see the module doc).
+class RowReorder(TileReorder):
+    """Groups of whole tile-row bands, stored in the natural row-major layout (see the module doc):
+    an AllReduce reorder whose table is the identity.
 
     ``partition`` is the wave partition asked for; ``row_cuts`` the output rows where groups start
     and end (``[groups + 1]``, from 0 to M): group ``g`` is rows ``row_cuts[g]:row_cuts[g + 1]``.
     A wave cut that falls inside a band moves down to the band's start, so the band's tiles join the
     next group; cuts that meet merge (fewer groups than ``partition`` then)."""
 
-    grid: TileGrid
-    partition: tuple[int, ...]
-    tile_group: np.ndarray      # int32 [tiles]
-    group_tiles: np.ndarray     # int64 [groups]
     row_cuts: np.ndarray        # int64 [groups + 1]
-    row_offset: np.ndarray      # int64 [M, TN]: the identity table (i * N + tn * BN)
-    group_slices: np.ndarray    # int64 [groups, 2]: rows row_cuts[g]:row_cuts[g+1] of the flat output
-
-    natural = True              # the buffer is the row-major output: nothing to gather back
 
     @property
     def num_groups(self) -> int:
         return len(self.group_tiles)
-
-    @property
-    def buffer_elements(self) -> int:
-        return self.grid.M * self.grid.N
-
-    @property
-    def post_table(self) -> np.ndarray:
-        return self.row_offset
 
 
 def band_tiles(grid: TileGrid) -> int:
@@ -183,7 +168,7 @@ def row_reorder(grid: TileGrid, partition) -> RowReorder:
     i = np.arange(grid.M, dtype=np.int64)[:, None]
     row_offset = i * grid.N + np.arange(grid.tiles_n, dtype=np.int64)[None, :] * grid.BN
     slices = np.stack([row_cuts[:-1], row_cuts[1:]], axis=1) * grid.N
-    return RowReorder(grid, part, tile_group, group_tiles, row_cuts, np.ascontiguousarray(row_offset), slices)
+    return RowReorder(grid, part, tile_group, group_tiles, np.ascontiguousarray(row_offset), slices, row_cuts)
 
 
 # --- ReduceScatter: subtile unit ---------------------------------------------------------------
