@@ -43,6 +43,12 @@ SCHEDULES = ("persistent", "per_tile")
 LAYOUTS = ("tiles", "rows")
 
 
+def layout_config(config, layout: str):
+    """The tile config a layout runs: the rows layout walks a row-major raster (bands of one tile
+    row, the finest row cuts); the tiles layout keeps ``config``."""
+    return config.with_raster("row", 1) if layout == "rows" else config
+
+
 class PlanError(ValueError):
     """A plan cannot be built, or a call does not match its plan; nothing was launched."""
 
@@ -150,8 +156,7 @@ class OverlapPlan:
         if config is None:
             config = (gemm_mod.auto_config(self.M, self.N, self.K, sm_count) if device == "cuda"
                       else gemm_mod.default_config(self.M, self.N, self.K, sm_count))
-            if layout == "rows":
-                config = config.with_raster("row", 1)
+            config = layout_config(config, layout)
         config.validate()
         if layout == "rows" and config.order != "row":
             raise PlanError(f"the rows layout needs a row raster (bands of whole tile rows), got order "

@@ -73,14 +73,11 @@ def sweep_both_layouts(data_set: str) -> pd.DataFrame:
     """The sweep plus, where it was recorded (``data/<set>/rows_layout/``, ``bench_nccl.py --layout
     rows``), the AllReduce sweep in the rows layout, with a ``layout`` column: what
     :func:`tuner_pick` needs to let the checked tuner choose the layout too."""
-    df, _ = sweep(data_set)
-    df = df.assign(layout=df["layout"].fillna("tiles") if "layout" in df else "tiles")
+    df, _ = sweep(data_set)  # records without a layout column are tiles (tuner_pick fills it)
     if (DATA_DIR / data_set / "rows_layout" / "overlap_nccl.csv").exists():
         rows, _ = load(f"{data_set}/rows_layout", "overlap_nccl")
         # Only AllReduce has a rows layout: other primitives of that run are a second tiles sweep.
-        rows = rows[rows.primitive == "all_reduce"]
-        rows = rows.assign(layout=rows["layout"].fillna("rows") if "layout" in rows else "rows")
-        df = pd.concat([df, rows], ignore_index=True)
+        df = pd.concat([df, rows[rows.primitive == "all_reduce"].assign(layout="rows")], ignore_index=True)
     return df
 
 

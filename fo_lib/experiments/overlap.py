@@ -249,7 +249,7 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
     from tqdm import tqdm
 
     from .. import baselines, gemm, partition as P, tuning
-    from ..engine import OverlapPlan
+    from ..engine import OverlapPlan, layout_config
     from ..predictor import OverlapModel
     from ..testing import bench_interleaved, summarize
 
@@ -271,10 +271,8 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
     saved = {"profiles": [], "curves": {}}
     for prim in primitives:
         for M, N, K in tqdm(per_prim.get(prim, []), desc=prim, disable=not root):
-            cfg = gemm.auto_config(M, N, K, sms)
             plan_layout = layout if prim == "all_reduce" else "tiles"
-            if plan_layout == "rows":  # bands of one tile row: the finest row cuts
-                cfg = cfg.with_raster("row", 1)
+            cfg = layout_config(gemm.auto_config(M, N, K, sms), plan_layout)
             run_gemm = gemm.kernels_for(cfg)
             a = torch.randn(M, K, device="cuda").bfloat16()
             b = torch.randn(N, K, device="cuda").bfloat16()
