@@ -131,7 +131,7 @@ class LoopbackCommunicator:
         if recv.numel() != send.numel() * W:
             raise ValueError(f"all_gather: recv has {recv.numel()} elements, expected {W} x {send.numel()}")
         self._transfer(send, (W - 1) * recv.numel() * recv.element_size() // W)
-        recv.view(W, -1).copy_(send.reshape(1, -1).expand(W, -1))
+        self._repeat(send, recv)
 
     def all_to_all(self, send, send_counts, recv, recv_counts) -> None:
         W, r = self.world_size, self.rank
@@ -147,4 +147,16 @@ class LoopbackCommunicator:
         start = sum(sc[:r])
         mine = send[start:start + sc[r]]
         if sc[r]:
-            recv.view(W, -1).copy_(mine.reshape(1, -1).expand(W, -1))
+            self._repeat(mine, recv)
+
+    def _repeat(self, src, dst) -> None:
+        """``dst`` = ``src`` repeated ``world_size`` times. In copy-engine mode as ``world_size``
+        contiguous device copies, which torch hands to ``cudaMemcpyAsync`` (copy engines): one
+        broadcast kernel instead got only the SMs a GEMM beside it left free, and its stride-0
+        source made it slow there (docs/perf-log.md, session 6). In SM-copy mode the link's SMs do it."""
+        rows = dst.view(self.world_size, -1)
+        if self.mode == "copy_engine":
+            for row in rows:
+                row.copy_(src.reshape(-1))
+        else:
+            rows.copy_(src.reshape(1, -1).expand(self.world_size, -1))

@@ -1,0 +1,81 @@
+"""Where does a loopback collective's first group lose its time beside the GEMM? (an experiment)
+
+The emulated link moves its bytes with the copy engines, then finishes each collective on the
+device: AllReduce scales in place (``mul_``), ReduceScatter copies and scales its chunk, All-to-All
+and AllGather repeat a slice ``W`` times. Only those finishing steps need SMs, and beside a running
+GEMM they get the few the GEMM leaves free. This records the timeline of
+:func:`fo_lib.experiments.timeline.measure` for each primitive with variants of the finishing step
+(timing only: a variant may leave wrong values):
+
+* ``current``: the communicator as it is;
+* ``broadcast_kernel``: All-to-All / AllGather repeat through one broadcast kernel (a stride-0
+  source), as the link did before session 6;
+* ``no_finish``: bytes through the link only, no finishing step at all.
+
+    python scripts/probe_loopback_finish.py --out /tmp/probe.csv
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def variants(world: int) -> dict:
+    from fo_lib.comm import check_counts
+    from fo_lib.comm.loopback import LoopbackCommunicator
+
+    class BroadcastKernel(LoopbackCommunicator):
+        def _repeat(self, src, dst):
+            dst.view(self.world_size, -1).copy_(src.reshape(1, -1).expand(self.world_size, -1))
+
+    class NoFinish(LoopbackCommunicator):
+        def all_reduce(self, buf):
+            W = self.world_size
+            self._transfer(buf, 2 * (W - 1) * buf.numel() * buf.element_size() // W)
+
+        def reduce_scatter(self, send, recv):
+            W = self.world_size
+            self._transfer(send, (W - 1) * send.numel() * send.element_size() // W)
+
+        def all_to_all(self, send, send_counts, recv, recv_counts):
+            sc = check_counts(send_counts, self.world_size, send.numel(), "all_to_all send")
+            self._transfer(send, (send.numel() - min(sc)) * send.element_size())
+
+    return {"current": LoopbackCommunicator(world), "broadcast_kernel": BroadcastKernel(world),
+            "no_finish": NoFinish(world)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args(argv)
+
+    import pandas as pd
+
+    from fo_lib.experiments import timeline
+    from fo_lib.provenance import write_result
+
+    frames = []
+    for name, comm in variants(args.world).items():
+        shapes = timeline.LOOPBACK_SHAPES if name != "broadcast_kernel" else \
+            [s for s in timeline.LOOPBACK_SHAPES if s[0] == "all_to_all"]
+        df = timeline.measure(comm, shapes=shapes, repeats=args.repeats, world=args.world)
+        frames.append(df.assign(variant=name))
+    df = pd.concat(frames, ignore_index=True)
+    write_result(df, Path(args.out), link=str(df.link.iloc[0]), world_size=args.world)
+    groups = df[df.span == "group"].assign(ms=lambda d: d.end_ms - d.start_ms)
+    table = groups.pivot_table(index=["variant", "primitive", "group"], columns="source", values="ms").round(3)
+    table["ratio"] = (table["measured"] / table["model"]).round(2)
+    gemm = df[(df.span == "gemm") & (df.source == "measured")].set_index(["variant", "primitive"]).end_ms.round(3)
+    print(table.to_string())
+    print("GEMM end (ms):", gemm.to_dict())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
