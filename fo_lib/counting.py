@@ -83,9 +83,9 @@ def _wait_kernel(name: str, device_index: int):
         return kernels.get_kernel(wait_source(), name)
 
 
-def _launch_wait(name: str, counter, group: int, middle: tuple, error_word, timeout_ns: int, stream) -> None:
-    """Validate what every wait kernel takes and enqueue ``name(counter, group, *middle, error_word,
-    timeout_ns)`` on ``stream`` (default: the current stream), one block of one thread."""
+def _prepare_wait(name: str, counter, group: int, middle: tuple, error_word, timeout_ns: int, keep=()):
+    """Validate what every wait kernel takes; the packed launch of ``name(counter, group, *middle,
+    error_word, timeout_ns)``, one block of one thread."""
     torch = _torch()
     _counter_checks(counter, group)
     _check_cuda(error_word, "error_word", counter.device)
@@ -93,11 +93,10 @@ def _launch_wait(name: str, counter, group: int, middle: tuple, error_word, time
         raise TypeError("error_word must be an int32 (or uint32) tensor with at least one element")
     if isinstance(timeout_ns, bool) or not isinstance(timeout_ns, (int, np.integer)) or not 0 < timeout_ns < 2**63:
         raise ValueError(f"timeout_ns must be a positive integer, got {timeout_ns!r}")
-    if stream is None:
-        stream = torch.cuda.current_stream(counter.device)
     kernel = _wait_kernel(name, counter.device.index)
     args = (kernels.ptr(counter), np.int32(group), *middle, kernels.ptr(error_word), np.uint64(int(timeout_ns)))
-    kernels.launch(kernel, (1,), (1,), args, stream=stream, device_index=counter.device.index)
+    return kernels.PreparedLaunch(kernel, (1,), (1,), args, device_index=counter.device.index,
+                                  keep=(counter, error_word, *keep))
 
 
 def wait_counter(counter, group: int, target: int, error_word, timeout_ns: int, stream=None) -> None:
@@ -106,8 +105,8 @@ def wait_counter(counter, group: int, target: int, error_word, timeout_ns: int, 
     to ``error_word`` (first failure wins) and returns; it returns at once if the word is set."""
     if isinstance(target, bool) or not isinstance(target, (int, np.integer)):
         raise TypeError(f"target must be an integer, got {target!r}")
-    _launch_wait(WAIT_KERNEL, counter, group, (np.uint32(int(target) & 0xFFFFFFFF),), error_word, timeout_ns,
-                 stream)
+    _prepare_wait(WAIT_KERNEL, counter, group, (np.uint32(int(target) & 0xFFFFFFFF),), error_word,
+                  timeout_ns)(stream)
 
 
 def wait_epoch(counter, group: int, group_tiles: int, epoch_word, error_word, timeout_ns: int,
@@ -116,26 +115,34 @@ def wait_epoch(counter, group: int, group_tiles: int, epoch_word, error_word, ti
     group_tiles`` (modulo 2^32). The stream advances the epoch with ``bump_counter(epoch_word, 0)``
     after the call's last wait, so the launch sequence is the same on every call and can be captured
     once in a CUDA graph."""
+    wait_epoch_launch(counter, group, group_tiles, epoch_word, error_word, timeout_ns)(stream)
+
+
+def wait_epoch_launch(counter, group: int, group_tiles: int, epoch_word, error_word, timeout_ns: int):
+    """:func:`wait_epoch` checked and packed once: a :class:`~fo_lib.kernels.PreparedLaunch` that
+    enqueues it when called with a stream (the engine's waits, every call)."""
     _counter_checks(epoch_word, 0, "epoch_word")
     if epoch_word.device != counter.device:
         raise ValueError(f"epoch_word is on {epoch_word.device}, the counter on {counter.device}")
     if isinstance(group_tiles, bool) or not isinstance(group_tiles, (int, np.integer)) or not 0 < group_tiles < 2**32:
         raise ValueError(f"group_tiles must be a positive integer, got {group_tiles!r}")
-    _launch_wait(WAIT_EPOCH_KERNEL, counter, group, (np.uint32(group_tiles), kernels.ptr(epoch_word)), error_word,
-                 timeout_ns, stream)
+    return _prepare_wait(WAIT_EPOCH_KERNEL, counter, group, (np.uint32(group_tiles), kernels.ptr(epoch_word)),
+                         error_word, timeout_ns, keep=(epoch_word,))
 
 
 def bump_counter(counter, group: int, value: int = 1, stream=None) -> None:
     """Enqueue ``counter[group] += value`` (release, GPU scope) on ``stream``."""
-    torch = _torch()
+    bump_counter_launch(counter, group, value)(stream)
+
+
+def bump_counter_launch(counter, group: int, value: int = 1):
+    """:func:`bump_counter` checked and packed once (a :class:`~fo_lib.kernels.PreparedLaunch`)."""
     _counter_checks(counter, group)
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"value must be an integer, got {value!r}")
-    if stream is None:
-        stream = torch.cuda.current_stream(counter.device)
     kernel = _wait_kernel(BUMP_KERNEL, counter.device.index)
     args = (kernels.ptr(counter), np.int32(group), np.uint32(int(value) & 0xFFFFFFFF))
-    kernels.launch(kernel, (1,), (1,), args, stream=stream, device_index=counter.device.index)
+    return kernels.PreparedLaunch(kernel, (1,), (1,), args, device_index=counter.device.index, keep=(counter,))
 
 
 def read_wait_error(error_word, stream=None) -> int | None:

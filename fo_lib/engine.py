@@ -264,6 +264,11 @@ class OverlapPlan:
         self._group_done = [torch.cuda.Event() for _ in range(self.num_groups)]
         self._pending_check = False
         self.comm_stream = torch.cuda.Stream(device=dev, priority=-100)  # clamped to the highest priority
+        # Every call enqueues the same waits and epoch bump: packed once (a launch then costs a
+        # driver call, not the checks and argument packing of counting.wait_epoch).
+        self._waits = [counting.wait_epoch_launch(self.counters, g, self.group_tiles[g], self.epoch_word,
+                                                  self.error, self.timeout_ns) for g in range(self.num_groups)]
+        self._bump_epoch = counting.bump_counter_launch(self.epoch_word, 0, 1)
         reserve = getattr(self.comm, "reserve", None)
         if reserve is not None:
             reserve(self.send.numel() * self.send.element_size())
@@ -391,8 +396,7 @@ class OverlapPlan:
                 if self.device == "cuda":
                     torch.cuda.nvtx.range_push(f"fo group {g}")
                     if wait:
-                        counting.wait_epoch(self.counters, g, self.group_tiles[g], self.epoch_word, self.error,
-                                            self.timeout_ns, stream=stream)
+                        self._waits[g](stream)
                 elif wait:
                     src, dst = self._cpu_scatter[g]
                     self.send[dst] = self._c_flat[src]
@@ -409,7 +413,7 @@ class OverlapPlan:
                 if self.device == "cuda":
                     torch.cuda.nvtx.range_pop()
             if self.device == "cuda" and wait:
-                counting.bump_counter(self.epoch_word, 0, 1, stream=stream)
+                self._bump_epoch(stream)
 
     def _collective(self, g: int, sl: dict) -> None:
         s, e = sl["send"]

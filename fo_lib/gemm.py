@@ -253,6 +253,7 @@ def compile_check_sources():
 
 # --- launch -------------------------------------------------------------------------------------
 @lru_cache(maxsize=16)
+@lru_cache(maxsize=None)
 def _device_info(device_index: int) -> tuple[int, int]:
     """(SM count, opt-in shared memory per block) of a device."""
     import cupy
@@ -378,47 +379,62 @@ class GemmFamily:
     kernels. A family supplies its operand check (``check(a, b, config, ctas)`` -> ``(dtype, M, N, K,
     cfg, ctas)``), its source generator, and the leading kernel arguments that differ between
     families (``operand_args(cfg, dtype, a, b, c_ptr, ldc)``: pointers and strides, or TMA maps); the
-    rest of the argument list, the kernel cache and the launch are shared."""
+    rest of the argument list, the kernel cache and the launch are shared.
+
+    Launches are memoized (:class:`fo_lib.kernels.LaunchMemo`, keyed by the tensors' signatures,
+    the config and ``ctas``): a repeated call (a hot loop, an engine plan's GEMM) skips the checks and
+    the argument packing."""
 
     def __init__(self, check, generate, operand_args):
         self.check, self.generate, self.operand_args = check, generate, operand_args
         self._kernels: dict[tuple[str, str, str, int], object] = {}
+        self._memo = kernels.LaunchMemo()
 
-    def launch(self, cfg, dtype: str, epilogue: str, a, b, c_ptr: int, ldc: int, ctas: int, stream,
-               comm_ptr: int = 0, row_offset_ptr: int = 0, tile_group_ptr: int = 0, counter_ptr: int = 0,
-               probe_ptr: int = 0) -> None:
+    def kernel(self, cfg, dtype: str, epilogue: str, device_index: int):
+        """The compiled kernel of ``(cfg, dtype, epilogue)`` on a device (compiled once)."""
         import cupy
-        import numpy as np
-        import torch
 
-        M, N = a.shape[0], b.shape[0]
-        dev = a.device.index
-        with cupy.cuda.Device(dev):
-            key = (cfg.tile_name, dtype, epilogue, dev)
-            kernel = self._kernels.get(key)
-            if kernel is None:
+        key = (cfg.tile_name, dtype, epilogue, device_index)
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            with cupy.cuda.Device(device_index):
                 src, name = self.generate(cfg, dtype, epilogue)
                 kernel = kernels.get_kernel(src, name)
                 if cfg.smem_bytes > 48 * 1024:
                     kernel.max_dynamic_shared_size_bytes = cfg.smem_bytes
-                self._kernels[key] = kernel
-            if stream is None:
-                stream = torch.cuda.current_stream(a.device)
-            # NOTES: CTAs past the last tile would only exit; launching min(ctas, tiles) keeps the
-            # schedule (tile s -> CTA s % ctas) unchanged.
-            grid = min(ctas, _ceil_div(M, cfg.BM) * _ceil_div(N, cfg.BN))
-            u64, i32 = np.uint64, np.int32
-            args = (*self.operand_args(cfg, dtype, a, b, c_ptr, ldc), i32(RASTER_ORDERS.index(cfg.order)),
-                    i32(cfg.swizzle), u64(comm_ptr), u64(row_offset_ptr), u64(tile_group_ptr), u64(counter_ptr),
-                    u64(probe_ptr))
-            kernels.launch(kernel, (grid,), (cfg.threads,), args, stream=stream, device_index=dev,
-                           shared_mem=cfg.smem_bytes)
+            self._kernels[key] = kernel
+        return kernel
+
+    def prepare(self, cfg, dtype: str, epilogue: str, a, b, c_ptr: int, ldc: int, ctas: int,
+                comm_ptr: int = 0, row_offset_ptr: int = 0, tile_group_ptr: int = 0, counter_ptr: int = 0,
+                probe_ptr: int = 0):
+        """The launch of checked operands, packed (:class:`fo_lib.kernels.PreparedLaunch`)."""
+        import numpy as np
+
+        M, N = a.shape[0], b.shape[0]
+        dev = a.device.index
+        # NOTES: CTAs past the last tile would only exit; launching min(ctas, tiles) keeps the
+        # schedule (tile s -> CTA s % ctas) unchanged.
+        grid = min(ctas, _ceil_div(M, cfg.BM) * _ceil_div(N, cfg.BN))
+        u64, i32 = np.uint64, np.int32
+        args = (*self.operand_args(cfg, dtype, a, b, c_ptr, ldc), i32(RASTER_ORDERS.index(cfg.order)),
+                i32(cfg.swizzle), u64(comm_ptr), u64(row_offset_ptr), u64(tile_group_ptr), u64(counter_ptr),
+                u64(probe_ptr))
+        return kernels.PreparedLaunch(self.kernel(cfg, dtype, epilogue, dev), (grid,), (cfg.threads,), args,
+                                      device_index=dev, shared_mem=cfg.smem_bytes)
 
     def gemm_nt(self, a, b, out=None, *, config=None, ctas: int | None = None, stream=None):
         """``out = a @ b.T`` (``a``: M x K, ``b``: N x K); returns ``out``."""
-        dtype, M, N, K, cfg, ctas = self.check(a, b, config, ctas)
-        out = _output(out, M, N, a)
-        self.launch(cfg, dtype, "plain", a, b, out.data_ptr(), out.stride(0), ctas, stream)
+        if out is None and _is_matrix(a) and _is_matrix(b):
+            import torch
+            out = torch.empty(a.shape[0], b.shape[0], dtype=a.dtype, device=a.device)
+
+        def build():
+            dtype, M, N, K, cfg, n = self.check(a, b, config, ctas)
+            o = _output(out, M, N, a)
+            return self.prepare(cfg, dtype, "plain", a, b, o.data_ptr(), o.stride(0), n)
+
+        self._memo.get_or_build(kernels.memo_key(("plain", config, ctas), a, b, out), build)(stream)
         return out
 
     def gemm_nt_signal(self, a, b, comm_buf, row_offset, tile_group, group_counter, *, config,
@@ -435,15 +451,19 @@ class GemmFamily:
         """
         if config is None:
             raise GemmError("gemm_nt_signal needs an explicit config (the tables are built for its tiles)")
-        dtype, M, N, K, cfg, ctas = self.check(a, b, config, ctas)
-        _check_table_store(a, comm_buf, row_offset, tile_group, group_counter, cfg, M, N)
-        if row_offset is None:
-            self.launch(cfg, dtype, "signal_rows", a, b, comm_buf.data_ptr(), N, ctas, stream,
-                        tile_group_ptr=tile_group.data_ptr(), counter_ptr=group_counter.data_ptr())
-            return
-        self.launch(cfg, dtype, "signal", a, b, 0, 0, ctas, stream, comm_ptr=comm_buf.data_ptr(),
-                    row_offset_ptr=row_offset.data_ptr(), tile_group_ptr=tile_group.data_ptr(),
-                    counter_ptr=group_counter.data_ptr())
+
+        def build():
+            dtype, M, N, K, cfg, n = self.check(a, b, config, ctas)
+            _check_table_store(a, comm_buf, row_offset, tile_group, group_counter, cfg, M, N)
+            if row_offset is None:
+                return self.prepare(cfg, dtype, "signal_rows", a, b, comm_buf.data_ptr(), N, n,
+                                    tile_group_ptr=tile_group.data_ptr(), counter_ptr=group_counter.data_ptr())
+            return self.prepare(cfg, dtype, "signal", a, b, 0, 0, n, comm_ptr=comm_buf.data_ptr(),
+                                row_offset_ptr=row_offset.data_ptr(), tile_group_ptr=tile_group.data_ptr(),
+                                counter_ptr=group_counter.data_ptr())
+
+        key = kernels.memo_key(("signal", config, ctas), a, b, comm_buf, row_offset, tile_group, group_counter)
+        self._memo.get_or_build(key, build)(stream)
 
     def gemm_nt_scatter(self, a, b, comm_buf, row_offset, *, config, ctas: int | None = None,
                         stream=None) -> None:
@@ -453,10 +473,14 @@ class GemmFamily:
             raise GemmError("gemm_nt_scatter needs an explicit config (the table is built for its tiles)")
         if row_offset is None:
             raise GemmError("gemm_nt_scatter stores through a row table: row_offset is required")
-        dtype, M, N, K, cfg, ctas = self.check(a, b, config, ctas)
-        _check_table_store(a, comm_buf, row_offset, None, None, cfg, M, N)
-        self.launch(cfg, dtype, "scatter", a, b, 0, 0, ctas, stream, comm_ptr=comm_buf.data_ptr(),
-                    row_offset_ptr=row_offset.data_ptr())
+
+        def build():
+            dtype, M, N, K, cfg, n = self.check(a, b, config, ctas)
+            _check_table_store(a, comm_buf, row_offset, None, None, cfg, M, N)
+            return self.prepare(cfg, dtype, "scatter", a, b, 0, 0, n, comm_ptr=comm_buf.data_ptr(),
+                                row_offset_ptr=row_offset.data_ptr())
+
+        self._memo.get_or_build(kernels.memo_key(("scatter", config, ctas), a, b, comm_buf, row_offset), build)(stream)
 
     def gemm_nt_probe(self, a, b, out=None, *, config, ctas: int | None = None, stream=None):
         """``a @ b.T`` plus a per-tile probe: returns ``(out, probe)``, ``probe`` int64 ``[tiles, 4]``
@@ -467,9 +491,14 @@ class GemmFamily:
         dtype, M, N, K, cfg, ctas = self.check(a, b, config, ctas)
         out = _output(out, M, N, a)
         probe = torch.zeros(_ceil_div(M, cfg.BM) * _ceil_div(N, cfg.BN), 4, dtype=torch.int64, device=a.device)
-        self.launch(cfg, dtype, "probe", a, b, out.data_ptr(), out.stride(0), ctas, stream,
-                    probe_ptr=probe.data_ptr())
+        self.prepare(cfg, dtype, "probe", a, b, out.data_ptr(), out.stride(0), ctas,
+                     probe_ptr=probe.data_ptr())(stream)
         return out, probe
+
+
+def _is_matrix(t) -> bool:
+    import torch
+    return isinstance(t, torch.Tensor) and t.dim() == 2
 
 
 def _output(out, M, N, a):

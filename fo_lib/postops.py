@@ -346,10 +346,6 @@ def _sm_count(device_index: int) -> int:
     return int(_cupy().cuda.runtime.getDeviceProperties(device_index)["multiProcessorCount"])
 
 
-def _launch(kernel, grid, block, args, stream, device_index: int) -> None:
-    kernels.launch(kernel, grid, block, args, stream=stream, device_index=device_index)
-
-
 _ptr = kernels.ptr
 
 
@@ -368,20 +364,24 @@ def post_reorder(buf, src_offset, out_shape, BN: int, ops: PostOps = PostOps(), 
 
 class PostReorderLaunch:
     """A validated post-reorder launch with fixed operands (hot loops, CUDA-graph capture): calling
-    it enqueues the kernel on its stream (or on ``stream`` if given). ``out`` is the output tensor."""
+    it enqueues the kernel on its stream (or on ``stream`` if given). ``out`` is the output tensor.
+    ``prepared``: the packed :class:`~fo_lib.kernels.PreparedLaunch` (None when there are no rows);
+    ``keep``: the operands whose addresses it holds, kept alive with this object."""
 
-    def __init__(self, kernel, grid, block, args, stream, device_index: int, out, vectorized: bool,
+    def __init__(self, prepared, stream, device_index: int, out, vectorized: bool,
                  config: "LaunchConfig | None", keep: tuple = ()):
-        self.kernel, self.grid, self.block, self.args = kernel, grid, block, args
-        self._keep = keep  # the operands whose addresses are baked into args
-        self.stream, self.device_index, self.out = stream, device_index, out
+        self.prepared, self.stream, self.device_index, self.out = prepared, stream, device_index, out
         self.vectorized, self.config = vectorized, config
+        self._keep = keep
 
     def __call__(self, stream=None) -> None:
-        if self.kernel is None:  # R == 0
-            return
-        stream = stream or self.stream or _torch().cuda.current_stream(self.device_index)
-        _launch(self.kernel, self.grid, self.block, self.args, stream, self.device_index)
+        if self.prepared is not None:
+            self.prepared(stream or self.stream)
+
+
+# Validated launches by their operands' signatures: an engine plan's per-call post-reorder skips
+# the checks and the argument packing (kernels.LaunchMemo).
+_LAUNCHES = kernels.LaunchMemo()
 
 
 def post_reorder_launcher(buf, src_offset, out_shape, BN: int, ops: PostOps = PostOps(), *, bias=None,
@@ -417,7 +417,24 @@ def post_reorder_launcher(buf, src_offset, out_shape, BN: int, ops: PostOps = Po
         raise ValueError(f"out_shape {(R, N)} exceeds the kernel's int32 indexing")
     if ops.rmsnorm and N > MAX_NORM_N:
         raise ValueError(f"RMSNorm supports N <= {MAX_NORM_N} (the row is kept in registers), got N={N}")
+    if out is None and isinstance(buf, torch.Tensor) and buf.is_cuda:
+        out = torch.empty((R, N), dtype=buf.dtype, device=buf.device)
+    operands = (buf, src_offset, bias, residual, residual_out, weight)
+    key = None if check_table else kernels.memo_key((ops, R, N, BN, vectorized, threads_per_row), *operands, out)
+    hit = _LAUNCHES.get(key)
+    if hit is None:
+        hit = _checked_launch(buf, src_offset, R, N, BN, ops, bias, residual, residual_out, weight, out,
+                              vectorized, check_table, threads_per_row)
+        _LAUNCHES.put(key, hit)
+    prepared, vectorized, cfg = hit
+    return PostReorderLaunch(prepared, stream, out.device.index, out, vectorized, cfg, keep=operands)
 
+
+def _checked_launch(buf, src_offset, R, N, BN, ops, bias, residual, residual_out, weight, out, vectorized,
+                    check_table, threads_per_row):
+    """Check every operand of :func:`post_reorder_launcher` and pack the launch:
+    ``(PreparedLaunch or None, vectorized, LaunchConfig or None)``."""
+    torch = _torch()
     # buffer and table
     _check_cuda(buf, "buf", None)
     device = buf.device
@@ -452,22 +469,20 @@ def post_reorder_launcher(buf, src_offset, out_shape, BN: int, ops: PostOps = Po
     residual_out = operand(ops.residual_out, residual_out, "residual_out", (R, N))
     weight = operand(ops.rmsnorm, weight, "weight", (N,))
 
-    if out is None:
-        out = torch.empty((R, N), dtype=buf.dtype, device=device)
-    else:
-        _check_cuda(out, "out", device)
-        if out.dtype != buf.dtype:
-            raise TypeError(f"out has dtype {out.dtype}, buf has {buf.dtype}")
-        if out.dim() != 2 or tuple(out.shape) != (R, N):
-            raise ValueError(f"out must have shape {(R, N)}, got {tuple(out.shape)}")
-        if out.stride(1) != 1 or (R > 1 and out.stride(0) < N):
-            raise ValueError(f"out must be row-major with unit column stride and row stride >= N, "
-                             f"got strides {out.stride()}")
+    # out (allocated by the caller when None)
+    _check_cuda(out, "out", device)
+    if out.dtype != buf.dtype:
+        raise TypeError(f"out has dtype {out.dtype}, buf has {buf.dtype}")
+    if out.dim() != 2 or tuple(out.shape) != (R, N):
+        raise ValueError(f"out must have shape {(R, N)}, got {tuple(out.shape)}")
+    if out.stride(1) != 1 or (R > 1 and out.stride(0) < N):
+        raise ValueError(f"out must be row-major with unit column stride and row stride >= N, "
+                         f"got strides {out.stride()}")
     ldo = out.stride(0) if R > 1 else max(out.stride(0), N)
     # stream None: the launch goes to whatever stream is current when it is called (so a launcher
     # made outside a CUDA-graph capture is captured when called inside it).
     if R == 0:
-        return PostReorderLaunch(None, None, None, None, stream, device.index, out, False, None)
+        return None, False, None
 
     # aliasing: out is written by other threads than those reading the inputs
     out_span = _span(out, (R - 1) * ldo + N)
@@ -508,8 +523,7 @@ def post_reorder_launcher(buf, src_offset, out_shape, BN: int, ops: PostOps = Po
         kernel = kernels.get_kernel(source, name)
     args = (_ptr(buf), _ptr(src_offset), _ptr(out), _ptr(bias), _ptr(residual), _ptr(residual_out), _ptr(weight),
             np.int32(R), np.int32(N), np.int32(BN), np.int32(tiles_n), np.int64(ldo), np.float32(ops.eps))
-    return PostReorderLaunch(kernel, cfg.grid, cfg.block, args, stream, device.index, out, vectorized, cfg,
-                             keep=(buf, src_offset, bias, residual, residual_out, weight))
+    return kernels.PreparedLaunch(kernel, cfg.grid, cfg.block, args, device_index=device.index), vectorized, cfg
 
 
 def check_table_bounds(src_offset, N: int, BN: int, buf_elements: int) -> None:

@@ -3,8 +3,8 @@
 # each under its own time limit, logging everything to $OUT/run.log and writing CSV + provenance
 # sidecars under $OUT/data/. Run from the repo root:
 #   FO_GIT_SHA=<sha of HEAD> FO_STEPS=build,tests,sanitize,bench_gemm,bench_postops scripts/gpu_run.sh
-# Steps: build tests sanitize sanitize_sm90 bench_gemm bench_sm90 bench_postops profile record host_path timeline
-# engine multi_gpu bench_overlap; arguments through FO_TEST_ARGS, FO_GEMM_ARGS, FO_SM90_ARGS, FO_POSTOPS_ARGS,
+# Steps: build tests sanitize sanitize_sm90 bench_gemm bench_sm90 bench_postops launch profile record host_path
+# timeline probe_finish engine multi_gpu bench_overlap; arguments through FO_TEST_ARGS, FO_GEMM_ARGS, FO_SM90_ARGS, FO_POSTOPS_ARGS,
 # FO_MULTI_ARGS, FO_OVERLAP_ARGS. (tests runs every file in tests/gpu, the sm90 GEMM's included.)
 # (the GPU machine gets a copy without .git: FO_GIT_SHA is what the provenance sidecars record)
 set -uo pipefail
@@ -35,10 +35,12 @@ step sanitize_sm90 150 bash -c "compute-sanitizer --tool memcheck --report-api-e
 step bench_gemm 240 python3 scripts/bench_gemm.py ${FO_GEMM_ARGS:-} --out "$OUT/data/gemm_portable.csv"
 step bench_sm90 300 python3 scripts/bench_gemm_sm90.py ${FO_SM90_ARGS:-} --out "$OUT/data/gemm_sm90.csv"
 step bench_postops 120 python3 scripts/bench_postops.py ${FO_POSTOPS_ARGS:-} --out "$OUT/data/postops.csv"
+step launch 120 python3 scripts/bench_launch.py --out "$OUT/data/launch_host_time.csv"
 step profile 200 ncu --clock-control none -k regex:fo_gemm_nt --launch-skip 3 --launch-count 3 --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats python3 scripts/profile_gemm.py
 step record 120 bash -c "python3 scripts/record_experiments.py && cp data/*/wave_pattern.* $OUT/data/"
 step host_path 120 python3 scripts/profile_host_path.py
 step timeline 200 python3 scripts/record_timeline.py --out "$OUT/data"
+step probe_finish 300 python3 scripts/probe_loopback_finish.py --out "$OUT/data/loopback_finish_probe.csv"
 step engine 300 python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/gpu/test_engine_gpu.py
 # Multi-GPU (2+ GPUs): correctness with NCCL, then curves, footprint and the speedup sweep.
 step multi_gpu "${FO_MULTI_LIMIT:-560}" env FO_DATA_OUT="$OUT/data/multi" bash scripts/multi_gpu.sh ${FO_MULTI_ARGS:-}

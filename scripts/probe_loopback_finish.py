@@ -8,8 +8,9 @@ GEMM they get the few the GEMM leaves free. This records the timeline of
 (timing only: a variant may leave wrong values):
 
 * ``current``: the communicator as it is;
-* ``broadcast_kernel``: All-to-All / AllGather repeat through one broadcast kernel (a stride-0
-  source), as the link did before session 6;
+* ``torch_ops``: the finishing steps as torch ops, as the link had them before session 6 (scale
+  with ``mul_``, ReduceScatter's chunk copied first, All-to-All / AllGather repeated by one
+  broadcast kernel with a stride-0 source);
 * ``no_finish``: bytes through the link only, no finishing step at all.
 
     python scripts/probe_loopback_finish.py --out /tmp/probe.csv
@@ -27,9 +28,14 @@ def variants(world: int) -> dict:
     from fo_lib.comm import check_counts
     from fo_lib.comm.loopback import LoopbackCommunicator
 
-    class BroadcastKernel(LoopbackCommunicator):
+    class TorchOps(LoopbackCommunicator):
         def _repeat(self, src, dst):
             dst.view(self.world_size, -1).copy_(src.reshape(1, -1).expand(self.world_size, -1))
+
+        def _sum_of_copies(self, src, dst):
+            if src.data_ptr() != dst.data_ptr():
+                dst.copy_(src)
+            dst.mul_(self.world_size)
 
     class NoFinish(LoopbackCommunicator):
         def all_reduce(self, buf):
@@ -44,7 +50,7 @@ def variants(world: int) -> dict:
             sc = check_counts(send_counts, self.world_size, send.numel(), "all_to_all send")
             self._transfer(send, (send.numel() - min(sc)) * send.element_size())
 
-    return {"current": LoopbackCommunicator(world), "broadcast_kernel": BroadcastKernel(world),
+    return {"current": LoopbackCommunicator(world), "torch_ops": TorchOps(world),
             "no_finish": NoFinish(world)}
 
 
@@ -62,9 +68,7 @@ def main(argv=None) -> int:
 
     frames = []
     for name, comm in variants(args.world).items():
-        shapes = timeline.LOOPBACK_SHAPES if name != "broadcast_kernel" else \
-            [s for s in timeline.LOOPBACK_SHAPES if s[0] == "all_to_all"]
-        df = timeline.measure(comm, shapes=shapes, repeats=args.repeats, world=args.world)
+        df = timeline.measure(comm, shapes=timeline.LOOPBACK_SHAPES, repeats=args.repeats, world=args.world)
         frames.append(df.assign(variant=name))
     df = pd.concat(frames, ignore_index=True)
     write_result(df, Path(args.out), link=str(df.link.iloc[0]), world_size=args.world)

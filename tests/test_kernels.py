@@ -93,3 +93,48 @@ def test_gpu_entry_points_say_what_is_missing():
         pytest.skip("a GPU is present")
     with pytest.raises(kernels.CudaUnavailableError):
         kernels.current_arch()
+
+
+# --- the launch path (CPU: everything that does not touch a GPU) -----------------------------------
+def test_launch_memo_builds_once_and_evicts_oldest():
+    memo = kernels.LaunchMemo(size=2)
+    built = []
+
+    def build(tag):
+        return lambda: built.append(tag) or tag
+
+    assert memo.get_or_build(("a",), build("a")) == "a"
+    assert memo.get_or_build(("a",), build("a-again")) == "a"  # a hit does not rebuild
+    memo.get_or_build(("b",), build("b"))
+    memo.get_or_build(("c",), build("c"))  # evicts ("a",), the oldest
+    assert memo.get(("a",)) is None and memo.get(("b",)) == "b" and memo.get(("c",)) == "c"
+    assert built == ["a", "b", "c"]
+
+
+def test_launch_memo_never_stores_unusable_keys():
+    memo = kernels.LaunchMemo()
+    for key in (None, ({"unhashable": 1},)):
+        assert memo.get_or_build(key, lambda: "x") == "x"
+        assert memo.get(key) is None
+    assert len(memo._launches) == 0
+
+
+def test_memo_key_follows_every_tensor_property():
+    torch = pytest.importorskip("torch")
+    a = torch.zeros(4, 8)
+    base = kernels.memo_key(("plain",), a, None)
+    assert base == kernels.memo_key(("plain",), a, None)
+    # Another address, dtype, shape or stride is another key (its checks and arguments differ).
+    for other in (torch.zeros(4, 8), a.double(), a.view(8, 4), a.t(), a[:, :4]):
+        assert kernels.memo_key(("plain",), other, None) != base
+    assert kernels.memo_key(("plain",), a, None) != kernels.memo_key(("plain",), a, a)
+    assert kernels.memo_key(("plain",), a, [1, 2]) is None  # not a tensor: no memo, the checks raise
+
+
+@pytest.mark.parametrize("args,grid,block,match", [
+    ((1,), (1,), (1,), "NumPy scalar"),                # a Python int has no exact C size
+    ((__import__("numpy").zeros(2),), (1,), (1,), "one-element"),
+    ((), (0,), (1,), "grid"), ((), (1,), (1, 1, 1, 1), "block")])
+def test_prepared_launch_rejects_bad_arguments_before_any_device_call(args, grid, block, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        kernels.PreparedLaunch(None, grid, block, args, device_index=0)

@@ -9,7 +9,9 @@ virtual rank that keeps the fewest rows) are
 copied device -> pinned host -> device on the current stream, either by the copy engines
 (``mode="copy_engine"``: no SM used) or by a copy kernel of ``ctas`` CTAs that reads and writes the
 mapped pinned buffer itself (``mode="sm_copy"``: like NCCL, the link then takes ``ctas`` SMs from a
-GEMM running beside it). Everything measured with it is labelled "emulated link".
+GEMM running beside it). The results are then finished on the device: the reductions' scale by
+``W`` is a small SM kernel (in copy-engine mode the only SM work of the link), the repeats of
+AllGather and All-to-All are device copies. Everything measured with it is labelled "emulated link".
 """
 from __future__ import annotations
 
@@ -20,21 +22,29 @@ from . import check_counts
 
 MODES = ("copy_engine", "sm_copy")
 SM_COPY_KERNEL = "fo_sm_copy16"
-# Grid-stride 16-byte copy: with UVA a pinned host buffer is addressable from the device, so the
-# bytes cross the host link inside the kernel, on the SMs it runs on.
-SM_COPY_SOURCE = f"""
+SCALE_KERNELS = {"bf16": "fo_scale16_bf16", "f16": "fo_scale16_f16"}
+SCALE_UNROLL = 4
+SCALE_THREADS = 256
+# One source for the link's kernels (fo_lib/cuda/link_emulation.cuh).
+LINK_SOURCE = f"""#include "link_emulation.cuh"
 extern "C" __global__ void {SM_COPY_KERNEL}(const uint4* __restrict__ src, uint4* __restrict__ dst,
                                            unsigned long long n) {{
-  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-  for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-    dst[i] = src[i];
+  fo::copy16(src, dst, n);
+}}
+extern "C" __global__ void {SCALE_KERNELS["bf16"]}(const fo::bits16* src, fo::bits16* dst,
+                                                 unsigned long long n, float scale) {{
+  fo::scale16<fo::bf16_tag, {SCALE_UNROLL}>(src, dst, n, scale);
+}}
+extern "C" __global__ void {SCALE_KERNELS["f16"]}(const fo::bits16* src, fo::bits16* dst,
+                                                unsigned long long n, float scale) {{
+  fo::scale16<fo::f16_tag, {SCALE_UNROLL}>(src, dst, n, scale);
 }}
 """
 
 
 @kernels.register_compile_check
 def _compile_checks():
-    yield "sm_copy", SM_COPY_SOURCE
+    yield "link_emulation", LINK_SOURCE
 
 
 class LoopbackCommunicator:
@@ -62,6 +72,7 @@ class LoopbackCommunicator:
         if mode == "sm_copy":
             self.sm_footprint = ctas  # the copy kernel's CTAs (the wait kernel fits beside a GEMM CTA)
         self._kernel = None
+        self._scales = kernels.LaunchMemo(64)
         self.device = torch.device("cuda", torch.cuda.current_device() if device is None else device)
         self._host = None
         self._scratch = None
@@ -103,7 +114,7 @@ class LoopbackCommunicator:
 
         if self._kernel is None:
             with kernels._cupy().cuda.Device(self.device.index):
-                self._kernel = kernels.get_kernel(SM_COPY_SOURCE, SM_COPY_KERNEL)
+                self._kernel = kernels.get_kernel(LINK_SOURCE, SM_COPY_KERNEL)
         vecs = n // 16
         if vecs == 0:
             return
@@ -113,10 +124,39 @@ class LoopbackCommunicator:
             kernels.launch(self._kernel, (self.ctas,), (512,), (np.uint64(src), np.uint64(dst), np.uint64(vecs)),
                            stream=stream, device_index=self.device.index)
 
+    def _sum_of_copies(self, src, dst) -> None:
+        """``dst = W * src`` (``dst`` may be ``src``): what a sum over ``W`` identical ranks gives.
+        Contiguous 16-bit tensors on 16-byte boundaries go through the link's scale kernel
+        (link_emulation.cuh, launched once per pair of addresses), anything else through torch."""
+        import torch
+
+        W = self.world_size
+        dtype = {torch.bfloat16: "bf16", torch.float16: "f16"}.get(dst.dtype)
+        if (dtype is None or src.dtype != dst.dtype or src.numel() != dst.numel() or not src.is_contiguous()
+                or not dst.is_contiguous() or src.data_ptr() % 16 or dst.data_ptr() % 16):
+            if src.data_ptr() != dst.data_ptr():
+                dst.copy_(src)
+            dst.mul_(W)
+            return
+        if dst.numel():
+            self._scales.get_or_build(kernels.memo_key((dtype, W), src, dst),
+                                      lambda: self._scale_launch(src, dst, dtype))()
+
+    def _scale_launch(self, src, dst, dtype: str):
+        import torch
+
+        with kernels._cupy().cuda.Device(self.device.index):
+            kernel = kernels.get_kernel(LINK_SOURCE, SCALE_KERNELS[dtype])
+        n = dst.numel()
+        sms = torch.cuda.get_device_properties(self.device).multi_processor_count
+        blocks = max(1, min(-(-n // (8 * SCALE_THREADS * SCALE_UNROLL)), 8 * sms))
+        args = (kernels.ptr(src), kernels.ptr(dst), np.uint64(n), np.float32(self.world_size))
+        return kernels.PreparedLaunch(kernel, (blocks,), (SCALE_THREADS,), args, device_index=self.device.index)
+
     def all_reduce(self, buf) -> None:
         W = self.world_size
         self._transfer(buf, 2 * (W - 1) * buf.numel() * buf.element_size() // W)
-        buf.mul_(W)
+        self._sum_of_copies(buf, buf)
 
     def reduce_scatter(self, send, recv) -> None:
         W = self.world_size
@@ -124,7 +164,7 @@ class LoopbackCommunicator:
             raise ValueError(f"reduce_scatter: send has {send.numel()} elements, expected {W} x {recv.numel()}")
         self._transfer(send, (W - 1) * send.numel() * send.element_size() // W)
         c = recv.numel()
-        recv.copy_(send[self.rank * c:(self.rank + 1) * c]).mul_(W)
+        self._sum_of_copies(send[self.rank * c:(self.rank + 1) * c], recv)
 
     def all_gather(self, send, recv) -> None:
         W = self.world_size

@@ -271,6 +271,29 @@ def test_loopback_sm_copy_mode(primitive):
     assert float(buf[0]) == 4.0
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("n", [1, 7, 8, 1000, 8 * 256 * 4 * 3 + 5, (1 << 20) + 3])
+def test_loopback_reduction_finish(dtype, n):
+    """The emulated reductions' W * x (the link's scale kernel for aligned 16-bit data, torch for
+    the rest), in place and into another buffer, with tails of every length, against torch; the
+    NaN-poisoned elements around the destination stay untouched."""
+    W = 3
+    comm = LoopbackCommunicator(W)
+    x = torch.randn(n + 16, device="cuda").to(dtype)
+    for offset in (0, 8, 3):  # 3: a 6-byte offset for 16-bit data, the torch path
+        src = x[offset:offset + n]
+        want = src.float() * W
+        guard = torch.full((n + 32,), float("nan"), device="cuda").to(dtype)
+        dst = guard[offset + 8:offset + 8 + n]
+        comm._sum_of_copies(src, dst)
+        inplace = src.clone()
+        comm._sum_of_copies(inplace, inplace)
+        torch.cuda.synchronize()
+        assert torch.equal(dst, want.to(dtype)), f"offset {offset}"
+        assert torch.equal(inplace, want.to(dtype)), f"offset {offset}, in place"
+        assert torch.isnan(guard[:offset + 8]).all() and torch.isnan(guard[offset + 8 + n:]).all()
+
+
 def test_loopback_rejects_bad_mode():
     with pytest.raises(ValueError, match="mode"):
         LoopbackCommunicator(2, mode="nvlink")
