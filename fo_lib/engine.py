@@ -251,8 +251,12 @@ class OverlapPlan:
             self._cpu_scatter = self._cpu_group_indices()
             return
         self.row_offset = torch.from_numpy(self.tables.row_offset).to(dev)
-        # The GEMM's store table (None: C row-major, the rows layout's in-place store).
-        self._store_table = None if self.layout == "rows" else self.row_offset
+        # How the GEMM stores: a place per tile where the layout is tile blocks (AllReduce tiles,
+        # ReduceScatter subtiles: no row table to read), else the row table (All-to-All), or C
+        # row-major (None, None: the rows layout's in-place store).
+        place = getattr(self.tables, "tile_place", None)
+        self._tile_place = None if place is None else torch.from_numpy(place).to(dev)
+        self._store_table = None if (self.layout == "rows" or self._tile_place is not None) else self.row_offset
         self.tile_group = torch.from_numpy(self.tables.tile_group).to(dev)
         self.post_table_dev = torch.from_numpy(np.ascontiguousarray(self.post_table)).to(dev)
         self.counters = torch.zeros(self.num_groups, dtype=torch.int32, device=dev)
@@ -339,7 +343,8 @@ class OverlapPlan:
         a = torch.zeros(self.M, self.K, dtype=self._tdtype, device=self._dev)
         b = torch.zeros(self.N, self.K, dtype=self._tdtype, device=self._dev)
         gemm.kernels_for(self.config).gemm_nt_signal(a, b, self.send, self._store_table, self.tile_group,
-                                                     self.counters, config=self.config, ctas=self.ctas)
+                                                     self.counters, config=self.config, ctas=self.ctas,
+                                                     tile_place=self._tile_place)
         self.epoch_word.fill_(-1)  # epoch 2^32 - 1: the next target is 0, so these waits pass at once
         counting.wait_epoch(self.counters, 0, 1, self.epoch_word, self.error, self.timeout_ns)
         src = self.send if self.primitive == "all_reduce" else self.recv
@@ -499,7 +504,8 @@ class OverlapPlan:
         if events is not None:
             events["gemm_start"] = _record(compute)
         gemm.kernels_for(self.config).gemm_nt_signal(a, b, self.send, self._store_table, self.tile_group,
-                                                     self.counters, config=self.config, ctas=self.ctas, stream=compute)
+                                                     self.counters, config=self.config, ctas=self.ctas, stream=compute,
+                                                     tile_place=self._tile_place)
         done: list = []
         if events is not None:
             events["gemm_end"] = _record(compute)

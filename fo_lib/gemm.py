@@ -13,7 +13,9 @@ picks a tile config, generates the tiny instantiation source, and launches on a 
 * Epilogues: ``plain`` stores ``C``; ``signal`` stores row ``i`` of tile column ``tn`` at
   ``comm_buf[row_offset[i, tn] + c]`` and then adds 1 to ``group_counter[tile_group[tile_id]]``
   (release, never reset: the waiter compares against epoch targets); ``signal_rows`` stores ``C``
-  row-major into ``comm_buf`` and signals the same way; ``probe`` stores ``C`` and records per tile
+  row-major into ``comm_buf`` and signals the same way; ``signal_tiles`` stores each tile at its
+  place (``tile_place``: a base per tile, the tile and subtile layouts without a row table) and
+  signals the same way; ``probe`` stores ``C`` and records per tile
   ``(start ns, end ns, smid, cta)``; ``scatter`` is ``signal`` without the counter. The signal
   epilogues release a tile's counter at a barrier a few k-tiles into the CTA's next tile (or at its
   end): the stores have drained by then, so the release costs the main loop almost nothing.
@@ -30,7 +32,7 @@ from . import kernels
 from .tiling import RASTER_ORDERS
 
 DTYPES = ("bf16", "f16")
-EPILOGUES = ("plain", "signal", "probe", "scatter", "signal_rows")
+EPILOGUES = ("plain", "signal", "probe", "scatter", "signal_rows", "signal_tiles")
 _EPILOGUE_ID = {name: i for i, name in enumerate(EPILOGUES)}  # the EPILOGUE template argument
 _DTYPE_TAG = {"bf16": "fo::bf16_tag", "f16": "fo::f16_tag"}
 _MAX_SMEM = 227 * 1024  # H100/H200 opt-in limit per block; the device's own limit is checked at launch
@@ -342,7 +344,7 @@ def _check_out(out, M: int, N: int, a, name: str = "out"):
         raise GemmError(f"{name} must be {a.dtype} on {a.device}, got {out.dtype} on {out.device}")
 
 
-def _check_table_store(a, comm_buf, row_offset, tile_group, group_counter, cfg, M, N):
+def _check_table_store(a, comm_buf, row_offset, tile_group, group_counter, cfg, M, N, tile_place=None):
     """Validate the communication buffer and tables of the table-store epilogues."""
     import torch
     tiles_m, tiles_n = _ceil_div(M, cfg.BM), _ceil_div(N, cfg.BN)
@@ -355,6 +357,10 @@ def _check_table_store(a, comm_buf, row_offset, tile_group, group_counter, cfg, 
     if comm_buf.numel() < M * N:
         raise GemmError(f"comm_buf holds {comm_buf.numel()} elements, fewer than M*N = {M * N}")
     checks = [] if row_offset is None else [(row_offset, "row_offset", (torch.int64,), (M, tiles_n))]
+    if tile_place is not None:
+        checks.append((tile_place, "tile_place", (torch.int64,), (tiles_m * tiles_n, 4)))
+        if isinstance(tile_place, torch.Tensor) and tile_place.data_ptr() % 16:
+            raise GemmError("tile_place must be 16-byte aligned (each tile's place is read as two 16-byte chunks)")
     if group_counter is not None:
         checks += [(tile_group, "tile_group", (torch.int32,), (tiles_m * tiles_n,)),
                    (group_counter, "group_counter", (torch.int32, torch.uint32), None)]
@@ -438,7 +444,7 @@ class GemmFamily:
         return out
 
     def gemm_nt_signal(self, a, b, comm_buf, row_offset, tile_group, group_counter, *, config,
-                       ctas: int | None = None, stream=None) -> None:
+                       ctas: int | None = None, stream=None, tile_place=None) -> None:
         """``a @ b.T`` stored through the row table into ``comm_buf``, signalling a counter per tile
         group.
 
@@ -446,15 +452,24 @@ class GemmFamily:
         ``comm_buf.flatten()[row_offset[i, tn] + c]``; after a tile is stored,
         ``group_counter[tile_group[tile_id]] += 1`` (release, gpu scope). Counters are never reset.
         ``row_offset=None`` stores ``C`` row-major into ``comm_buf`` (the "rows" layout of
-        :func:`fo_lib.reorder.row_reorder`: no table is read). ``config`` is required: the tables
-        depend on its tile shape.
+        :func:`fo_lib.reorder.row_reorder`: no table is read), or, with ``tile_place`` (int64
+        ``[tiles, 4]``, :attr:`fo_lib.reorder.TileReorder.tile_place`), each tile at its place: row
+        ``r`` of tile ``t`` at ``base + (r >> shift) * sub_stride + (r & (2^shift - 1)) * cols`` for
+        ``tile_place[t] = (base, sub_stride, shift, 0)``, the tile and subtile layouts without a row
+        table. ``config`` is required: the tables depend on its tile shape.
         """
         if config is None:
             raise GemmError("gemm_nt_signal needs an explicit config (the tables are built for its tiles)")
+        if tile_place is not None and row_offset is not None:
+            raise GemmError("pass a row table (row_offset) or tile places (tile_place), not both")
 
         def build():
             dtype, M, N, K, cfg, n = self.check(a, b, config, ctas)
-            _check_table_store(a, comm_buf, row_offset, tile_group, group_counter, cfg, M, N)
+            _check_table_store(a, comm_buf, row_offset, tile_group, group_counter, cfg, M, N, tile_place)
+            if tile_place is not None:
+                return self.prepare(cfg, dtype, "signal_tiles", a, b, 0, 0, n, comm_ptr=comm_buf.data_ptr(),
+                                    row_offset_ptr=tile_place.data_ptr(), tile_group_ptr=tile_group.data_ptr(),
+                                    counter_ptr=group_counter.data_ptr())
             if row_offset is None:
                 return self.prepare(cfg, dtype, "signal_rows", a, b, comm_buf.data_ptr(), N, n,
                                     tile_group_ptr=tile_group.data_ptr(), counter_ptr=group_counter.data_ptr())
@@ -462,7 +477,8 @@ class GemmFamily:
                                 row_offset_ptr=row_offset.data_ptr(), tile_group_ptr=tile_group.data_ptr(),
                                 counter_ptr=group_counter.data_ptr())
 
-        key = kernels.memo_key(("signal", config, ctas), a, b, comm_buf, row_offset, tile_group, group_counter)
+        key = kernels.memo_key(("signal", config, ctas), a, b, comm_buf, row_offset, tile_group, group_counter,
+                               tile_place)
         self._memo.get_or_build(key, build)(stream)
 
     def gemm_nt_scatter(self, a, b, comm_buf, row_offset, *, config, ctas: int | None = None,

@@ -15,8 +15,8 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
   operand ring. Run-time raster (``order``, ``swizzle``) and CTA count (``ctas``) as in fo_lib.gemm.
 * Epilogues: ``plain`` stores ``C``; ``signal`` stores row ``i`` of tile column ``tn`` at
   ``comm_buf[row_offset[i, tn] + c]`` then adds 1 to ``group_counter[tile_group[tile_id]]`` (release,
-  gpu scope, never reset); ``signal_rows`` stores ``C`` row-major into ``comm_buf`` and signals the
-  same way; ``probe`` stores ``C`` and records per tile ``(start ns, end ns, smid,
+  gpu scope, never reset); ``signal_rows`` stores ``C`` row-major into ``comm_buf`` and
+  ``signal_tiles`` each tile at its place (fo_lib.gemm), both signalling the same way; ``probe`` stores ``C`` and records per tile ``(start ns, end ns, smid,
   cta)``; ``scatter`` is ``signal`` without the counter. The stores, the release and the probe's end
   stamp are done by the store warps after the consumers hand the tile over in shared memory, so a
   tile's probe interval may overlap the next tile's start on the same CTA (start = the consumers

@@ -26,6 +26,7 @@ Within a group tiles are placed in schedule order (the order the GEMM finishes t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -77,6 +78,31 @@ def _row_coords(grid: TileGrid) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     return tile, np.broadcast_to(i % grid.BM, tile.shape), cols, np.broadcast_to(i, tile.shape)
 
 
+# A place's shift when a tile has no subtiles: row r is then at base + r * cols (r < 2^30).
+WHOLE_TILE_SHIFT = 30
+
+
+def _tile_places(grid: TileGrid, row_offset: np.ndarray, sub_rows: int, sub_stride) -> np.ndarray | None:
+    """The GEMM's ``signal_tiles`` form of a row table whose tiles are stored as blocks: int64
+    ``[tiles, 4]`` = ``(base, sub_stride, shift, 0)`` per row-major tile id, with row ``r`` of a tile
+    at ``base + (r >> shift) * sub_stride + (r & (2^shift - 1)) * cols``. ``sub_rows`` rows per
+    subtile (``BM``: whole tiles); None where that is not a power of two. Checked against the table
+    it replaces, element by element."""
+    if sub_rows <= 0 or sub_rows & (sub_rows - 1):
+        return None
+    shift = WHOLE_TILE_SHIFT if sub_rows >= grid.BM else sub_rows.bit_length() - 1
+    tm, tn = np.divmod(np.arange(grid.num_tiles), grid.tiles_n)
+    places = np.zeros((grid.num_tiles, 4), dtype=np.int64)
+    places[:, 0] = row_offset[tm * grid.BM, tn]
+    places[:, 1] = sub_stride
+    places[:, 2] = shift
+    tile, r, cols, _ = _row_coords(grid)
+    rebuilt = places[tile, 0] + (r >> shift) * places[tile, 1] + (r & ((1 << shift) - 1)) * cols
+    if not np.array_equal(rebuilt, row_offset):
+        raise ReorderError("tile places do not reproduce the row table (a layout that is not tile blocks)")
+    return places
+
+
 @dataclass(frozen=True)
 class _GroupedTiles:
     """What every reorder mode shares: tile -> group and the per-group signal targets."""
@@ -112,6 +138,12 @@ class TileReorder(_GroupedTiles):
         """AllReduce is in place: the gather table is the store table."""
         return self.row_offset
 
+    @cached_property
+    def tile_place(self) -> np.ndarray | None:
+        """The store table as one place per tile (:func:`_tile_places`; the GEMM's ``signal_tiles``
+        epilogue reads it instead of a row offset per row)."""
+        return _tile_places(self.grid, self.row_offset, self.grid.BM, 0)
+
 
 def tile_reorder(grid: TileGrid, partition) -> TileReorder:
     g = _grouped(grid, partition)
@@ -143,6 +175,11 @@ class RowReorder(TileReorder):
     @property
     def num_groups(self) -> int:
         return len(self.group_tiles)
+
+    @property
+    def tile_place(self) -> None:
+        """None: C is stored row-major (the GEMM's ``signal_rows``), not in tile blocks."""
+        return None
 
 
 def band_tiles(grid: TileGrid) -> int:
@@ -212,6 +249,14 @@ class SubtileReorder(_GroupedTiles):
 
     def owned_rows(self, rank: int) -> np.ndarray:
         return owned_rows(self.grid.M, self.grid.BM, self.world_size, rank)
+
+    @cached_property
+    def tile_place(self) -> np.ndarray | None:
+        """The store table as one place per tile: ``W`` subtiles of ``BM / W`` rows, one per rank's
+        chunk of the group (see :attr:`TileReorder.tile_place`); None unless ``BM / W`` is a power
+        of two."""
+        return _tile_places(self.grid, self.row_offset, self.grid.BM // self.world_size,
+                            self.chunk_elements[self.tile_group])
 
     def recv_table(self, rank: int) -> np.ndarray:
         """Gather table from rank's receive buffer to its owned rows (ascending), ``[rows_k, TN]``."""

@@ -38,7 +38,7 @@ step bench_postops 120 python3 scripts/bench_postops.py ${FO_POSTOPS_ARGS:-} --o
 step launch 120 python3 scripts/bench_launch.py --out "$OUT/data/launch_host_time.csv"
 step profile 200 ncu --clock-control none -k regex:fo_gemm_nt --launch-skip 3 --launch-count 3 --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats python3 scripts/profile_gemm.py
 step record 120 bash -c "python3 scripts/record_experiments.py && cp data/*/wave_pattern.* $OUT/data/"
-step host_path 120 python3 scripts/profile_host_path.py
+step host_path 120 python3 scripts/profile_host_path.py --profile
 step timeline 200 python3 scripts/record_timeline.py --out "$OUT/data"
 step probe_finish 300 python3 scripts/probe_loopback_finish.py --out "$OUT/data/loopback_finish_probe.csv"
 step engine 300 python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/gpu/test_engine_gpu.py
@@ -48,4 +48,4 @@ step bench_overlap 300 python3 scripts/bench_overlap.py ${FO_OVERLAP_ARGS:-} --o
 # Everything under data/ comes back as one archive (a call brings back at most 8 files).
 if [ -n "$(ls -A "$OUT/data" 2>/dev/null)" ]; then tar czf "$OUT/data.tgz" -C "$OUT/data" . && rm -rf "$OUT/data"; fi
 echo "--- summary"; printf '%s\n' "${summary[@]}" | tee -a "$log"
-grep -E "passed|failed|error" "$log" | grep -E "^[0-9]+ (passed|failed)|ERROR SUMMARY|sanitize: ok|geomean|signal vs plain|worst" | tail -n 20
+grep -E "passed|failed|error" "$log" | grep -E "^[0-9]+ (passed|failed)|ERROR SUMMARY|sanitize: ok|geomean|signal .*vs plain|worst" | tail -n 20

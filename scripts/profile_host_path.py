@@ -9,7 +9,8 @@ NCCL, or alone for the loopback link:
     torchrun --nproc_per_node 2 scripts/profile_host_path.py       # NCCL
     python scripts/profile_host_path.py --world 2                    # loopback (one GPU)
 
-Prints one table (rank 0); writes nothing.
+Prints one table (rank 0); writes nothing. ``--profile`` also runs 200 eager calls (the default
+path: communication side replayed as one graph) under cProfile and prints where they spend.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--world", type=int, default=2, help="virtual ranks of the loopback link (no torchrun)")
     ap.add_argument("--shape", type=int, nargs=3, default=(4096, 8192, 8192))
+    ap.add_argument("--profile", action="store_true", help="cProfile the eager call")
     args = ap.parse_args(argv)
 
     import torch
@@ -82,6 +84,20 @@ def main(argv=None) -> int:
             print(f"  {us:9.1f}  {name}")
         extra = (pieces[f"whole call, group by group ({groups} groups)"] - pieces["whole call as a CUDA-graph replay"]) / groups
         print(f"  {extra:9.1f}  group by group minus whole graph, per group")
+    if args.profile:  # every rank runs the calls (NCCL collectives must match); rank 0 prints
+        import cProfile
+        import pstats
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(200):
+            plan.run(a, b)
+        prof.disable()
+        torch.cuda.synchronize()
+        plan.check()
+        if comm.rank == 0:
+            print("cProfile, 200 eager calls:")
+            pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+            pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
     graphed = plan = per_group = None  # drop the captured graphs before the process group goes
     if "RANK" in os.environ:
         from fo_lib.comm.torch_dist import shutdown

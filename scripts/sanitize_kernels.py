@@ -21,7 +21,7 @@ from fo_lib.testing import calc_diff  # noqa: E402
 
 
 def exercise(family, configs, shapes) -> None:
-    """Every epilogue of one GEMM family (plain, signal, scatter, probe, signal_rows) on few CTAs, then the
+    """Every epilogue of one GEMM family (plain, signal, scatter, probe, signal_rows, signal_tiles) on few CTAs, then the
     post-reorder with every fused op back to row-major; results checked against float64."""
     torch.manual_seed(0)
     for cfg in configs:
@@ -44,6 +44,10 @@ def exercise(family, configs, shapes) -> None:
             row_counters = torch.zeros_like(counters)
             family.gemm_nt_signal(a, b, rows, None, torch.from_numpy(plan.tile_group).cuda(), row_counters,
                                   config=cfg, ctas=3)
+            placed = torch.empty_like(comm)  # signal_tiles: the same layout from the tiles' places
+            placed_counters = torch.zeros_like(counters)
+            family.gemm_nt_signal(a, b, placed, None, torch.from_numpy(plan.tile_group).cuda(), placed_counters,
+                                  config=cfg, ctas=3, tile_place=torch.from_numpy(plan.tile_place).cuda())
             _, probe = family.gemm_nt_probe(a, b, config=cfg, ctas=3)
             ops = postops.PostOps(bias=True, activation="silu", residual=True, rmsnorm=True, eps=1e-5)
             bias = torch.randn(N, device="cuda").bfloat16()
@@ -57,6 +61,7 @@ def exercise(family, configs, shapes) -> None:
             torch.cuda.synchronize()
             assert counters.cpu().tolist() == plan.group_tiles.tolist()
             assert row_counters.cpu().tolist() == plan.group_tiles.tolist() and torch.equal(rows.view(M, N), out)
+            assert placed_counters.cpu().tolist() == plan.group_tiles.tolist() and torch.equal(placed, comm)
             assert (probe[:, 1] >= probe[:, 0]).all()
 
 

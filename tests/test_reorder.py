@@ -227,3 +227,35 @@ def test_reorder_errors():
                            [np.zeros(5, dtype=np.int64)] * 2, 0)
     with pytest.raises(R.ReorderError, match="lie in"):
         R.subtoken_reorder(g, (g.num_waves,), [np.full(256, 7)] * 2, [np.arange(256)] * 2, 0)
+
+
+def _placed_table(grid, places):
+    """The row table the GEMM's signal_tiles epilogue stores through, from the tiles' places
+    (the kernel's arithmetic, written out independently of fo_lib.reorder)."""
+    i = np.arange(grid.M)[:, None]
+    tn = np.arange(grid.tiles_n)[None, :]
+    tile = (i // grid.BM) * grid.tiles_n + tn
+    r = i % grid.BM
+    cols = np.minimum(grid.BN, grid.N - tn * grid.BN)
+    base, stride, shift = (places[tile, k] for k in range(3))
+    return base + (r >> shift) * stride + (r & ((1 << shift) - 1)) * cols
+
+
+@given(rs_case())
+def test_tile_places_reproduce_the_row_tables(case):
+    g, part, W = case
+    tiles = R.tile_reorder(g, part)
+    assert tiles.tile_place.shape == (g.num_tiles, 4) and tiles.tile_place.dtype == np.int64
+    assert np.array_equal(_placed_table(g, tiles.tile_place), tiles.row_offset)
+    sub = R.subtile_reorder(g, part, W)
+    assert np.array_equal(_placed_table(g, sub.tile_place), sub.row_offset)  # BM / W: a power of two here
+
+
+def test_tile_places_only_for_tile_blocks():
+    g = TileGrid(300, 200, BM=96, BN=64, sm_count=4)
+    assert R.subtile_reorder(g, (g.num_waves,), 2).tile_place is None  # 48-row subtiles: no shift
+    rows = R.row_reorder(TileGrid(300, 200, BM=64, BN=64, sm_count=4, order="row", swizzle=1), (2, 3))
+    assert rows.tile_place is None  # C row-major: the rows layout's own epilogue
+    bad = R.tile_reorder(TileGrid(256, 256, BM=64, BN=64, sm_count=4), (4,))
+    with pytest.raises(R.ReorderError, match="do not reproduce"):
+        R._tile_places(bad.grid, bad.row_offset[::-1].copy(), 64, 0)

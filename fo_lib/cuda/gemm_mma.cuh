@@ -131,7 +131,10 @@ struct GemmShape {
 };
 
 // EPILOGUE: 0 plain (C), 1 signal (comm_buf through row_offset + group counters), 2 probe (C + probe),
-// 3 scatter (comm_buf through row_offset, no signal), 4 signal_rows (C row-major + group counters).
+// 3 scatter (comm_buf through row_offset, no signal), 4 signal_rows (C row-major + group counters),
+// 5 signal_tiles (comm_buf at each tile's place + group counters; row_offset points to the places:
+// int64 [tiles, 4] = {base, sub_stride, sub_shift, 0}, row r of tile t at base + (r >> sub_shift) *
+// sub_stride + (r & (2^sub_shift - 1)) * cols: fo_lib.reorder's tile and subtile layouts).
 // Pointers an epilogue does not use may be null.
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES, class T, int EPILOGUE>
 __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const bits16* __restrict__ B,
@@ -142,9 +145,11 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                                              u64* __restrict__ probe) {
     using S = GemmShape<BM, BN, BK, WARPS_M, WARPS_N, STAGES>;
     using namespace mma_detail;
-    static_assert(EPILOGUE >= 0 && EPILOGUE <= 4, "EPILOGUE is 0 plain, 1 signal, 2 probe, 3 scatter or 4 signal_rows");
+    static_assert(EPILOGUE >= 0 && EPILOGUE <= 5,
+                  "EPILOGUE is 0 plain, 1 signal, 2 probe, 3 scatter, 4 signal_rows or 5 signal_tiles");
     constexpr bool kTableStore = EPILOGUE == 1 || EPILOGUE == 3;
-    constexpr bool kSignal = EPILOGUE == 1 || EPILOGUE == 4;
+    constexpr bool kPlaced = EPILOGUE == 5;
+    constexpr bool kSignal = EPILOGUE == 1 || EPILOGUE == 4 || EPILOGUE == 5;
 
     extern __shared__ __align__(128) unsigned char fo_gemm_smem[];
     const u32 smem = smem_addr(fo_gemm_smem);
@@ -268,6 +273,10 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
             const bool ok = grow < M;
             cp_async8(smem_ro + tid * 8, ok ? row_offset + i64(grow) * tiles_n + tn : row_offset, ok);
         }
+        // A placed tile needs its 32-byte place only: two cp.async in the same group. It replaces the
+        // BM row offsets, and the epilogue's per-store shared load of one (signal: +2-4 % over plain
+        // on mma.sync, docs/perf-log.md).
+        if (kPlaced && tid < 2) cp_async16(smem_ro + tid * 16, row_offset + i64(tm * tiles_n + tn) * 4 + tid * 2, true);
         load_frags(0, rd_stage, 0);
 
 #pragma unroll 1
@@ -314,11 +323,18 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         }
         // The row offsets were committed with k-tile (first + STAGES-1) of this tile; the main loop's
         // last wait covered k-tiles up to (first + KT-1).
-        if (kTableStore && KT < STAGES) cp_async_wait<0>();
+        if ((kTableStore || kPlaced) && KT < STAGES) cp_async_wait<0>();
         __syncthreads();
 
         const int rows = min(BM, M - tm * BM);
         const int cols = min(BN, N - tn * BN);
+        i64 place_base = 0, place_sub_stride = 0;
+        int place_shift = 0;
+        if (kPlaced) {
+            place_base = ld_shared_s64(smem_ro);
+            place_sub_stride = ld_shared_s64(smem_ro + 8);
+            place_shift = int(ld_shared_s64(smem_ro + 16));
+        }
 #pragma unroll
         for (int i = 0; i < S::C_STORES; ++i) {
             const int idx = tid + i * S::THREADS;
@@ -331,6 +347,9 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                 bits16* dst;
                 if (kTableStore) {
                     dst = comm_buf + ld_shared_s64(smem_ro + r * 8) + ch * 8;
+                } else if (kPlaced) {
+                    dst = comm_buf + place_base + i64(r >> place_shift) * place_sub_stride +
+                          i64(u32(r) & ((1u << place_shift) - 1u)) * cols + ch * 8;
                 } else {
                     dst = C + grow * ldc + tn * BN + ch * 8;
                 }

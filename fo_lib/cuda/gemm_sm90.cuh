@@ -277,9 +277,11 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                                                u64* __restrict__ probe) {
     using S = Sm90Shape<BN, STAGES>;
     using namespace sm90;
-    static_assert(EPILOGUE >= 0 && EPILOGUE <= 4, "EPILOGUE is 0 plain, 1 signal, 2 probe, 3 scatter or 4 signal_rows");
+    static_assert(EPILOGUE >= 0 && EPILOGUE <= 5,
+                  "EPILOGUE is 0 plain, 1 signal, 2 probe, 3 scatter, 4 signal_rows or 5 signal_tiles");
     constexpr bool kTableStore = EPILOGUE == 1 || EPILOGUE == 3;
-    constexpr bool kSignal = EPILOGUE == 1 || EPILOGUE == 4;
+    constexpr bool kPlaced = EPILOGUE == 5;  // tile places, as in gemm_mma.cuh
+    constexpr bool kSignal = EPILOGUE == 1 || EPILOGUE == 4 || EPILOGUE == 5;
     constexpr int BM = S::BM, BK = S::BK;
 
     extern __shared__ unsigned char fo_sm90_smem[];
@@ -363,6 +365,14 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                     for (int r = st; r < rows; r += S::STORE_THREADS)
                         st_shared_s64(smem_ro + r * 8, row_offset[i64(tm * BM + r) * tiles_n + tn]);
                 }
+                i64 place_base = 0, place_sub_stride = 0;
+                int place_shift = 0;
+                if (kPlaced) {  // the tile's place, in registers (the store warps have them to spare)
+                    const i64* place = row_offset + i64(tm * tiles_n + tn) * 4;
+                    place_base = place[0];
+                    place_sub_stride = place[1];
+                    place_shift = int(place[2]);
+                }
                 mbar_wait(bar_c_full, parity);
                 if (kTableStore) bar_sync(1, S::STORE_THREADS);  // row offsets visible to all store warps
 #pragma unroll 2
@@ -374,6 +384,9 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                         bits16* dst;
                         if (kTableStore) {
                             dst = comm_buf + ld_shared_s64(smem_ro + r * 8) + ch * 8;
+                        } else if (kPlaced) {
+                            dst = comm_buf + place_base + i64(r >> place_shift) * place_sub_stride +
+                                  i64(u32(r) & ((1u << place_shift) - 1u)) * cols + ch * 8;
                         } else {
                             dst = C + i64(tm * BM + r) * ldc + tn * BN + ch * 8;
                         }

@@ -86,3 +86,14 @@ def check_signal_rejects_bad_tables(family, cfg):
         family.gemm_nt_signal(a, b, comm[:100], None, tg, cnt, config=cfg)
     with pytest.raises(GemmError, match="row_offset is required"):
         family.gemm_nt_scatter(a, b, comm, None, config=cfg)
+    place = torch.zeros(tg.numel(), 4, dtype=torch.int64, device="cuda")
+    family.gemm_nt_signal(a, b, comm, None, tg, cnt, config=cfg, tile_place=place)  # valid (all tiles at 0)
+    with pytest.raises(GemmError, match="not both"):
+        family.gemm_nt_signal(a, b, comm, ro, tg, cnt, config=cfg, tile_place=place)
+    with pytest.raises(GemmError, match="tile_place"):
+        family.gemm_nt_signal(a, b, comm, None, tg, cnt, config=cfg, tile_place=place[:, :2].contiguous())
+    with pytest.raises(GemmError, match="tile_place"):
+        family.gemm_nt_signal(a, b, comm, None, tg, cnt, config=cfg, tile_place=place.int())
+    with pytest.raises(GemmError, match="16-byte"):
+        family.gemm_nt_signal(a, b, comm, None, tg, cnt, config=cfg,
+                              tile_place=torch.zeros(tg.numel() * 4 + 1, dtype=torch.int64, device="cuda")[1:].view(-1, 4))

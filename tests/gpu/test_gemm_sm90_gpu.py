@@ -138,8 +138,8 @@ def test_gemm_signal(M, N, K, groups, cname, dtype, epilogue):
 def _plan(mode, grid, part, M, rng):
     if mode == "tile":
         return reorder.tile_reorder(grid, part)
-    if mode == "subtile":
-        return reorder.subtile_reorder(grid, part, 4)
+    if mode.startswith("subtile"):
+        return reorder.subtile_reorder(grid, part, 8 if mode == "subtile8" else 4)
     W = 3
     dest = [rng.integers(0, W, M) for _ in range(W)]
     idx = [np.zeros(M, dtype=np.int64) for _ in range(W)]
@@ -152,10 +152,12 @@ def _plan(mode, grid, part, M, rng):
 
 
 @pytest.mark.parametrize("cname", CONFIG_NAMES)
-@pytest.mark.parametrize("mode", ["tile", "subtile", "subtoken"])
+@pytest.mark.parametrize("mode,store", [("tile", "table"), ("tile", "places"), ("subtile", "table"),
+                                        ("subtile", "places"), ("subtile8", "places"), ("subtoken", "table")])
 @pytest.mark.parametrize("M,N,K", [(1000, 1100, 64), (4096, 2048, 128), (300, 4096, 32), (777, 1000, 200)])
-def test_gemm_signal_with_reorder_tables(mode, M, N, K, cname):
-    """The kernel stores exactly where fo_lib.reorder's tables say (the NumPy pre-reorder)."""
+def test_gemm_signal_with_reorder_tables(mode, store, M, N, K, cname):
+    """The kernel stores exactly where fo_lib.reorder's tables say (the NumPy pre-reorder), through
+    the row table or (tile blocks) through the tiles' places."""
     cfg = gemm_sm90.CONFIGS[cname].with_raster("row", 4)
     ctas = 40
     grid = cfg.grid(M, N, ctas)
@@ -166,8 +168,10 @@ def test_gemm_signal_with_reorder_tables(mode, M, N, K, cname):
     n = plan.buffer_elements
     comm = torch.full((n,), float("nan"), dtype=torch.bfloat16, device="cuda")
     counters = torch.zeros(len(part), dtype=torch.int32, device="cuda")
-    gemm_sm90.gemm_nt_signal(a, b, comm, torch.from_numpy(plan.row_offset).cuda(),
-                             torch.from_numpy(plan.tile_group).cuda(), counters, config=cfg, ctas=ctas)
+    tables = (dict(row_offset=torch.from_numpy(plan.row_offset).cuda()) if store == "table" else
+              dict(row_offset=None, tile_place=torch.from_numpy(plan.tile_place).cuda()))
+    gemm_sm90.gemm_nt_signal(a, b, comm, tile_group=torch.from_numpy(plan.tile_group).cuda(),
+                             group_counter=counters, config=cfg, ctas=ctas, **tables)
     plain = gemm_sm90.gemm_nt(a, b, config=cfg).float().cpu().numpy()
     expect = reorder.pre_reorder(plain, plan.row_offset, n, cfg.BN)
     got = comm.float().cpu().numpy()
