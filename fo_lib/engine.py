@@ -8,11 +8,13 @@ the tile grid, the mapping tables of :mod:`fo_lib.reorder`, the buffers and the 
 * ``device="cuda"``: the signaled GEMM on the caller's stream; on a high-priority communication
   stream, for each group, :func:`fo_lib.counting.wait_epoch` on the group's counter and the group's
   collective on its contiguous slice, then the epoch bump; the caller's stream waits for the
-  communication stream, then the post-reorder runs. Every kernel is loaded and every buffer
-  allocated when the plan is built (a wait enqueued before its producer's first launch would
-  deadlock on lazy loading). The communication side touches only plan-owned buffers and reads its
-  targets on the device, so it is captured once as a CUDA graph and replayed by every call
-  (``comm_graph=True``): an eager call then costs three launches on the host instead of two per
+  communication stream, then the post-reorder runs (in two stages: the rows the early groups
+  complete beside the last groups' collectives, the rest after them). Every kernel is loaded and
+  every buffer allocated when the plan is built (a wait enqueued before its producer's first launch
+  would deadlock on lazy loading); every launch is packed once (:class:`fo_lib.kernels.PreparedLaunch`).
+  The communication side touches only plan-owned buffers and reads its targets on the device, so it
+  is captured once as CUDA graphs (one per post-reorder stage) and replayed by every call
+  (``comm_graph=True``): an eager call then costs a few launches on the host instead of two per
   group (a wait kernel and a collective call, ~0.1-0.2 ms each through torch.distributed).
 * ``device="cpu"``: the NumPy reference of the same kernels (the GEMM output is scattered group by
   group through the same tables before each group's collective); with gloo this runs the whole
@@ -254,7 +256,8 @@ class OverlapPlan:
         # How the GEMM stores: a place per tile where the layout is tile blocks (AllReduce tiles,
         # ReduceScatter subtiles: no row table to read), else the row table (All-to-All), or C
         # row-major (None, None: the rows layout's in-place store).
-        place = getattr(self.tables, "tile_place", None)
+        from . import gemm
+        place = getattr(self.tables, "tile_place", None) if gemm.kernels_for(self.config).place_store else None
         self._tile_place = None if place is None else torch.from_numpy(place).to(dev)
         self._store_table = None if (self.layout == "rows" or self._tile_place is not None) else self.row_offset
         self.tile_group = torch.from_numpy(self.tables.tile_group).to(dev)
@@ -357,14 +360,27 @@ class OverlapPlan:
         torch.cuda.synchronize(self._dev)
         self._comm_graph = self._capture_comm_side() if self.comm_graph else None
 
+    def _comm_segments(self) -> list[range]:
+        """The groups of each captured communication graph: split where the staged post-reorder's
+        first stage may start (:meth:`_post_stages`), so an eager call restores the early rows
+        beside the last groups' collectives, as a group-by-group call does."""
+        if len(self.post_stages) < 2:
+            return [range(self.num_groups)]
+        cut = self.post_stages[0][0] + 1
+        return [range(cut), range(cut, self.num_groups)]
+
     def _capture_comm_side(self):
-        """The communication side of a call (every group's wait and collective, the epoch bump) as one
-        CUDA graph on the communication stream; None (and a warning) if the link cannot be captured."""
+        """The communication side of a call (every group's wait and collective, the epoch bump) as
+        CUDA graphs on the communication stream, ``[(graph, its groups)]`` per
+        :meth:`_comm_segments`; None (and a warning) if the link cannot be captured."""
         torch = _torch()
-        graph = torch.cuda.CUDAGraph()
+        graphs = []
         try:
-            with torch.cuda.graph(graph, stream=self.comm_stream):
-                self._collectives(self.comm_stream, wait=True)
+            for groups in self._comm_segments():
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, stream=self.comm_stream):
+                    self._collectives(self.comm_stream, wait=True, groups=groups)
+                graphs.append((graph, groups))
         except Exception as exc:  # noqa: BLE001 - e.g. a communicator that synchronizes the host
             import warnings
             warnings.warn(f"the communication side of {self.describe()} could not be captured as a CUDA "
@@ -372,7 +388,7 @@ class OverlapPlan:
             torch.cuda.synchronize(self._dev)
             return None
         torch.cuda.synchronize(self._dev)
-        return graph
+        return graphs
 
     # --- a call ----------------------------------------------------------------------------------
     def _check_inputs(self, a, b) -> None:
@@ -389,15 +405,19 @@ class OverlapPlan:
             if not t.is_contiguous():
                 raise PlanError(f"{name} must be contiguous")
 
-    def _collectives(self, stream, *, wait: bool, events: list | None = None, done: list | None = None) -> None:
-        """Every group's collective, each behind its wait (``wait``); on CUDA the epoch bump last.
-        ``events``: a list that receives, per group, CUDA events recorded when its wait returned and
-        when its collective finished (the measured timeline of :meth:`timed_run`); ``done``: a list
-        that receives, per group, an event recorded when its collective finished."""
+    def _collectives(self, stream, *, wait: bool, events: list | None = None, done: dict | None = None,
+                     groups: range | None = None) -> None:
+        """Every group's collective (``groups``: a range of them), each behind its wait (``wait``); on
+        CUDA the epoch bump after the last group. ``events``: a list that receives, per group, CUDA
+        events recorded when its wait returned and when its collective finished (the measured
+        timeline of :meth:`timed_run`); ``done``: a dict that receives, per group, an event recorded
+        when its collective finished."""
         torch = _torch()
         ctx = torch.cuda.stream(stream) if self.device == "cuda" else _nullcontext()
+        groups = range(self.num_groups) if groups is None else groups
         with ctx:
-            for g, sl in enumerate(self.slices):
+            for g in groups:
+                sl = self.slices[g]
                 if self.device == "cuda":
                     torch.cuda.nvtx.range_push(f"fo group {g}")
                     if wait:
@@ -411,13 +431,13 @@ class OverlapPlan:
                     events.append((ready, _record(stream)))
                 if done is not None:
                     if events is not None:
-                        done.append(events[-1][1])
+                        done[g] = events[-1][1]
                     else:
                         self._group_done[g].record(stream)
-                        done.append(self._group_done[g])
+                        done[g] = self._group_done[g]
                 if self.device == "cuda":
                     torch.cuda.nvtx.range_pop()
-            if self.device == "cuda" and wait:
+            if self.device == "cuda" and wait and groups[-1] == self.num_groups - 1:
                 self._bump_epoch(stream)
 
     def _collective(self, g: int, sl: dict) -> None:
@@ -487,16 +507,15 @@ class OverlapPlan:
         back on the caller's stream (which ends up waiting for everything). ``events``: a dict that
         receives the CUDA events of :meth:`timed_run` (group by group, no graph).
 
-        When the groups are enqueued one by one (no communication graph: eager with
-        ``comm_graph=False``, :meth:`capture`, :meth:`timed_run`), the post-reorder is staged: each
-        stage of :attr:`post_stages` restores its rows as soon as its group's collective is done,
-        beside the later groups' collectives, so only the last stage follows the last collective.
-        (The replayed communication graph is one node to the caller's stream: one post-reorder.)"""
+        The post-reorder is staged: each stage of :attr:`post_stages` restores its rows as soon as
+        its group's collective is done, beside the later groups' collectives, so only the last stage
+        follows the last collective. (The communication graph is captured in one piece per stage,
+        :meth:`_comm_segments`, with an event recorded after each replay.)"""
         torch = _torch()
         from . import gemm
         compute = torch.cuda.current_stream(self._dev)
-        staged = events is not None or not (replay_comm and self.comm_graph_active)
-        stages = self.post_stages if staged else ((self.num_groups - 1, 0, self.out_rows),)
+        replay = events is None and replay_comm and self.comm_graph_active
+        stages = self.post_stages
         self._check_post_operands(operands)  # before any launch; the kernel's own checks come later
         # The communication stream may reuse the receive buffer only after the caller's stream has
         # consumed the previous call's output.
@@ -506,14 +525,18 @@ class OverlapPlan:
         gemm.kernels_for(self.config).gemm_nt_signal(a, b, self.send, self._store_table, self.tile_group,
                                                      self.counters, config=self.config, ctas=self.ctas, stream=compute,
                                                      tile_place=self._tile_place)
-        done: list = []
+        done: dict = {}
         if events is not None:
             events["gemm_end"] = _record(compute)
             events["groups"], events["post"] = [], []
             self._collectives(self.comm_stream, wait=True, events=events["groups"], done=done)
-        elif not staged:
+        elif replay:
             with torch.cuda.stream(self.comm_stream):
-                self._comm_graph.replay()
+                for graph, groups in self._comm_graph:
+                    graph.replay()
+                    event = self._group_done[groups[-1]]
+                    event.record(self.comm_stream)
+                    done.update(dict.fromkeys(groups, event))
         else:
             self._collectives(self.comm_stream, wait=True, done=done)
         # Built after the GEMM and the communication side are enqueued: the GPU starts on them while
@@ -521,16 +544,14 @@ class OverlapPlan:
         launches, result = self._post_launches(ops, stages, operands) if not self._in_place(ops, operands) \
             else ([], self.send.view(self.M, self.N))
         for g, launch in launches:
-            if staged:
-                compute.wait_event(done[g])
-            else:
-                compute.wait_stream(self.comm_stream)
+            compute.wait_event(done[g])
             start = _record(compute) if events is not None else None
             launch(compute)
             if events is not None:
                 events["post"].append((g, start, _record(compute)))
-        if staged or not launches:  # the epoch bump (joins the streams under capture); no post: the output
-            compute.wait_stream(self.comm_stream)
+        # After the epoch bump (this also joins the streams under capture); with no post-reorder, the
+        # output itself.
+        compute.wait_stream(self.comm_stream)
         self._error_host.copy_(self.error, non_blocking=True)
         return result
 

@@ -391,8 +391,11 @@ class GemmFamily:
     the config and ``ctas``): a repeated call (a hot loop, an engine plan's GEMM) skips the checks and
     the argument packing."""
 
-    def __init__(self, check, generate, operand_args):
+    def __init__(self, check, generate, operand_args, *, place_store: bool = True):
         self.check, self.generate, self.operand_args = check, generate, operand_args
+        # Whether the engine should store tile blocks through tile places (``signal_tiles``) rather
+        # than the row table: whichever measured cheaper for the family (docs/perf-log.md, session 6).
+        self.place_store = place_store
         self._kernels: dict[tuple[str, str, str, int], object] = {}
         self._memo = kernels.LaunchMemo()
 

@@ -1,7 +1,10 @@
-"""Launch the plain, scatter and signal GEMM variants a few times on one shape, for Nsight Compute:
+"""Launch the portable GEMM's epilogue variants once each on one shape, for Nsight Compute: plain,
+scatter (row table, no signal), signal through the row table, signal_rows (no table) and signal
+through the tile places (the engine's AllReduce store):
 
-    ncu --clock-control none -k regex:fo_gemm_nt --launch-skip 3 --launch-count 3 \
-        --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis \
+    ncu --clock-control none -k regex:fo_gemm_nt --launch-skip 3 --launch-count 5 \
+        --section SpeedOfLight --section WarpStateStats \
+        --metrics smsp__average_warps_issue_stalled_membar_per_issue_active.ratio \
         python3 scripts/profile_gemm.py [--M 8192 --N 8192 --K 4096]
 """
 from __future__ import annotations
@@ -38,11 +41,14 @@ def main() -> None:
     for _ in range(2):  # skipped launches: warm-up
         gemm.gemm_nt(a, b, c, config=cfg)
     gemm.gemm_nt_scatter(a, b, comm, ro, config=cfg)
+    place = torch.from_numpy(plan.tile_place).cuda()
     gemm.gemm_nt(a, b, c, config=cfg)                                   # profiled 1: plain
     gemm.gemm_nt_scatter(a, b, comm, ro, config=cfg)                   # profiled 2: scatter
-    gemm.gemm_nt_signal(a, b, comm, ro, tg, cnt, config=cfg)           # profiled 3: signal
+    gemm.gemm_nt_signal(a, b, comm, ro, tg, cnt, config=cfg)           # profiled 3: signal (row table)
+    gemm.gemm_nt_signal(a, b, comm, None, tg, cnt, config=cfg)         # profiled 4: signal_rows
+    gemm.gemm_nt_signal(a, b, comm, None, tg, cnt, config=cfg, tile_place=place)  # 5: signal_tiles
     torch.cuda.synchronize()
-    print(f"profiled {cfg.tile_name} on {M}x{N}x{K}: plain, scatter, signal")
+    print(f"profiled {cfg.tile_name} on {M}x{N}x{K}: plain, scatter, signal, signal_rows, signal_tiles")
 
 
 if __name__ == "__main__":
