@@ -279,8 +279,8 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         if (kPlaced && tid < 2) cp_async16(smem_ro + tid * 16, row_offset + i64(tm * tiles_n + tn) * 4 + tid * 2, true);
         load_frags(0, rd_stage, 0);
 
-        // One k-tile of the main loop (its last k-step waits for the next k-tile and syncs).
-        auto k_tile = [&](int kt) {
+#pragma unroll 1
+        for (int kt = 0; kt < KT; ++kt) {
 #pragma unroll
             for (int kk = 0; kk < S::KSTEPS; ++kk) {
                 const int cur = kk & 1;
@@ -291,6 +291,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                         // whose slot the next issue_load overwrites.
                         cp_async_wait<STAGES - 2>();
                         __syncthreads();
+                        if (kt == publish_kt) publish();
                         load_frags(cur ^ 1, rd_stage, 0);
                     }
                 } else {
@@ -304,19 +305,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                         mma_16816(acc[mi][ni], afrag[cur][mi], bfrag[cur][ni >> 1][(ni & 1) * 2],
                                   bfrag[cur][ni >> 1][(ni & 1) * 2 + 1], T{});
             }
-        };
-        // NOTES: the deferred release sits between two loops rather than behind a test in every
-        // k-tile: with the test inside, the 254-register main loop executed ~2 % more instructions
-        // than the plain kernel's (Nsight Compute, docs/perf-log.md, session 6). The release follows
-        // k-tile publish_kt's barrier, as the protocol needs.
-        int kt = 0;
-        if (kSignal && publish_kt >= 0) {
-#pragma unroll 1
-            for (; kt <= publish_kt; ++kt) k_tile(kt);
-            publish();
         }
-#pragma unroll 1
-        for (; kt < KT; ++kt) k_tile(kt);
 
         // --- epilogue: registers -> smem C (16-byte chunks swizzled by row & 7) -> global ----------
 #pragma unroll
