@@ -2,8 +2,9 @@
 
 Per (M, N, K), in interleaved rounds (fo_lib.testing.bench_interleaved): our plain kernel with the
 default config; the full signal protocol as the engine runs it for AllReduce tiles ("signal": one
-group per wave, each tile stored at its place, fo_lib.reorder.TileReorder.tile_place); the same
-through the row table ("signal_table", the All-to-All's store) and without signalling ("scatter");
+group per wave, each tile stored at its place, fo_lib.reorder.TileReorder.tile_place, since
+``PORTABLE.place_store``); the same through the row table ("signal_table", the All-to-All's store)
+and without signalling ("scatter");
 the signal with C stored row-major ("signal_rows", the AllReduce rows layout); and
 ``torch.matmul(a, b.T)``; optionally every big config as its own variant (``--configs``). Inputs are
 random and rotate over enough sets that one round's operands exceed the 60 MB L2. Median TFLOP/s per
