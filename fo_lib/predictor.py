@@ -17,7 +17,7 @@ sampled latency curve (no extrapolation: a size outside the samples is an error)
   ``"gemm_overlap"`` lets a collective progress at ``1 / comm_slowdown`` of its rate for as long
   as the GEMM still computes and at full rate after it (measured timelines show a first group
   crawling beside the GEMM while the groups after its end run at the curve's speed: the loopback
-  All-to-All's first group took 2.8x its curve, the next ones 1.0x); ``gemm_slowdown`` on compute
+  All-to-All's first group took 1.3x its curve, the next ones 1.0x); ``gemm_slowdown`` on compute
   that shares the GPU with communication (memory-bandwidth contention);
 * no overlap is the fastest plain GEMM on every SM (``full_ms``, or cuBLAS's ``baseline_ms`` when
   profiled) followed by one collective: the fallback when no partition wins.

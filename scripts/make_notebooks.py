@@ -276,10 +276,13 @@ collective). On the H200s the modelled GEMM ends within 4% of the measured one a
 group's wait returns ~12 µs later than modelled (the wait kernel's wake-up); the collectives run
 7-18% longer than the curves say while the GEMM shares the GPU (what the calibration's
 `comm_slowdown` absorbs), and the post-reorder's last stage adds 0.02-0.06 ms. On the emulated link
-the All-to-All's first group, the only one beside the GEMM, takes 2.8x its curve while the groups
-after the GEMM's end match it: the slowdown belongs to the time a collective shares the GPU, which
-`OverlapModel(contention="gemm_overlap")` models (an option: it fits better but did not rank the
-NCCL candidates better, docs/perf-log.md)."""),
+the first group, the only one beside the GEMM, takes 1.16x (AllReduce) to 1.31x (All-to-All) its
+curve while the groups after the GEMM's end match it: the link's finishing step (the reductions'
+scale, the All-to-All's copies) shares the GPU with the GEMM. The slowdown belongs to the time a
+collective shares the GPU, which `OverlapModel(contention="gemm_overlap")` models; the loopback
+record's model is fitted that way (on the previous run). Before the link's finishing step became a
+scale kernel and device copies, the All-to-All's first group took 2.8x its curve
+(docs/perf-log.md, session 6)."""),
         ("code", """pd.concat([ex.timeline.summary(tl).assign(data_set=ds) for ds, tl, _ in timelines], ignore_index=True).round(3)"""),
     ],
     "08_multi_gpu": [
