@@ -11,7 +11,8 @@ the tile grid, the mapping tables of :mod:`fo_lib.reorder`, the buffers and the 
   communication stream, then the post-reorder runs (in two stages: the rows the early groups
   complete beside the last groups' collectives, the rest after them). Every kernel is loaded and
   every buffer allocated when the plan is built (a wait enqueued before its producer's first launch
-  would deadlock on lazy loading); every launch is packed once (:class:`fo_lib.kernels.PreparedLaunch`).
+  would deadlock on lazy loading); the waits are packed once per plan, and the GEMM's and the
+  post-reorder's launches once per set of tensor addresses (:class:`fo_lib.kernels.LaunchMemo`).
   The communication side touches only plan-owned buffers and reads its targets on the device, so it
   is captured once as CUDA graphs (one per post-reorder stage) and replayed by every call
   (``comm_graph=True``): an eager call then costs a few launches on the host instead of two per
@@ -516,7 +517,12 @@ class OverlapPlan:
         compute = torch.cuda.current_stream(self._dev)
         replay = events is None and replay_comm and self.comm_graph_active
         stages = self.post_stages
-        self._check_post_operands(operands)  # before any launch; the kernel's own checks come later
+        self._check_post_operands(operands)
+        # Built (and checked) before anything is enqueued: a bad operand must not leave a GEMM and
+        # collectives running with the streams unjoined. (On a repeated call the launches come
+        # from the memo: microseconds.)
+        launches, result = self._post_launches(ops, stages, operands) if not self._in_place(ops, operands) \
+            else ([], self.send.view(self.M, self.N))
         # The communication stream may reuse the receive buffer only after the caller's stream has
         # consumed the previous call's output.
         self.comm_stream.wait_stream(compute)
@@ -539,10 +545,6 @@ class OverlapPlan:
                     done.update(dict.fromkeys(groups, event))
         else:
             self._collectives(self.comm_stream, wait=True, done=done)
-        # Built after the GEMM and the communication side are enqueued: the GPU starts on them while
-        # the host validates the post-reorder's operands (a single call's latency).
-        launches, result = self._post_launches(ops, stages, operands) if not self._in_place(ops, operands) \
-            else ([], self.send.view(self.M, self.N))
         for g, launch in launches:
             compute.wait_event(done[g])
             start = _record(compute) if events is not None else None

@@ -254,7 +254,6 @@ def compile_check_sources():
 
 
 # --- launch -------------------------------------------------------------------------------------
-@lru_cache(maxsize=16)
 @lru_cache(maxsize=None)
 def _device_info(device_index: int) -> tuple[int, int]:
     """(SM count, opt-in shared memory per block) of a device."""
@@ -458,8 +457,10 @@ class GemmFamily:
         :func:`fo_lib.reorder.row_reorder`: no table is read), or, with ``tile_place`` (int64
         ``[tiles, 4]``, :attr:`fo_lib.reorder.TileReorder.tile_place`), each tile at its place: row
         ``r`` of tile ``t`` at ``base + (r >> shift) * sub_stride + (r & (2^shift - 1)) * cols`` for
-        ``tile_place[t] = (base, sub_stride, shift, 0)``, the tile and subtile layouts without a row
-        table. ``config`` is required: the tables depend on its tile shape.
+        ``tile_place[t] = (base, sub_stride, shift, 0)`` (``0 <= shift <= 30``), the tile and subtile
+        layouts without a row table. Like ``row_offset``, its contents are trusted (dtype, shape and
+        alignment are checked, not the addresses it makes): build it with :mod:`fo_lib.reorder`.
+        ``config`` is required: the tables depend on its tile shape.
         """
         if config is None:
             raise GemmError("gemm_nt_signal needs an explicit config (the tables are built for its tiles)")

@@ -289,6 +289,7 @@ class LaunchMemo:
     def __init__(self, size: int = 256):
         self.size = size
         self._launches: dict = {}
+        self._lock = threading.Lock()  # eviction and insertion (lookups need none)
 
     def get(self, key):
         """The launch under ``key``, or None (also for a ``None`` or unhashable key)."""
@@ -306,9 +307,10 @@ class LaunchMemo:
             hash(key)
         except TypeError:
             return
-        if len(self._launches) >= self.size:
-            del self._launches[next(iter(self._launches))]
-        self._launches[key] = launch
+        with self._lock:
+            if len(self._launches) >= self.size:
+                del self._launches[next(iter(self._launches))]
+            self._launches[key] = launch
 
     def get_or_build(self, key, build):
         """The launch under ``key``, else ``build()`` (which checks everything) stored there."""

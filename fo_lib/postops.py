@@ -376,7 +376,7 @@ class PostReorderLaunch:
 
     def __call__(self, stream=None) -> None:
         if self.prepared is not None:
-            self.prepared(stream or self.stream)
+            self.prepared(self.stream if stream is None else stream)
 
 
 # Validated launches by their operands' signatures: an engine plan's per-call post-reorder skips

@@ -86,11 +86,14 @@ def _tile_places(grid: TileGrid, row_offset: np.ndarray, sub_rows: int, sub_stri
     """The GEMM's ``signal_tiles`` form of a row table whose tiles are stored as blocks: int64
     ``[tiles, 4]`` = ``(base, sub_stride, shift, 0)`` per row-major tile id, with row ``r`` of a tile
     at ``base + (r >> shift) * sub_stride + (r & (2^shift - 1)) * cols``. ``sub_rows`` rows per
-    subtile (``BM``: whole tiles); None where that is not a power of two. Checked against the table
-    it replaces, element by element."""
-    if sub_rows <= 0 or sub_rows & (sub_rows - 1):
+    subtile (``BM``: whole tiles, any ``BM``); None where a subtile's rows are not a power of two.
+    Checked against the table it replaces, element by element."""
+    if sub_rows >= grid.BM:
+        shift = WHOLE_TILE_SHIFT
+    elif sub_rows <= 0 or sub_rows & (sub_rows - 1):
         return None
-    shift = WHOLE_TILE_SHIFT if sub_rows >= grid.BM else sub_rows.bit_length() - 1
+    else:
+        shift = sub_rows.bit_length() - 1
     tm, tn = np.divmod(np.arange(grid.num_tiles), grid.tiles_n)
     places = np.zeros((grid.num_tiles, 4), dtype=np.int64)
     places[:, 0] = row_offset[tm * grid.BM, tn]

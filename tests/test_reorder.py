@@ -230,8 +230,9 @@ def test_reorder_errors():
 
 
 def _placed_table(grid, places):
-    """The row table the GEMM's signal_tiles epilogue stores through, from the tiles' places
-    (the kernel's arithmetic, written out independently of fo_lib.reorder)."""
+    """The row table the GEMM's signal_tiles epilogue stores through, from the tiles' places: the
+    kernels' arithmetic (gemm_mma.cuh, gemm_sm90.cuh), with each tile's row count and width taken
+    from the grid here."""
     i = np.arange(grid.M)[:, None]
     tn = np.arange(grid.tiles_n)[None, :]
     tile = (i // grid.BM) * grid.tiles_n + tn

@@ -145,13 +145,14 @@ class LoopbackCommunicator:
     def _scale_launch(self, src, dst, dtype: str):
         import torch
 
-        with kernels._cupy().cuda.Device(self.device.index):
+        dev = dst.device.index
+        with kernels._cupy().cuda.Device(dev):
             kernel = kernels.get_kernel(LINK_SOURCE, SCALE_KERNELS[dtype])
         n = dst.numel()
-        sms = torch.cuda.get_device_properties(self.device).multi_processor_count
+        sms = torch.cuda.get_device_properties(dev).multi_processor_count
         blocks = max(1, min(-(-n // (8 * SCALE_THREADS * SCALE_UNROLL)), 8 * sms))
         args = (kernels.ptr(src), kernels.ptr(dst), np.uint64(n), np.float32(self.world_size))
-        return kernels.PreparedLaunch(kernel, (blocks,), (SCALE_THREADS,), args, device_index=self.device.index)
+        return kernels.PreparedLaunch(kernel, (blocks,), (SCALE_THREADS,), args, device_index=dev)
 
     def all_reduce(self, buf) -> None:
         W = self.world_size

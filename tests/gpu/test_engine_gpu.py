@@ -371,15 +371,17 @@ def test_timed_run_rejects_a_gate_shorter_than_the_host_enqueue():
 
 
 @pytest.mark.parametrize("primitive", ["all_reduce", "reduce_scatter"])
-def test_staged_post_reorder_matches_the_single_post(primitive):
-    """Group by group (comm_graph=False) and in a whole-call graph the post-reorder runs in row stages,
-    each behind its group's collective, on row slices of out / residual / residual_out: the result
-    must equal the single post-reorder of the replayed communication graph, RMSNorm included."""
+def test_staged_post_reorder_every_path(primitive):
+    """Group by group (comm_graph=False), with the replayed communication graphs (one per stage) and
+    in a whole-call graph, the post-reorder runs in row stages, each behind its group's collective,
+    on row slices of out / residual / residual_out: every path must give the same result as the
+    float64 reference, RMSNorm included."""
     M, N, K, W = 2048, 1536, 256, 2
     cfg = gemm.CONFIGS["128x128x32"].with_raster("row", 2)
     plans = [OverlapPlan(primitive, M, N, K, LoopbackCommunicator(W), config=cfg, ctas=24, comm_graph=cg,
                          partition=None) for cg in (True, False)]
     assert len(plans[1].post_stages) == 2 and plans[0].comm_graph_active and not plans[1].comm_graph_active
+    assert len(plans[0]._comm_graph) == 2, "one communication graph per post-reorder stage"
     a, b, C = _inputs(M, N, K, seed=31)
     R = plans[0].out_rows
     ops = PostOps(bias=True, residual=True, residual_out=True, rmsnorm=True)
@@ -453,3 +455,17 @@ def test_rows_layout_all_reduce(hopper):
     tiles = OverlapPlan("all_reduce", M, N, K, LoopbackCommunicator(W), config=cfg, ctas=30,
                         partition=plan.partition, layout="tiles")
     assert torch.equal(tiles.run(a, b), plan.run(a, b))
+
+
+def test_bad_post_operand_raises_before_anything_runs():
+    """A post-reorder operand that only the launcher's checks catch (bias missing for PostOps(bias=
+    True)) raises before the GEMM and the collectives are enqueued; the next call is right."""
+    M, N, K, W = 512, 768, 128, 2
+    plan = OverlapPlan("all_reduce", M, N, K, LoopbackCommunicator(W), config=gemm.CONFIGS["128x128x32"])
+    a, b, C = _inputs(M, N, K, seed=41)
+    with pytest.raises(ValueError, match="bias"):
+        plan.run(a, b, ops=PostOps(bias=True))
+    y = plan.run(a, b)
+    torch.cuda.synchronize()
+    plan.check()
+    assert calc_diff(y, _expected(plan, C, W)) < TOL

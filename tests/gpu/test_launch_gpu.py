@@ -10,7 +10,7 @@ pytest.importorskip("cupy")
 if not torch.cuda.is_available():  # pragma: no cover - conftest skips these anyway
     pytest.skip("no CUDA GPU", allow_module_level=True)
 
-from fo_lib import gemm, postops  # noqa: E402
+from fo_lib import gemm, kernels, postops  # noqa: E402
 from fo_lib.testing import calc_diff  # noqa: E402
 from gemm_helpers import TOL  # noqa: E402
 from gemm_helpers import inputs as _inputs  # noqa: E402
@@ -39,9 +39,11 @@ def test_memoized_gemm_reads_current_contents(family):
         fam.gemm_nt(a, b, out, config=cfg)
         torch.cuda.synchronize()
         assert calc_diff(out, _ref(a, b)) < TOL["bf16"], f"call {i}"
-    size = len(fam._memo._launches)
+    key = kernels.memo_key(("plain", cfg, None), a, b, out)
+    stored = fam._memo.get(key)
+    assert stored is not None, "the call's launch must be in the memo"
     fam.gemm_nt(a, b, out, config=cfg)
-    assert len(fam._memo._launches) == size, "a repeated call must reuse its launch"
+    assert fam._memo.get(key) is stored, "a repeated call must reuse its launch"
 
 
 @pytest.mark.parametrize("family", FAMILIES)
