@@ -46,7 +46,7 @@ def test_config_validate_rejects(kw, match):
 def test_configs_properties():
     c = gemm.CONFIGS["128x256x32"]
     assert c.threads == 256 and c.warp_tile == (64, 64)
-    assert c.smem_bytes == 2 * (4 * 384 * 32 + 128 * 256) + 8 * 128 + 16  # ring, C staging, row offsets, signal slots
+    assert c.smem_bytes == 2 * (4 * 384 * 32 + 128 * 256) + 8 * 128
     assert all(cfg.smem_bytes <= 227 * 1024 for cfg in gemm.CONFIGS.values())
     with pytest.raises(gemm.GemmError):
         gemm.generate_source(c, "fp32", "plain")
