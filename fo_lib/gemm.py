@@ -77,8 +77,8 @@ class GemmConfig(RasterMixin):
     @property
     def smem_bytes(self) -> int:
         """Operand ring (``stages`` x (BM + BN) x BK) + the separate C staging tile (2-byte elements)
-        + BM int64 row offsets (table store) + 16 bytes of signal slots (gemm_mma.cuh's GemmShape)."""
-        return 2 * (self.stages * (self.BM + self.BN) * self.BK + self.BM * self.BN) + 8 * self.BM + 16
+        + BM int64 row offsets (signal epilogue)."""
+        return 2 * (self.stages * (self.BM + self.BN) * self.BK + self.BM * self.BN) + 8 * self.BM
 
     @property
     def warp_tile(self) -> tuple[int, int]:

@@ -43,10 +43,6 @@ __device__ __forceinline__ void cp_async8(u32 dst, const void* src, bool pred) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src), "r"(pred ? 8 : 0)
                  : "memory");
 }
-// 4-byte async copy (the signal's tile group).
-__device__ __forceinline__ void cp_async4(u32 dst, const void* src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -79,11 +75,6 @@ __device__ __forceinline__ void ld_shared_v4(u32 addr, u32 (&v)[4]) {
     asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
                  : "r"(addr));
-}
-__device__ __forceinline__ u32 ld_shared_u32(u32 addr) {
-    u32 v;
-    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr));
-    return v;
 }
 __device__ __forceinline__ i64 ld_shared_s64(u32 addr) {
     i64 v;
@@ -121,8 +112,7 @@ struct GemmShape {
     static constexpr int STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;
     static constexpr int C_BYTES = BM * BN * 2;
     static constexpr int ROW_OFFSET_BYTES = BM * 8;  // the signal epilogue's row table slice
-    static constexpr int GROUP_SLOT_BYTES = 16;      // the signal's tile groups, by tile parity
-    static constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + C_BYTES + ROW_OFFSET_BYTES + GROUP_SLOT_BYTES;
+    static constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + C_BYTES + ROW_OFFSET_BYTES;
     static constexpr int A_LOADS = BM * CPR / THREADS;  // cp.async per thread per k-tile
     static constexpr int B_LOADS = BN * CPR / THREADS;
     static constexpr int ROW_STEP = THREADS / CPR;  // rows between one thread's chunks
@@ -165,7 +155,6 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
     const u32 smem = smem_addr(fo_gemm_smem);
     const u32 smem_c = smem + STAGES * S::STAGE_BYTES;
     const u32 smem_ro = smem_c + S::C_BYTES;
-    const u32 smem_grp = smem_ro + S::ROW_OFFSET_BYTES;  // u32 [2]: group of the CTA's tile j at j & 1
 
     const int tid = threadIdx.x;
     const int lane = tid & 31;
@@ -248,23 +237,18 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
     // next tile (or after its last one). Its stores have drained by then, so the gpu-scope release
     // does not stall the warp that issues it, and no barrier is added per tile. The barrier in
     // between orders every thread's stores before thread 0 at CTA scope, as before.
-    // NOTES: the signal keeps no state in registers (the main loop has none to spare: 254 in the
-    // default config). Each tile's group is fetched by cp.async into a shared slot at the tile's
-    // start; the release of the CTA's previous tile (schedule index s - gridDim.x) reads it back.
-    // With its state in registers the signal variants ran ~2 % more instructions than the plain
-    // kernel (Nsight Compute, docs/perf-log.md, session 6).
-    const bool publish_in_loop = KT >= 4;  // at k-tile 2's barrier; else at the top barrier
-    auto publish = [&](int s_now) {         // release the tile before schedule index s_now
-        if (kSignal && tid == 0 && s_now != int(blockIdx.x)) {
-            if (KT < STAGES - 1) cp_async_wait<0>();  // its slot's group may still be in flight
-            const int j = (s_now - int(blockIdx.x)) / int(gridDim.x) - 1;
-            red_release_gpu_add(group_counter + ld_shared_u32(smem_grp + (j & 1) * 4), 1u);
+    int pending_group = -1;  // group of the tile whose release is due (thread 0 only; -1: none)
+    int tile_grp = -1;       // group of the current tile, loaded at tile start (thread 0 only)
+    const int publish_kt = KT >= 2 ? (KT - 2 < 2 ? KT - 2 : 2) : -1;  // in-loop barrier used; -1: top
+    auto publish = [&]() {
+        if (kSignal && tid == 0 && pending_group >= 0) {
+            red_release_gpu_add(group_counter + pending_group, 1u);
+            pending_group = -1;
         }
     };
 
-    int s = blockIdx.x;
 #pragma unroll 1
-    for (; s < tiles; s += gridDim.x) {
+    for (int s = blockIdx.x; s < tiles; s += gridDim.x) {
         int tm, tn;
         raster_tile(s, tiles_m, tiles_n, order, swizzle, tm, tn);
 #pragma unroll
@@ -278,9 +262,8 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         // tile's epilogue writes, so the plain epilogue needs no trailing barrier.
         cp_async_wait<STAGES - 2>();
         __syncthreads();
-        if (!publish_in_loop) publish(s);
-        if (kSignal && tid == 0)
-            cp_async4(smem_grp + (((s - int(blockIdx.x)) / int(gridDim.x)) & 1) * 4, tile_group + tm * tiles_n + tn);
+        if (publish_kt < 0) publish();
+        if (kSignal && tid == 0) tile_grp = tile_group[tm * tiles_n + tn];
         if (EPILOGUE == 2 && tid == 0) probe[(tm * tiles_n + tn) * 4 + 0] = globaltimer_ns();
         if (kTableStore && tid < BM) {
             // NOTES: the tile's BM row offsets ride in the cp.async group of this tile's first
@@ -308,7 +291,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                         // whose slot the next issue_load overwrites.
                         cp_async_wait<STAGES - 2>();
                         __syncthreads();
-                        if (kt == 2 && publish_in_loop) publish(s);
+                        if (kt == publish_kt) publish();
                         load_frags(cur ^ 1, rd_stage, 0);
                     }
                 } else {
@@ -384,6 +367,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         // Every thread's stores of this tile precede thread 0's release: the next bar.sync orders
         // them before thread 0 at CTA scope, and red.release.gpu is cumulative, so a consumer that
         // acquires the counter sees all of them. (A separate __threadfence() would be redundant.)
+        if (kSignal) pending_group = tile_grp;
         if (EPILOGUE == 2) {
             // The probe stamps the tile's end when its stores are issued, so it is not deferred.
             __syncthreads();
@@ -396,9 +380,8 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         }
     }
     if (kSignal) {
-        cp_async_wait<0>();
         __syncthreads();
-        publish(s);  // the CTA's last tile (s is past the schedule here)
+        publish();
     }
     cp_async_wait<0>();
 }
