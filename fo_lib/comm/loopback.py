@@ -42,6 +42,18 @@ extern "C" __global__ void {SCALE_KERNELS["f16"]}(const fo::bits16* src, fo::bit
 """
 
 
+def torch_sum_of_copies(src, dst, world_size: int) -> None:
+    """``dst = world_size * src`` with torch ops (``dst`` may be ``src``)."""
+    if src.data_ptr() != dst.data_ptr():
+        dst.copy_(src)
+    dst.mul_(world_size)
+
+
+def torch_repeat(src, dst, world_size: int) -> None:
+    """``dst`` = ``src`` repeated ``world_size`` times, by one broadcast kernel."""
+    dst.view(world_size, -1).copy_(src.reshape(1, -1).expand(world_size, -1))
+
+
 @kernels.register_compile_check
 def _compile_checks():
     yield "link_emulation", LINK_SOURCE
@@ -134,9 +146,7 @@ class LoopbackCommunicator:
         dtype = {torch.bfloat16: "bf16", torch.float16: "f16"}.get(dst.dtype)
         if (dtype is None or src.dtype != dst.dtype or src.numel() != dst.numel() or not src.is_contiguous()
                 or not dst.is_contiguous() or src.data_ptr() % 16 or dst.data_ptr() % 16):
-            if src.data_ptr() != dst.data_ptr():
-                dst.copy_(src)
-            dst.mul_(W)
+            torch_sum_of_copies(src, dst, W)
             return
         if dst.numel():
             self._scales.get_or_build(kernels.memo_key((dtype, W), src, dst),
@@ -195,9 +205,8 @@ class LoopbackCommunicator:
         contiguous device copies, which torch hands to ``cudaMemcpyAsync`` (copy engines): one
         broadcast kernel instead got only the SMs a GEMM beside it left free, and its stride-0
         source made it slow there (docs/perf-log.md, session 6). In SM-copy mode the link's SMs do it."""
-        rows = dst.view(self.world_size, -1)
         if self.mode == "copy_engine":
-            for row in rows:
+            for row in dst.view(self.world_size, -1):
                 row.copy_(src.reshape(-1))
         else:
-            rows.copy_(src.reshape(1, -1).expand(self.world_size, -1))
+            torch_repeat(src, dst, self.world_size)
