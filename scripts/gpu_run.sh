@@ -36,7 +36,7 @@ step bench_gemm 240 python3 scripts/bench_gemm.py ${FO_GEMM_ARGS:-} --out "$OUT/
 step bench_sm90 300 python3 scripts/bench_gemm_sm90.py ${FO_SM90_ARGS:-} --out "$OUT/data/gemm_sm90.csv"
 step bench_postops 120 python3 scripts/bench_postops.py ${FO_POSTOPS_ARGS:-} --out "$OUT/data/postops.csv"
 step launch 120 python3 scripts/bench_launch.py --out "$OUT/data/launch_host_time.csv"
-step profile 200 ncu --clock-control none -k regex:fo_gemm_nt --launch-skip 3 --launch-count 5 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --metrics smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,launch__registers_per_thread python3 scripts/profile_gemm.py
+step profile 200 ncu --clock-control none -k regex:fo_gemm_nt --launch-skip 3 --launch-count 5 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --metrics smsp__inst_executed.sum,smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,launch__registers_per_thread python3 scripts/profile_gemm.py
 step record 120 bash -c "python3 scripts/record_experiments.py && cp data/*/wave_pattern.* $OUT/data/"
 step host_path 120 python3 scripts/profile_host_path.py --profile
 step timeline 200 python3 scripts/record_timeline.py --out "$OUT/data"

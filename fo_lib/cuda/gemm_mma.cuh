@@ -168,42 +168,73 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
     const int KT = (K + BK - 1) / BK;
 
     // --- cp.async producer: a cursor over this CTA's (tile, k-tile) stream ------------------------
+    // NOTES: the per-k-tile loads are straight-line code (no branch), so the scheduler interleaves
+    // them with the MMAs; everything that depends on the tile (raster, row pointers, the M / N tail
+    // mask) is computed once per tile in ld_start_tile, outside the MMA stream. Computing the
+    // addresses and row guards of all 12 loads per k-tile inside `if (tile < tiles)` had cost ~190
+    // serial instructions per k-tile in front of the MMAs (docs/perf-log.md, session 7).
     const int ld_row0 = tid / S::CPR;
     const int ld_chunk = tid % S::CPR;
     const u32 ld_dst = ld_row0 * (BK * 2) + operand_swizzle<BK>(ld_row0, ld_chunk) * 16;
-    int ld_s = blockIdx.x, ld_kt = 0, ld_tm = 0, ld_tn = 0;
-    if (ld_s < tiles) raster_tile(ld_s, tiles_m, tiles_n, order, swizzle, ld_tm, ld_tn);
-    int ld_stage = 0;
+    const i64 a_row_step = i64(S::ROW_STEP) * lda;  // elements between one thread's A rows
+    const i64 b_row_step = i64(S::ROW_STEP) * ldb;
+    int ld_s = blockIdx.x, ld_kt = 0, ld_stage = 0;
+    const bits16* ld_a = A;  // this thread's first A row at k = ld_kt * BK + ld_chunk * 8
+    const bits16* ld_b = B;
+    u32 ld_rows_ok = 0;  // bit i: A row i (i < A_LOADS) / B row i - A_LOADS exists; 0 past the last tile
 
-    auto issue_load = [&]() {
+    auto ld_start_tile = [&]() {
+        ld_rows_ok = 0;
         if (ld_s < tiles) {
-            const u32 sa = smem + ld_stage * S::STAGE_BYTES + ld_dst;
-            const u32 sb = sa + S::A_STAGE_BYTES;
-            const int k = ld_kt * BK + ld_chunk * 8;
-            const bool k_ok = k < K;  // K % 8 == 0: a 16-byte chunk is all in or all out
+            int tm, tn;
+            raster_tile(ld_s, tiles_m, tiles_n, order, swizzle, tm, tn);
+            const int ra = tm * BM + ld_row0;
+            const int rb = tn * BN + ld_row0;
 #pragma unroll
-            for (int i = 0; i < S::A_LOADS; ++i) {
-                const int row = ld_tm * BM + ld_row0 + i * S::ROW_STEP;
-                const bool ok = k_ok && row < M;
-                cp_async16(sa + i * S::ROW_STEP * BK * 2, ok ? A + row * lda + k : A, ok);
-            }
+            for (int i = 0; i < S::A_LOADS; ++i) ld_rows_ok |= u32(ra + i * S::ROW_STEP < M) << i;
 #pragma unroll
-            for (int i = 0; i < S::B_LOADS; ++i) {
-                const int row = ld_tn * BN + ld_row0 + i * S::ROW_STEP;
-                const bool ok = k_ok && row < N;
-                cp_async16(sb + i * S::ROW_STEP * BK * 2, ok ? B + row * ldb + k : B, ok);
-            }
-            if (++ld_kt == KT) {
-                ld_kt = 0;
-                ld_s += gridDim.x;
-                if (ld_s < tiles) raster_tile(ld_s, tiles_m, tiles_n, order, swizzle, ld_tm, ld_tn);
-            }
+            for (int i = 0; i < S::B_LOADS; ++i) ld_rows_ok |= u32(rb + i * S::ROW_STEP < N) << (S::A_LOADS + i);
+            // A masked row is never read (zero-fill), but its pointer stays inside the operand.
+            ld_a = A + i64(min(ra, M - 1)) * lda + ld_chunk * 8;
+            ld_b = B + i64(min(rb, N - 1)) * ldb + ld_chunk * 8;
+        }
+    };
+    auto issue_load = [&]() {
+        const u32 sa = smem + ld_stage * S::STAGE_BYTES + ld_dst;
+        const u32 sb = sa + S::A_STAGE_BYTES;
+        const bool k_ok = ld_kt * BK + ld_chunk * 8 < K;  // K % 8 == 0: a chunk is all in or all out
+        const bits16* pa = ld_a;
+#pragma unroll
+        for (int i = 0; i < S::A_LOADS; ++i) {
+            const bool ok = k_ok && ((ld_rows_ok >> i) & 1u);
+            cp_async16(sa + i * S::ROW_STEP * BK * 2, ok ? pa : A, ok);
+            pa += a_row_step;
+        }
+        const bits16* pb = ld_b;
+#pragma unroll
+        for (int i = 0; i < S::B_LOADS; ++i) {
+            const bool ok = k_ok && ((ld_rows_ok >> (S::A_LOADS + i)) & 1u);
+            cp_async16(sb + i * S::ROW_STEP * BK * 2, ok ? pb : B, ok);
+            pb += b_row_step;
         }
         // NOTES: commit even when nothing was issued, so "k-tile g is complete" is always
         // "at most STAGES-2 groups pending".
         cp_async_commit();
+        ld_a += BK;
+        ld_b += BK;
+        ++ld_kt;
         ld_stage = ld_stage + 1 == STAGES ? 0 : ld_stage + 1;
     };
+    // The cursor moves to the next tile after the last k-tile of a tile was issued. Called between
+    // k-tiles (where the k-loop's branch and barrier already split the instruction stream).
+    auto ld_advance = [&]() {
+        if (ld_kt == KT) {
+            ld_kt = 0;
+            ld_s += gridDim.x;
+            ld_start_tile();
+        }
+    };
+    ld_start_tile();
 
     // --- ldmatrix addressing (per lane, constant over fragments: 16-row steps keep the swizzle) ---
     u32 a_off[S::KSTEPS], b_off[S::KSTEPS];
@@ -228,7 +259,10 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
 
     // Prologue: the first STAGES-1 k-tiles of the stream.
 #pragma unroll
-    for (int i = 0; i < STAGES - 1; ++i) issue_load();
+    for (int i = 0; i < STAGES - 1; ++i) {
+        issue_load();
+        ld_advance();
+    }
 
     int rd_stage = 0;
     float acc[S::MI][S::NI][4];
@@ -305,6 +339,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                         mma_16816(acc[mi][ni], afrag[cur][mi], bfrag[cur][ni >> 1][(ni & 1) * 2],
                                   bfrag[cur][ni >> 1][(ni & 1) * 2 + 1], T{});
             }
+            ld_advance();
         }
 
         // --- epilogue: registers -> smem C (16-byte chunks swizzled by row & 7) -> global ----------
