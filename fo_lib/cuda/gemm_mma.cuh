@@ -181,19 +181,19 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
     int ld_s = blockIdx.x, ld_kt = 0, ld_stage = 0;
     const bits16* ld_a = A;  // this thread's first A row at k = ld_kt * BK + ld_chunk * 8
     const bits16* ld_b = B;
-    u32 ld_rows_ok = 0;  // bit i: A row i (i < A_LOADS) / B row i - A_LOADS exists; 0 past the last tile
+    // This thread's A rows 0 .. ld_a_rows-1 and B rows 0 .. ld_b_rows-1 exist (M / N tails); both are
+    // 0 past the last tile.
+    int ld_a_rows = 0, ld_b_rows = 0;
 
     auto ld_start_tile = [&]() {
-        ld_rows_ok = 0;
+        ld_a_rows = ld_b_rows = 0;
         if (ld_s < tiles) {
             int tm, tn;
             raster_tile(ld_s, tiles_m, tiles_n, order, swizzle, tm, tn);
             const int ra = tm * BM + ld_row0;
             const int rb = tn * BN + ld_row0;
-#pragma unroll
-            for (int i = 0; i < S::A_LOADS; ++i) ld_rows_ok |= u32(ra + i * S::ROW_STEP < M) << i;
-#pragma unroll
-            for (int i = 0; i < S::B_LOADS; ++i) ld_rows_ok |= u32(rb + i * S::ROW_STEP < N) << (S::A_LOADS + i);
+            ld_a_rows = ra < M ? min(S::A_LOADS, (M - ra + S::ROW_STEP - 1) / S::ROW_STEP) : 0;
+            ld_b_rows = rb < N ? min(S::B_LOADS, (N - rb + S::ROW_STEP - 1) / S::ROW_STEP) : 0;
             // A masked row is never read (zero-fill), but its pointer stays inside the operand.
             ld_a = A + i64(min(ra, M - 1)) * lda + ld_chunk * 8;
             ld_b = B + i64(min(rb, N - 1)) * ldb + ld_chunk * 8;
@@ -202,19 +202,21 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
     auto issue_load = [&]() {
         const u32 sa = smem + ld_stage * S::STAGE_BYTES + ld_dst;
         const u32 sb = sa + S::A_STAGE_BYTES;
-        const bool k_ok = ld_kt * BK + ld_chunk * 8 < K;  // K % 8 == 0: a chunk is all in or all out
+        // K % 8 == 0: a 16-byte chunk is all in or all out. A load whose bit is clear reads nothing
+        // (zero-fill), so its address is never used.
+        const bool k_ok = ld_kt * BK + ld_chunk * 8 < K;
+        const int a_rows = k_ok ? ld_a_rows : 0;
+        const int b_rows = k_ok ? ld_b_rows : 0;
         const bits16* pa = ld_a;
 #pragma unroll
         for (int i = 0; i < S::A_LOADS; ++i) {
-            const bool ok = k_ok && ((ld_rows_ok >> i) & 1u);
-            cp_async16(sa + i * S::ROW_STEP * BK * 2, ok ? pa : A, ok);
+            cp_async16(sa + i * S::ROW_STEP * BK * 2, pa, i < a_rows);
             pa += a_row_step;
         }
         const bits16* pb = ld_b;
 #pragma unroll
         for (int i = 0; i < S::B_LOADS; ++i) {
-            const bool ok = k_ok && ((ld_rows_ok >> (S::A_LOADS + i)) & 1u);
-            cp_async16(sb + i * S::ROW_STEP * BK * 2, ok ? pb : B, ok);
+            cp_async16(sb + i * S::ROW_STEP * BK * 2, pb, i < b_rows);
             pb += b_row_step;
         }
         // NOTES: commit even when nothing was issued, so "k-tile g is complete" is always
@@ -272,7 +274,6 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
     // does not stall the warp that issues it, and no barrier is added per tile. The barrier in
     // between orders every thread's stores before thread 0 at CTA scope, as before.
     int pending_group = -1;  // group of the tile whose release is due (thread 0 only; -1: none)
-    int tile_grp = -1;       // group of the current tile, loaded at tile start (thread 0 only)
     const int publish_kt = KT >= 2 ? (KT - 2 < 2 ? KT - 2 : 2) : -1;  // in-loop barrier used; -1: top
     auto publish = [&]() {
         if (kSignal && tid == 0 && pending_group >= 0) {
@@ -297,7 +298,6 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         cp_async_wait<STAGES - 2>();
         __syncthreads();
         if (publish_kt < 0) publish();
-        if (kSignal && tid == 0) tile_grp = tile_group[tm * tiles_n + tn];
         if (EPILOGUE == 2 && tid == 0) probe[(tm * tiles_n + tn) * 4 + 0] = globaltimer_ns();
         if (kTableStore && tid < BM) {
             // NOTES: the tile's BM row offsets ride in the cp.async group of this tile's first
@@ -313,8 +313,17 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         if (kPlaced && tid < 2) cp_async16(smem_ro + tid * 16, row_offset + i64(tm * tiles_n + tn) * 4 + tid * 2, true);
         load_frags(0, rd_stage, 0);
 
+        // The signal epilogues run the k-loop in two pieces, k-tiles [0, publish_kt] and the rest, and
+        // release between them (after publish_kt + 1 barriers): the loop body is the plain kernel's,
+        // with no release test per k-tile. (A test and branch in the body had added ~12 instructions
+        // to each k-tile, ~4 % of the loop: docs/perf-log.md, session 7.)
+        constexpr int kPieces = kSignal ? 2 : 1;
+        int kt = 0;
 #pragma unroll 1
-        for (int kt = 0; kt < KT; ++kt) {
+        for (int piece = 0; piece < kPieces; ++piece) {
+        const int kt_end = piece + 1 < kPieces && publish_kt >= 0 ? publish_kt + 1 : KT;
+#pragma unroll 1
+        for (; kt < kt_end; ++kt) {
 #pragma unroll
             for (int kk = 0; kk < S::KSTEPS; ++kk) {
                 const int cur = kk & 1;
@@ -325,7 +334,6 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                         // whose slot the next issue_load overwrites.
                         cp_async_wait<STAGES - 2>();
                         __syncthreads();
-                        if (kt == publish_kt) publish();
                         load_frags(cur ^ 1, rd_stage, 0);
                     }
                 } else {
@@ -340,6 +348,8 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                                   bfrag[cur][ni >> 1][(ni & 1) * 2 + 1], T{});
             }
             ld_advance();
+        }
+        if (piece + 1 < kPieces) publish();
         }
 
         // --- epilogue: registers -> smem C (16-byte chunks swizzled by row & 7) -> global ----------
@@ -402,7 +412,10 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         // Every thread's stores of this tile precede thread 0's release: the next bar.sync orders
         // them before thread 0 at CTA scope, and red.release.gpu is cumulative, so a consumer that
         // acquires the counter sees all of them. (A separate __threadfence() would be redundant.)
-        if (kSignal) pending_group = tile_grp;
+        // (The in-loop release, if any, published pending_group.) The group is loaded here, not at
+        // the tile's start, so no second register is live across the k-loop; the load's latency is
+        // hidden until the release that uses it.
+        if (kSignal && tid == 0) pending_group = tile_group[tm * tiles_n + tn];
         if (EPILOGUE == 2) {
             // The probe stamps the tile's end when its stores are issued, so it is not deferred.
             __syncthreads();
