@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -57,7 +58,10 @@ def nvrtc_version() -> tuple[int, int]:
 def nvrtc_options(arch: str) -> tuple[str, ...]:
     if arch not in ARCHS:
         raise ValueError(f"unknown target {arch!r}; choose one of {ARCHS}")
-    return (*_BASE_OPTIONS, f"-arch={arch}", f"-DFO_ARCH={arch[3:5]}")
+    # FO_NVRTC_OPTIONS (e.g. "-DNAME=1"): extra options for kernel experiments; they are part of
+    # every cache key, like the rest of these options.
+    extra = tuple(shlex.split(os.environ.get("FO_NVRTC_OPTIONS", "")))
+    return (*_BASE_OPTIONS, f"-arch={arch}", f"-DFO_ARCH={arch[3:5]}", *extra)
 
 
 @lru_cache(maxsize=1)

@@ -274,10 +274,16 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
     // does not stall the warp that issues it, and no barrier is added per tile. The barrier in
     // between orders every thread's stores before thread 0 at CTA scope, as before.
     int pending_group = -1;  // group of the tile whose release is due (thread 0 only; -1: none)
+#ifndef FO_EXP_TOP
     const int publish_kt = KT >= 2 ? (KT - 2 < 2 ? KT - 2 : 2) : -1;  // in-loop barrier used; -1: top
+#else
+    const int publish_kt = -1;
+#endif
     auto publish = [&]() {
         if (kSignal && tid == 0 && pending_group >= 0) {
+#ifndef FO_EXP_NORELEASE
             red_release_gpu_add(group_counter + pending_group, 1u);
+#endif
             pending_group = -1;
         }
     };
@@ -317,7 +323,13 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         // release between them (after publish_kt + 1 barriers): the loop body is the plain kernel's,
         // with no release test per k-tile. (A test and branch in the body had added ~12 instructions
         // to each k-tile, ~4 % of the loop: docs/perf-log.md, session 7.)
+#if defined(FO_EXP_TOP)
+        constexpr int kPieces = 1;
+#elif defined(FO_EXP_PLAIN_PIECES)
+        constexpr int kPieces = 2;
+#else
         constexpr int kPieces = kSignal ? 2 : 1;
+#endif
         int kt = 0;
 #pragma unroll 1
         for (int piece = 0; piece < kPieces; ++piece) {
