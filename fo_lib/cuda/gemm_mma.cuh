@@ -274,16 +274,10 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
     // does not stall the warp that issues it, and no barrier is added per tile. The barrier in
     // between orders every thread's stores before thread 0 at CTA scope, as before.
     int pending_group = -1;  // group of the tile whose release is due (thread 0 only; -1: none)
-#ifndef FO_EXP_TOP
     const int publish_kt = KT >= 2 ? (KT - 2 < 2 ? KT - 2 : 2) : -1;  // in-loop barrier used; -1: top
-#else
-    const int publish_kt = -1;
-#endif
     auto publish = [&]() {
         if (kSignal && tid == 0 && pending_group >= 0) {
-#ifndef FO_EXP_NORELEASE
             red_release_gpu_add(group_counter + pending_group, 1u);
-#endif
             pending_group = -1;
         }
     };
@@ -319,23 +313,11 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         if (kPlaced && tid < 2) cp_async16(smem_ro + tid * 16, row_offset + i64(tm * tiles_n + tn) * 4 + tid * 2, true);
         load_frags(0, rd_stage, 0);
 
-        // The signal epilogues run the k-loop in two pieces, k-tiles [0, publish_kt] and the rest, and
-        // release between them (after publish_kt + 1 barriers): the loop body is the plain kernel's,
-        // with no release test per k-tile. (A test and branch in the body had added ~12 instructions
-        // to each k-tile, ~4 % of the loop: docs/perf-log.md, session 7.)
-#if defined(FO_EXP_TOP)
-        constexpr int kPieces = 1;
-#elif defined(FO_EXP_PLAIN_PIECES)
-        constexpr int kPieces = 2;
-#else
-        constexpr int kPieces = kSignal ? 2 : 1;
-#endif
-        int kt = 0;
+        // The in-loop release of the previous tile (see publish): thread 0's condition is fixed for
+        // the whole k-loop, so the loop's test is one warp-uniform compare.
+        const bool release_in_loop = kSignal && tid == 0 && pending_group >= 0;
 #pragma unroll 1
-        for (int piece = 0; piece < kPieces; ++piece) {
-        const int kt_end = piece + 1 < kPieces && publish_kt >= 0 ? publish_kt + 1 : KT;
-#pragma unroll 1
-        for (; kt < kt_end; ++kt) {
+        for (int kt = 0; kt < KT; ++kt) {
 #pragma unroll
             for (int kk = 0; kk < S::KSTEPS; ++kk) {
                 const int cur = kk & 1;
@@ -346,6 +328,14 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                         // whose slot the next issue_load overwrites.
                         cp_async_wait<STAGES - 2>();
                         __syncthreads();
+                        // NOTES: every thread fences, thread 0 adds: the release as fence + relaxed
+                        // add under a CTA-uniform test, so the only divergent part is one predicated
+                        // add. A branch on thread 0 alone around a red.release (ptxas keeps the fence
+                        // out of predication) had cost ~12 instructions per k-tile (docs/perf-log.md).
+                        if (kSignal && kt == publish_kt) {
+                            fence_acq_rel_gpu();
+                            if (release_in_loop) red_relaxed_gpu_add(group_counter + pending_group, 1u);
+                        }
                         load_frags(cur ^ 1, rd_stage, 0);
                     }
                 } else {
@@ -360,8 +350,6 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                                   bfrag[cur][ni >> 1][(ni & 1) * 2 + 1], T{});
             }
             ld_advance();
-        }
-        if (piece + 1 < kPieces) publish();
         }
 
         // --- epilogue: registers -> smem C (16-byte chunks swizzled by row & 7) -> global ----------
@@ -424,7 +412,8 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         // Every thread's stores of this tile precede thread 0's release: the next bar.sync orders
         // them before thread 0 at CTA scope, and red.release.gpu is cumulative, so a consumer that
         // acquires the counter sees all of them. (A separate __threadfence() would be redundant.)
-        // (The in-loop release, if any, published pending_group.) The group is loaded here, not at
+        // (The in-loop release, if any, published pending_group: it runs exactly once per k-loop when
+        // publish_kt >= 0, else publish() at the tile's top did.) The group is loaded here, not at
         // the tile's start, so no second register is live across the k-loop; the load's latency is
         // hidden until the release that uses it.
         if (kSignal && tid == 0) pending_group = tile_group[tm * tiles_n + tn];
