@@ -269,12 +269,18 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
     int rd_stage = 0;
     float acc[S::MI][S::NI][4];
 
-    // Signal epilogue: a tile's counter release is deferred to a barrier a few k-tiles into the CTA's
-    // next tile (or after its last one). Its stores have drained by then, so the gpu-scope release
-    // does not stall the warp that issues it, and no barrier is added per tile. The barrier in
-    // between orders every thread's stores before thread 0 at CTA scope, as before.
+    // Signal epilogue: a tile's counter release waits for the next barrier, the top of the CTA's next
+    // tile (or the end), so no barrier is added per tile; that barrier orders every thread's stores
+    // before thread 0 at CTA scope. NOTES: nothing of the signal is inside the k-loop. A release
+    // there, deferred a few k-tiles so the stores have drained, cost more than the wait for them:
+    // its per-k-tile test, or a loop split in two around it, changes the loop's code by 3-5 %
+    // (docs/perf-log.md, session 7).
     int pending_group = -1;  // group of the tile whose release is due (thread 0 only; -1: none)
-    const int publish_kt = KT >= 2 ? (KT - 2 < 2 ? KT - 2 : 2) : -1;  // in-loop barrier used; -1: top
+#ifdef FO_EXP_RELEASE_KT1
+    const int publish_kt = KT >= 2 ? 1 : -1;
+#else
+    const int publish_kt = -1;
+#endif
     auto publish = [&]() {
         if (kSignal && tid == 0 && pending_group >= 0) {
             red_release_gpu_add(group_counter + pending_group, 1u);
@@ -313,9 +319,6 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         if (kPlaced && tid < 2) cp_async16(smem_ro + tid * 16, row_offset + i64(tm * tiles_n + tn) * 4 + tid * 2, true);
         load_frags(0, rd_stage, 0);
 
-        // The in-loop release of the previous tile (see publish): thread 0's condition is fixed for
-        // the whole k-loop, so the loop's test is one warp-uniform compare.
-        const bool release_in_loop = kSignal && tid == 0 && pending_group >= 0;
 #pragma unroll 1
         for (int kt = 0; kt < KT; ++kt) {
 #pragma unroll
@@ -328,19 +331,14 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                         // whose slot the next issue_load overwrites.
                         cp_async_wait<STAGES - 2>();
                         __syncthreads();
-                        // NOTES: every thread fences, thread 0 adds: the release as fence + relaxed
-                        // add under a CTA-uniform test, so the only divergent part is one predicated
-                        // add. A branch on thread 0 alone around a red.release (ptxas keeps the fence
-                        // out of predication) had cost ~12 instructions per k-tile (docs/perf-log.md).
-                        if (kSignal && kt == publish_kt) {
-                            fence_acq_rel_gpu();
-                            if (release_in_loop) red_relaxed_gpu_add(group_counter + pending_group, 1u);
-                        }
                         load_frags(cur ^ 1, rd_stage, 0);
                     }
                 } else {
                     load_frags(cur ^ 1, rd_stage, kk + 1);
                 }
+#ifdef FO_EXP_RELEASE_KT1
+                if (kk == 0 && kt == publish_kt) publish();
+#endif
                 if (kk == 0) issue_load();
 #pragma unroll
                 for (int mi = 0; mi < S::MI; ++mi)
@@ -380,9 +378,14 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
             place_sub_stride = ld_shared_s64(smem_ro + 8);
             place_shift = int(ld_shared_s64(smem_ro + 16));
         }
+#ifdef FO_EXP_WARP0_NO_STORES
+        // Experiment: warp 0 (the releasing warp) issues no global stores.
+        for (int idx = tid - 32; tid >= 32 && idx < BM * S::C_CPR; idx += S::THREADS - 32) {
+#else
 #pragma unroll
         for (int i = 0; i < S::C_STORES; ++i) {
             const int idx = tid + i * S::THREADS;
+#endif
             const int r = idx / S::C_CPR;
             const int ch = idx % S::C_CPR;
             if (r < rows && ch * 8 < cols) {
@@ -412,8 +415,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         // Every thread's stores of this tile precede thread 0's release: the next bar.sync orders
         // them before thread 0 at CTA scope, and red.release.gpu is cumulative, so a consumer that
         // acquires the counter sees all of them. (A separate __threadfence() would be redundant.)
-        // (The in-loop release, if any, published pending_group: it runs exactly once per k-loop when
-        // publish_kt >= 0, else publish() at the tile's top did.) The group is loaded here, not at
+        // (publish() published pending_group.) The group is loaded here, not at
         // the tile's start, so no second register is live across the k-loop; the load's latency is
         // hidden until the release that uses it.
         if (kSignal && tid == 0) pending_group = tile_group[tm * tiles_n + tn];
