@@ -90,6 +90,20 @@ def _debug() -> bool:
     return os.environ.get("FO_JIT_DEBUG", "") not in ("", "0")
 
 
+def _whole_elf(cubin: bytes) -> bytes:
+    """CuPy's getCUBIN drops the image's last byte (it is read like a NUL-terminated PTX string). The
+    driver loads it anyway, but cuobjdump / nvdisasm reject the file: pad the image back to the end
+    of its ELF program and section header tables (zero bytes: the last one is such padding)."""
+    import struct
+
+    if len(cubin) < 64 or cubin[:4] != b"\x7fELF" or cubin[4] != 2:
+        return cubin
+    ph_off, sh_off = struct.unpack_from("<QQ", cubin, 0x20)
+    ph_size, ph_num, sh_size, sh_num = struct.unpack_from("<HHHH", cubin, 0x36)
+    end = max(ph_off + ph_size * ph_num, sh_off + sh_size * sh_num)
+    return cubin + b"\0" * (end - len(cubin)) if len(cubin) < end else cubin
+
+
 def compile_cubin(source: str, arch: str, name: str = "fo_kernel.cu") -> bytes:
     """Compile a generated source for ``arch``; raise :class:`KernelCompileError` with the log."""
     return compile_with_log(source, arch, name)[0]
@@ -116,7 +130,7 @@ def compile_with_log(source: str, arch: str, name: str = "fo_kernel.cu",
         log = (log.decode(errors="replace") if isinstance(log, bytes) else str(log)).rstrip("\x00")
         if _debug():
             print(f"--- NVRTC log ---\n{log}")
-        return nvrtc.getCUBIN(prog), log
+        return _whole_elf(nvrtc.getCUBIN(prog)), log
     finally:
         nvrtc.destroyProgram(prog)
 

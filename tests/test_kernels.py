@@ -27,6 +27,29 @@ def test_every_kernel_compiles(label, source, arch):
     assert cubin[:4] == b"\x7fELF"
 
 
+def test_cubin_is_a_whole_elf_image():
+    """The image reaches the end of its ELF header tables (CuPy's getCUBIN returns one byte short;
+    cuobjdump and nvdisasm reject such a file)."""
+    import struct
+
+    _nvrtc_or_skip()
+    label, source, arch = CASES[0]
+    cubin = kernels.compile_cubin(source, arch)
+    ph_off, sh_off = struct.unpack_from("<QQ", cubin, 0x20)
+    ph_size, ph_num, sh_size, sh_num = struct.unpack_from("<HHHH", cubin, 0x36)
+    assert len(cubin) >= max(ph_off + ph_size * ph_num, sh_off + sh_size * sh_num)
+    assert kernels._whole_elf(b"not an elf") == b"not an elf"
+
+
+def test_extra_nvrtc_options_enter_the_cache_key(monkeypatch):
+    _nvrtc_or_skip()
+    monkeypatch.delenv("FO_NVRTC_OPTIONS", raising=False)
+    plain_key = kernels.source_key("x", "sm_80")
+    monkeypatch.setenv("FO_NVRTC_OPTIONS", "-DFO_SOME_SWITCH=1")
+    assert kernels.nvrtc_options("sm_80")[-1] == "-DFO_SOME_SWITCH=1"
+    assert kernels.source_key("x", "sm_80") != plain_key
+
+
 def test_registry_covers_every_family():
     labels = " ".join(label for label, _ in SOURCES)
     for family in ("gemm", "post_reorder", "wait", "raster_tile"):

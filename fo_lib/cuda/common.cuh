@@ -64,19 +64,6 @@ __device__ __forceinline__ void red_release_gpu_add(u32* p, u32 v) {
     asm volatile("red.release.gpu.global.add.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
 }
 
-// red_release_gpu_add when `pred` holds, as one predicated PTX instruction: no branch in the caller.
-__device__ __forceinline__ void red_release_gpu_add_if(bool pred, u32* p, u32 v) {
-    asm volatile("{ .reg .pred q; setp.ne.u32 q, %2, 0; @q red.release.gpu.global.add.u32 [%0], %1; }"
-                 :: "l"(p), "r"(v), "r"(u32(pred)) : "memory");
-}
-
-// The same release as a fence then a relaxed (strong) add, for callers that fence from a whole warp
-// and add from one lane.
-__device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
-__device__ __forceinline__ void red_relaxed_gpu_add(u32* p, u32 v) {
-    asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
-}
-
 // Epoch targets wrap around 2^32 calls; compare in modular arithmetic.
 __device__ __forceinline__ bool counter_reached(u32 value, u32 target) { return int(value - target) >= 0; }
 

@@ -276,11 +276,6 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
     // its per-k-tile test, or a loop split in two around it, changes the loop's code by 3-5 %
     // (docs/perf-log.md, session 7).
     int pending_group = -1;  // group of the tile whose release is due (thread 0 only; -1: none)
-#ifdef FO_EXP_RELEASE_KT1
-    const int publish_kt = KT >= 2 ? 1 : -1;
-#else
-    const int publish_kt = -1;
-#endif
     auto publish = [&]() {
         if (kSignal && tid == 0 && pending_group >= 0) {
             red_release_gpu_add(group_counter + pending_group, 1u);
@@ -303,7 +298,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         // tile's epilogue writes, so the plain epilogue needs no trailing barrier.
         cp_async_wait<STAGES - 2>();
         __syncthreads();
-        if (publish_kt < 0) publish();
+        publish();
         if (EPILOGUE == 2 && tid == 0) probe[(tm * tiles_n + tn) * 4 + 0] = globaltimer_ns();
         if (kTableStore && tid < BM) {
             // NOTES: the tile's BM row offsets ride in the cp.async group of this tile's first
@@ -336,9 +331,6 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                 } else {
                     load_frags(cur ^ 1, rd_stage, kk + 1);
                 }
-#ifdef FO_EXP_RELEASE_KT1
-                if (kk == 0 && kt == publish_kt) publish();
-#endif
                 if (kk == 0) issue_load();
 #pragma unroll
                 for (int mi = 0; mi < S::MI; ++mi)
@@ -378,14 +370,9 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
             place_sub_stride = ld_shared_s64(smem_ro + 8);
             place_shift = int(ld_shared_s64(smem_ro + 16));
         }
-#ifdef FO_EXP_WARP0_NO_STORES
-        // Experiment: warp 0 (the releasing warp) issues no global stores.
-        for (int idx = tid - 32; tid >= 32 && idx < BM * S::C_CPR; idx += S::THREADS - 32) {
-#else
 #pragma unroll
         for (int i = 0; i < S::C_STORES; ++i) {
             const int idx = tid + i * S::THREADS;
-#endif
             const int r = idx / S::C_CPR;
             const int ch = idx % S::C_CPR;
             if (r < rows && ch * 8 < cols) {
@@ -415,9 +402,8 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         // Every thread's stores of this tile precede thread 0's release: the next bar.sync orders
         // them before thread 0 at CTA scope, and red.release.gpu is cumulative, so a consumer that
         // acquires the counter sees all of them. (A separate __threadfence() would be redundant.)
-        // (publish() published pending_group.) The group is loaded here, not at
-        // the tile's start, so no second register is live across the k-loop; the load's latency is
-        // hidden until the release that uses it.
+        // The tile's group is loaded here, after its k-loop (one register less across the loop); the
+        // load's latency is hidden until the release at the next barrier uses it.
         if (kSignal && tid == 0) pending_group = tile_group[tm * tiles_n + tn];
         if (EPILOGUE == 2) {
             // The probe stamps the tile's end when its stores are issued, so it is not deferred.
