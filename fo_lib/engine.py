@@ -518,11 +518,6 @@ class OverlapPlan:
         replay = events is None and replay_comm and self.comm_graph_active
         stages = self.post_stages
         self._check_post_operands(operands)
-        # Built (and checked) before anything is enqueued: a bad operand must not leave a GEMM and
-        # collectives running with the streams unjoined. (On a repeated call the launches come
-        # from the memo: microseconds.)
-        launches, result = self._post_launches(ops, stages, operands) if not self._in_place(ops, operands) \
-            else ([], self.send.view(self.M, self.N))
         # The communication stream may reuse the receive buffer only after the caller's stream has
         # consumed the previous call's output.
         self.comm_stream.wait_stream(compute)
@@ -545,6 +540,17 @@ class OverlapPlan:
                     done.update(dict.fromkeys(groups, event))
         else:
             self._collectives(self.comm_stream, wait=True, done=done)
+        # NOTES: built after the GEMM and the collectives are enqueued, so the GPU starts on them
+        # while the host builds and checks the post-reorder (a new output tensor misses the launch
+        # memo: ~40 us per stage; built first, that host time preceded the GEMM and cost the
+        # loopback sweep ~0.04 of overlap efficiency, docs/perf-log.md, session 7). A bad operand
+        # still leaves the streams joined before the error propagates.
+        try:
+            launches, result = self._post_launches(ops, stages, operands) if not self._in_place(ops, operands) \
+                else ([], self.send.view(self.M, self.N))
+        except BaseException:
+            compute.wait_stream(self.comm_stream)
+            raise
         for g, launch in launches:
             compute.wait_event(done[g])
             start = _record(compute) if events is not None else None

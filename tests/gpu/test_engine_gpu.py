@@ -457,14 +457,24 @@ def test_rows_layout_all_reduce(hopper):
     assert torch.equal(tiles.run(a, b), plan.run(a, b))
 
 
-def test_bad_post_operand_raises_before_anything_runs():
+def test_bad_post_operand_raises_with_the_streams_joined():
     """A post-reorder operand that only the launcher's checks catch (bias missing for PostOps(bias=
-    True)) raises before the GEMM and the collectives are enqueued; the next call is right."""
+    True)) raises after the GEMM and the collectives are enqueued, with the caller's stream joined to
+    the communication stream (nothing of the call is left running unordered); the next call is
+    right."""
     M, N, K, W = 512, 768, 128, 2
     plan = OverlapPlan("all_reduce", M, N, K, LoopbackCommunicator(W), config=gemm.CONFIGS["128x128x32"])
     a, b, C = _inputs(M, N, K, seed=41)
+    torch.cuda.synchronize()
     with pytest.raises(ValueError, match="bias"):
         plan.run(a, b, ops=PostOps(bias=True))
+    # Joined: an event on the caller's stream completes only after the communication stream's work.
+    comm_done = torch.cuda.Event()
+    comm_done.record(plan.comm_stream)
+    joined = torch.cuda.Event()
+    joined.record(torch.cuda.current_stream())
+    joined.synchronize()
+    assert comm_done.query()
     y = plan.run(a, b)
     torch.cuda.synchronize()
     plan.check()
