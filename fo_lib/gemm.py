@@ -143,8 +143,9 @@ for _c in CONFIGS.values():
 # Relative throughput of a full tile per unit area (mainloop efficiency), used only to trade tile
 # size against last-wave fill in default_config. Bigger warp tiles reuse fragments better.
 # Relative full-tile throughput, measured on an H200 (bf16, K >= 4096, interleaved medians from
-# scripts/bench_gemm.py): 256x128x64 ~375, 128x256x64 ~365, x32 variants ~345, 128x128x32 ~280,
-# 64x64x32 ~95 TFLOP/s. Only used to trade tile size against wave count in default_config.
+# scripts/bench_gemm.py, before session 7's producer change, which took 256x128x64 from ~375 to
+# ~430): 256x128x64 ~375, 128x256x64 ~365, x32 variants ~345, 128x128x32 ~280, 64x64x32 ~95
+# TFLOP/s. Only used to trade tile size against wave count in default_config.
 _TILE_SPEED = {"256x128x64": 1.0, "128x256x64": 0.97, "256x128x32": 0.93, "128x256x32": 0.93,
                "128x128x32": 0.75, "64x64x32": 0.25}
 # Preference order (ties go to the earlier); the x32 variants are the fallbacks for GPUs with less
