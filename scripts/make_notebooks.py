@@ -201,9 +201,9 @@ ex.save(fig, "05_speedup", figures_dir)'''),
         ("code", "g, gmeta = ex.overheads.gemm_overheads(data_set)\nr, rmeta = ex.overheads.rmsnorm_overheads(data_set)\nex.overheads.summary(data_set)"),
         ("code", '''fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4))
 lab = [f"{m}x{n}x{k}" for m, n, k in zip(g.M, g.N, g.K)]
-ax1.plot(range(len(g)), g.signal_pct, "o-", label="signal (table store + counter)")
+ax1.plot(range(len(g)), g.signal_pct, "o-", label="signal (the engine's store + counter)")
 if "scatter_pct" in g:
-    ax1.plot(range(len(g)), g.scatter_pct, "s-", label="table store only")
+    ax1.plot(range(len(g)), g.scatter_pct, "s-", label="row-table store, no signal")
 ax1.axhline(0, color="k", lw=0.8)
 ax1.set_xticks(range(len(g)), lab, rotation=90, fontsize=6)
 ax1.set(ylabel="overhead vs plain GEMM (%)", title="GEMM epilogue")
