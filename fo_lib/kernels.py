@@ -91,9 +91,10 @@ def _debug() -> bool:
 
 
 def _whole_elf(cubin: bytes) -> bytes:
-    """CuPy's getCUBIN drops the image's last byte (it is read like a NUL-terminated PTX string). The
-    driver loads it anyway, but cuobjdump / nvdisasm reject the file: pad the image back to the end
-    of its ELF program and section header tables (zero bytes: the last one is such padding)."""
+    """CuPy's getCUBIN returns the image one byte short. The driver loads it anyway, but cuobjdump
+    and nvdisasm reject the file: pad the image back to the end of its ELF program and section header
+    tables with zero bytes (in the cubins seen, the byte cut off ends the last program header and is
+    zero)."""
     import struct
 
     if len(cubin) < 64 or cubin[:4] != b"\x7fELF" or cubin[4] != 2:

@@ -169,8 +169,8 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
 
     // --- cp.async producer: a cursor over this CTA's (tile, k-tile) stream ------------------------
     // NOTES: the per-k-tile loads are straight-line code (no branch), so the scheduler interleaves
-    // them with the MMAs; everything that depends on the tile (raster, row pointers, the M / N tail
-    // mask) is computed once per tile in ld_start_tile, outside the MMA stream. Computing the
+    // them with the MMAs; everything that depends on the tile (raster, row pointers, how many of the
+    // thread's rows exist) is computed once per tile in ld_start_tile, outside the MMA stream. Computing the
     // addresses and row guards of all 12 loads per k-tile inside `if (tile < tiles)` had cost ~190
     // serial instructions per k-tile in front of the MMAs (docs/perf-log.md, session 7).
     const int ld_row0 = tid / S::CPR;
@@ -194,7 +194,8 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
             const int rb = tn * BN + ld_row0;
             ld_a_rows = ra < M ? min(S::A_LOADS, (M - ra + S::ROW_STEP - 1) / S::ROW_STEP) : 0;
             ld_b_rows = rb < N ? min(S::B_LOADS, (N - rb + S::ROW_STEP - 1) / S::ROW_STEP) : 0;
-            // A masked row is never read (zero-fill), but its pointer stays inside the operand.
+            // The first row is clamped inside the operand; the addresses of rows past the count
+            // (beyond M or N) are formed but never read.
             ld_a = A + i64(min(ra, M - 1)) * lda + ld_chunk * 8;
             ld_b = B + i64(min(rb, N - 1)) * ldb + ld_chunk * 8;
         }
@@ -202,8 +203,8 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
     auto issue_load = [&]() {
         const u32 sa = smem + ld_stage * S::STAGE_BYTES + ld_dst;
         const u32 sb = sa + S::A_STAGE_BYTES;
-        // K % 8 == 0: a 16-byte chunk is all in or all out. A load whose bit is clear reads nothing
-        // (zero-fill), so its address is never used.
+        // K % 8 == 0: a 16-byte chunk is all in or all out. A load past the row count (or the K
+        // tail) reads nothing (zero-fill), so its address is never used.
         const bool k_ok = ld_kt * BK + ld_chunk * 8 < K;
         const int a_rows = k_ok ? ld_a_rows : 0;
         const int b_rows = k_ok ? ld_b_rows : 0;
