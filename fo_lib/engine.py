@@ -497,10 +497,11 @@ class OverlapPlan:
         if self.device == "cpu":
             return self._run_cpu(a, b, ops, bias, residual, residual_out, weight)
         self.check(block=False)
-        result = self._enqueue(a, b, ops, bias=bias, residual=residual, residual_out=residual_out,
-                               weight=weight, out=out)
-        self._mark_pending()
-        return result
+        try:
+            return self._enqueue(a, b, ops, bias=bias, residual=residual, residual_out=residual_out,
+                                 weight=weight, out=out)
+        finally:
+            self._mark_pending()
 
     def _enqueue(self, a, b, ops, *, replay_comm: bool = True, events: dict | None = None, **operands):
         """GEMM on the caller's stream, the groups' waits and collectives on the communication stream
@@ -549,7 +550,10 @@ class OverlapPlan:
             launches, result = self._post_launches(ops, stages, operands) if not self._in_place(ops, operands) \
                 else ([], self.send.view(self.M, self.N))
         except BaseException:
+            # The call's waits ran: their error word is copied as a completed call's is (run()
+            # marks the call pending either way), so a timeout in it is reported by check().
             compute.wait_stream(self.comm_stream)
+            self._error_host.copy_(self.error, non_blocking=True)
             raise
         for g, launch in launches:
             compute.wait_event(done[g])

@@ -59,7 +59,8 @@ def nvrtc_options(arch: str) -> tuple[str, ...]:
     if arch not in ARCHS:
         raise ValueError(f"unknown target {arch!r}; choose one of {ARCHS}")
     # FO_NVRTC_OPTIONS (e.g. "-DNAME=1"): extra options for kernel experiments; they are part of
-    # every cache key, like the rest of these options.
+    # every cache key, like the rest of these options. Set it before a process's first launch: the
+    # GEMM families keep their prepared launches (and so their kernels) for the process.
     extra = tuple(shlex.split(os.environ.get("FO_NVRTC_OPTIONS", "")))
     return (*_BASE_OPTIONS, f"-arch={arch}", f"-DFO_ARCH={arch[3:5]}", *extra)
 
@@ -76,10 +77,16 @@ def reload_headers() -> None:
     _by_source.clear()  # the same generated source must now be looked up (and compiled) anew
 
 
+# Bumped when what the cache stores changes for the same key parts (2: cubins padded to their whole
+# ELF image, _whole_elf).
+_CACHE_FORMAT = 2
+
+
 def source_key(source: str, arch: str) -> str:
-    """Cache key over the source, every header, the options and the NVRTC version."""
+    """Cache key over the source, every header, the options, the NVRTC version and the cache format."""
     h = hashlib.sha256()
-    for part in (source.encode(), *_headers()[1], " ".join(nvrtc_options(arch)).encode(),
+    for part in (f"format {_CACHE_FORMAT}".encode(), source.encode(), *_headers()[1],
+                 " ".join(nvrtc_options(arch)).encode(),
                  repr(nvrtc_version()).encode(), *[n.encode() for n in _headers()[0]]):
         h.update(len(part).to_bytes(8, "little"))
         h.update(part)

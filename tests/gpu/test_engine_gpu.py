@@ -466,6 +466,10 @@ def test_bad_post_operand_raises_with_the_streams_joined():
     plan = OverlapPlan("all_reduce", M, N, K, LoopbackCommunicator(W), config=gemm.CONFIGS["128x128x32"])
     a, b, C = _inputs(M, N, K, seed=41)
     torch.cuda.synchronize()
+    # The communication stream is held back (~50 ms on the GPU), so that without the join the caller's
+    # stream would finish long before it.
+    with torch.cuda.stream(plan.comm_stream):
+        torch.cuda._sleep(100_000_000)
     with pytest.raises(ValueError, match="bias"):
         plan.run(a, b, ops=PostOps(bias=True))
     # Joined: an event on the caller's stream completes only after the communication stream's work.
