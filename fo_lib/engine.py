@@ -544,27 +544,22 @@ class OverlapPlan:
         # NOTES: built after the GEMM and the collectives are enqueued, so the GPU starts on them
         # while the host builds and checks the post-reorder (a new output tensor misses the launch
         # memo: ~40 us per stage; built first, that host time preceded the GEMM and cost the
-        # loopback sweep ~0.04 of overlap efficiency, docs/perf-log.md, session 7). A bad operand
-        # still leaves the streams joined before the error propagates.
+        # loopback sweep ~0.04 of overlap efficiency, docs/perf-log.md, session 7).
         try:
             launches, result = self._post_launches(ops, stages, operands) if not self._in_place(ops, operands) \
                 else ([], self.send.view(self.M, self.N))
-        except BaseException:
-            # The call's waits ran: their error word is copied as a completed call's is (run()
-            # marks the call pending either way), so a timeout in it is reported by check().
+            for g, launch in launches:
+                compute.wait_event(done[g])
+                start = _record(compute) if events is not None else None
+                launch(compute)
+                if events is not None:
+                    events["post"].append((g, start, _record(compute)))
+        finally:
+            # After the epoch bump (this also joins the streams under capture). Also when a bad
+            # operand raised above: the call's waits and collectives ran, so the streams are joined
+            # and the error word copied as for a completed call (run() marks it pending either way).
             compute.wait_stream(self.comm_stream)
             self._error_host.copy_(self.error, non_blocking=True)
-            raise
-        for g, launch in launches:
-            compute.wait_event(done[g])
-            start = _record(compute) if events is not None else None
-            launch(compute)
-            if events is not None:
-                events["post"].append((g, start, _record(compute)))
-        # After the epoch bump (this also joins the streams under capture); with no post-reorder, the
-        # output itself.
-        compute.wait_stream(self.comm_stream)
-        self._error_host.copy_(self.error, non_blocking=True)
         return result
 
     def _in_place(self, ops, operands) -> bool:
