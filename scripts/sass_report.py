@@ -1,0 +1,122 @@
+"""Registers, spills and the main loop's instructions of the portable GEMM, from its cubin (no GPU).
+
+Each (config, epilogue) is compiled through NVRTC exactly as fo_lib builds it; ptxas reports
+registers and spills; with ``nvdisasm`` (PATH, ``--nvdisasm``, or the ``nvidia-cuda-nvdisasm``
+wheel) the k-loop's SASS is found (the innermost backward branch around the HMMAs) and its hot
+path is counted: every instruction of the loop except the blocks only taken once per tile (the
+cursor's move to the next tile). This is how docs/perf-log.md (session 7) compares epilogues.
+
+    python scripts/sass_report.py                                    # 256x128x64, plain + signals
+    python scripts/sass_report.py --config 128x256x64 --epilogues plain signal_tiles --arch sm_80
+    python scripts/sass_report.py --dump /tmp/sass                   # also write the .sass files
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fo_lib import gemm, kernels  # noqa: E402
+
+_INSTR = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[0-9T]+\s+)?([A-Z0-9_]+)")
+_LABEL = re.compile(r"^(\.L_x_\d+):")
+_BRANCH = re.compile(r"BRA `\((\.L_x_\d+)\)")
+
+
+def k_loop(sass: str) -> list[str]:
+    """The lines of the shortest backward-branch loop that holds HMMA instructions (the k-loop)."""
+    lines = sass.splitlines()
+    labels = {m.group(1): i for i, line in enumerate(lines) if (m := _LABEL.match(line))}
+    best = None
+    for i, line in enumerate(lines):
+        m = _BRANCH.search(line)
+        if m and labels.get(m.group(1), i) < i:
+            body = lines[labels[m.group(1)]:i + 1]
+            if any("HMMA" in b for b in body) and (best is None or len(body) < len(best)):
+                best = body
+    if best is None:
+        raise ValueError("no loop with HMMA instructions in this SASS")
+    return best
+
+
+def hot_path(loop: list[str]) -> collections.Counter:
+    """Opcode counts of the loop without its once-per-tile block: the block after the forward branch
+    that skips the most instructions (the load cursor's move to the next tile)."""
+    labels = {m.group(1): i for i, line in enumerate(loop) if (m := _LABEL.match(line))}
+    skips = [(labels[m.group(1)] - i, i, labels[m.group(1)]) for i, line in enumerate(loop)
+             if (m := _BRANCH.search(line)) and labels.get(m.group(1), -1) > i]
+    cold = set()
+    if skips:
+        end = max(skips)[2]
+        # The rare block: from the first branch that jumps to that label, to the label.
+        first = min(i for _, i, e in skips if e == end)
+        cold = set(range(first + 1, end))
+    ops = collections.Counter()
+    for i, line in enumerate(loop):
+        if i not in cold and (m := _INSTR.match(line)):
+            ops[m.group(1)] += 1
+    return ops
+
+
+def find_nvdisasm(given: str | None) -> str | None:
+    if given:
+        return given
+    found = shutil.which("nvdisasm")
+    if found:
+        return found
+    try:  # the nvidia-cuda-nvdisasm wheel
+        import nvidia
+        for root in nvidia.__path__:
+            for cand in Path(root).glob("*/bin/nvdisasm"):
+                return str(cand)
+    except ImportError:
+        pass
+    return None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", default="256x128x64", choices=sorted(gemm.CONFIGS))
+    ap.add_argument("--epilogues", nargs="*", default=["plain", "scatter", "signal", "signal_rows", "signal_tiles"],
+                    choices=gemm.EPILOGUES)
+    ap.add_argument("--dtype", default="bf16", choices=gemm.DTYPES)
+    ap.add_argument("--arch", default="sm_90a", choices=kernels.ARCHS)
+    ap.add_argument("--nvdisasm", help="path of nvdisasm (default: PATH, then the nvidia-cuda-nvdisasm wheel)")
+    ap.add_argument("--dump", type=Path, help="folder for the cubins and their SASS")
+    args = ap.parse_args(argv)
+
+    disasm = find_nvdisasm(args.nvdisasm)
+    cfg = gemm.CONFIGS[args.config]
+    print(f"{cfg.tile_name} {args.dtype} {args.arch}" + ("" if disasm else "  (no nvdisasm: registers only)"))
+    print(f"{'epilogue':14s} {'regs':>5s} {'spill B':>8s} {'loop':>6s} {'hot':>5s} {'HMMA':>5s} {'LDSM':>5s} {'LDGSTS':>7s}")
+    for epi in args.epilogues:
+        src, _ = gemm.generate_source(cfg, args.dtype, epi)
+        cubin, log = kernels.compile_with_log(src, args.arch, extra_options=("--ptxas-options=-v",))
+        regs = re.search(r"Used (\d+) registers", log).group(1)
+        spill = re.search(r"(\d+) bytes spill stores", log).group(1)
+        row = f"{epi:14s} {regs:>5s} {spill:>8s}"
+        if disasm:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(args.dump or tmp) / f"{cfg.tile_name}_{args.dtype}_{epi}_{args.arch}.cubin"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(cubin)
+                sass = subprocess.run([disasm, "-c", str(path)], check=True, capture_output=True, text=True).stdout
+                if args.dump:
+                    path.with_suffix(".sass").write_text(sass)
+            loop = k_loop(sass)
+            hot = hot_path(loop)
+            n_loop = sum(1 for line in loop if _INSTR.match(line))
+            row += (f" {n_loop:6d} {sum(hot.values()):5d} {hot['HMMA']:5d} {hot['LDSM']:5d} {hot['LDGSTS']:7d}")
+        print(row)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

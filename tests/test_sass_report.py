@@ -1,0 +1,46 @@
+"""scripts/sass_report.py's SASS parsing, on a small synthetic listing (no nvdisasm needed)."""
+import importlib.util
+from pathlib import Path
+
+_spec = importlib.util.spec_from_file_location(
+    "sass_report", Path(__file__).resolve().parents[1] / "scripts" / "sass_report.py")
+sass_report = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sass_report)
+
+SASS = """\
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+.L_x_7:
+        /*0010*/                   HMMA.16816.F32.BF16 R4, R8, R12, R4 ;
+        /*0020*/                   LDSM.16.M88.4 R8, [R2] ;
+        /*0030*/               @P1 BRA `(.L_x_5) ;
+        /*0040*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+.L_x_5:
+        /*0050*/                   HMMA.16816.F32.BF16 R4, R8, R12, R4 ;
+        /*0060*/               @P1 BRA `(.L_x_6) ;
+        /*0070*/                   IMAD R3, R3, 0x2, RZ ;
+        /*0080*/               @P2 BRA `(.L_x_6) ;
+        /*0090*/                   IABS R5, R3 ;
+        /*00a0*/                   I2F.RP R6, R5 ;
+        /*00b0*/                   MUFU.RCP R6, R6 ;
+.L_x_6:
+        /*00c0*/                   IADD3 R0, R0, 0x1, RZ ;
+        /*00d0*/              @!P0 BRA `(.L_x_7) ;
+        /*00e0*/                   EXIT ;
+"""
+
+
+def test_k_loop_and_hot_path():
+    loop = sass_report.k_loop(SASS)
+    assert loop[0] == ".L_x_7:" and "BRA `(.L_x_7)" in loop[-1]
+    hot = sass_report.hot_path(loop)
+    # The once-per-tile block (from the first branch to .L_x_6 up to it) is left out.
+    assert hot["HMMA"] == 2 and hot["LDSM"] == 1 and hot["BAR"] == 1 and hot["IADD3"] == 1
+    assert hot["IMAD"] == 0 and hot["MUFU"] == 0 and hot["IABS"] == 0
+    assert sum(hot.values()) == 8  # HMMA LDSM BRA BAR HMMA BRA IADD3 BRA
+
+
+def test_no_mma_loop_is_an_error():
+    import pytest
+    with pytest.raises(ValueError, match="no loop"):
+        sass_report.k_loop(".L_x_1:\n        /*0000*/                   IADD3 R0, R0, 0x1, RZ ;\n"
+                           "        /*0010*/              @!P0 BRA `(.L_x_1) ;\n")
