@@ -17,8 +17,8 @@ picks a tile config, generates the tiny instantiation source, and launches on a 
   place (``tile_place``: a base per tile, the tile and subtile layouts without a row table) and
   signals the same way; ``probe`` stores ``C`` and records per tile
   ``(start ns, end ns, smid, cta)``; ``scatter`` is ``signal`` without the counter. The signal
-  epilogues release a tile's counter at the next barrier, the top of the CTA's next tile (or its
-  end): nothing of the signal is inside the k-loop, whose code is then the plain kernel's.
+  epilogues release a tile's counter one k-tile into the CTA's next tile (its stores have drained
+  by then), from the load cursor's once-per-tile branch: the k-loop's code is the plain kernel's.
 
 ``import fo_lib.gemm`` needs neither torch nor CuPy; they are imported when a kernel is launched.
 """

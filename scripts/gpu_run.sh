@@ -3,8 +3,8 @@
 # each under its own time limit, logging everything to $OUT/run.log and writing CSV + provenance
 # sidecars under $OUT/data/. Run from the repo root:
 #   FO_GIT_SHA=<sha of HEAD> FO_STEPS=build,tests,sanitize,bench_gemm,bench_postops scripts/gpu_run.sh
-# Steps: build tests sanitize sanitize_sm90 bench_gemm bench_sm90 bench_postops launch profile record host_path
-# timeline probe_finish engine multi_gpu bench_overlap; arguments through FO_TEST_ARGS, FO_GEMM_ARGS, FO_SM90_ARGS, FO_POSTOPS_ARGS,
+# Steps: build tests sanitize sanitize_sm90 bench_gemm exp_gemm bench_sm90 bench_postops launch profile record host_path
+# timeline probe_finish engine multi_gpu bench_overlap; arguments through FO_TEST_ARGS, FO_GEMM_ARGS, FO_EXP_OPTIONS/FO_EXP_ARGS, FO_SM90_ARGS, FO_POSTOPS_ARGS,
 # FO_MULTI_ARGS, FO_OVERLAP_ARGS. (tests runs every file in tests/gpu, the sm90 GEMM's included.)
 # (the GPU machine gets a copy without .git: FO_GIT_SHA is what the provenance sidecars record)
 set -uo pipefail
@@ -33,6 +33,16 @@ step sanitize 150 bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 
 # cuda-bindings probes the driver with cuGetProcAddress calls that fail by design: not kernel errors.
 step sanitize_sm90 150 bash -c "compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python3 scripts/sanitize_kernels.py --sm90 && compute-sanitizer --tool racecheck --report-api-errors no --error-exitcode 9 python3 scripts/sanitize_kernels.py --sm90"
 step bench_gemm 240 python3 scripts/bench_gemm.py ${FO_GEMM_ARGS:-} --out "$OUT/data/gemm_portable.csv"
+# Kernel experiments: the portable benchmark once per NVRTC option set in FO_EXP_OPTIONS (';'-separated,
+# e.g. "-DFO_SIGNAL_RELEASE_KTILE=0;-DFO_SIGNAL_RELEASE_KTILE=2"), short (FO_EXP_ARGS), each its own CSV.
+if [[ $steps == *",exp_gemm,"* ]]; then
+  IFS=';' read -ra exp_options <<<"${FO_EXP_OPTIONS:-}"
+  for opt in "${exp_options[@]}"; do
+    tag=$(echo "$opt" | tr -c 'A-Za-z0-9=' '_' | sed 's/^_*//; s/_*$//')
+    step exp_gemm 150 env FO_NVRTC_OPTIONS="$opt" python3 scripts/bench_gemm.py \
+      ${FO_EXP_ARGS:---graph --rounds 20 --M 2048 8192 --N 8192 --K 1024 4096 8192} --out "$OUT/data/exp/gemm_${tag}.csv"
+  done
+fi
 step bench_sm90 300 python3 scripts/bench_gemm_sm90.py ${FO_SM90_ARGS:-} --out "$OUT/data/gemm_sm90.csv"
 step bench_postops 120 python3 scripts/bench_postops.py ${FO_POSTOPS_ARGS:-} --out "$OUT/data/postops.csv"
 step launch 120 python3 scripts/bench_launch.py --out "$OUT/data/launch_host_time.csv"

@@ -24,6 +24,12 @@
 #include "common.cuh"
 #include "tile_schedule.cuh"
 
+// Signal epilogues: the k-tile of the CTA's next tile after which a finished tile's counter is
+// released (see gemm_nt_body). A compile-time option for experiments (FO_NVRTC_OPTIONS).
+#ifndef FO_SIGNAL_RELEASE_KTILE
+#define FO_SIGNAL_RELEASE_KTILE 1
+#endif
+
 namespace fo {
 namespace mma_detail {
 
@@ -118,6 +124,7 @@ struct GemmShape {
     static constexpr int ROW_STEP = THREADS / CPR;  // rows between one thread's chunks
     static constexpr int C_CPR = BN / 8;            // 16-byte chunks per C row
     static constexpr int C_STORES = BM * C_CPR / THREADS;
+    static constexpr int C_ROW_STEP = THREADS / C_CPR;  // rows between one thread's C stores
 
     static_assert(BK == 32 || BK == 64, "BK must be 32 or 64 (swizzle assumes 64- or 128-byte rows)");
     static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile must be a multiple of 16x16");
@@ -126,7 +133,7 @@ struct GemmShape {
     static_assert(STAGES >= 2, "need at least two pipeline stages");
     static_assert((BM * CPR) % THREADS == 0 && (BN * CPR) % THREADS == 0, "operand loads must split evenly");
     static_assert(THREADS % CPR == 0 && ROW_STEP % 8 == 0, "swizzle must be constant over a thread's chunks");
-    static_assert((BM * C_CPR) % THREADS == 0, "C stores must split evenly");
+    static_assert((BM * C_CPR) % THREADS == 0 && THREADS % C_CPR == 0, "C stores must split evenly");
     static_assert(BM <= THREADS, "one thread per tile row fetches the signal row offsets");
 };
 
@@ -228,13 +235,38 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         ++ld_kt;
         ld_stage = ld_stage + 1 == STAGES ? 0 : ld_stage + 1;
     };
+    // Signal epilogue: thread 0 releases a finished tile's counter after k-tile FO_SIGNAL_RELEASE_KTILE
+    // of the CTA's next tile. By then the tile's stores have drained, so the release's fence
+    // (MEMBAR.GPU waits for the SM's outstanding stores) does not stall warp 0 while the other warps
+    // wait for it at the next barrier; released at the next tile's top barrier instead, that wait cost
+    // 2.6-3 % (docs/perf-log.md, session 7). The release rides in the cursor's once-per-tile branch
+    // below, so the k-loop's code is the plain kernel's. With too few k-tiles for that (KT <=
+    // FO_SIGNAL_RELEASE_KTILE + STAGES) it stays at the next tile's top barrier.
+    int pending_group = -1;  // group of the tile whose release is due (thread 0 only; -1: none)
+    auto publish = [&]() {
+        if (kSignal && tid == 0 && pending_group >= 0) {
+            red_release_gpu_add(group_counter + pending_group, 1u);
+            pending_group = -1;
+        }
+    };
+    // At the end of consumer k-tile kt the cursor stands at k-tile kt + STAGES (of the same tile).
+    const int release_at = FO_SIGNAL_RELEASE_KTILE + STAGES;
+    const bool release_in_loop = kSignal && release_at < KT;
+    int ld_hook = KT;  // the cursor position of the next once-per-tile event (signal epilogues)
+
     // The cursor moves to the next tile after the last k-tile of a tile was issued. Called between
     // k-tiles (where the k-loop's branch and barrier already split the instruction stream).
     auto ld_advance = [&]() {
-        if (ld_kt == KT) {
-            ld_kt = 0;
-            ld_s += gridDim.x;
-            ld_start_tile();
+        if (ld_kt == (kSignal ? ld_hook : KT)) {
+            if (!kSignal || ld_kt == KT) {
+                ld_kt = 0;
+                ld_s += gridDim.x;
+                ld_start_tile();
+                if (kSignal) ld_hook = release_in_loop ? release_at : KT;
+            } else {
+                publish();  // the consumer is at the end of k-tile FO_SIGNAL_RELEASE_KTILE
+                ld_hook = KT;
+            }
         }
     };
     ld_start_tile();
@@ -270,20 +302,6 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
     int rd_stage = 0;
     float acc[S::MI][S::NI][4];
 
-    // Signal epilogue: a tile's counter release waits for the next barrier, the top of the CTA's next
-    // tile (or the end), so no barrier is added per tile; that barrier orders every thread's stores
-    // before thread 0 at CTA scope. NOTES: nothing of the signal is inside the k-loop. A release
-    // there, deferred a few k-tiles so the stores have drained, cost more than the wait for them:
-    // its per-k-tile test, or a loop split in two around it, changes the loop's code by 3-5 %
-    // (docs/perf-log.md, session 7).
-    int pending_group = -1;  // group of the tile whose release is due (thread 0 only; -1: none)
-    auto publish = [&]() {
-        if (kSignal && tid == 0 && pending_group >= 0) {
-            red_release_gpu_add(group_counter + pending_group, 1u);
-            pending_group = -1;
-        }
-    };
-
 #pragma unroll 1
     for (int s = blockIdx.x; s < tiles; s += gridDim.x) {
         int tm, tn;
@@ -299,7 +317,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         // tile's epilogue writes, so the plain epilogue needs no trailing barrier.
         cp_async_wait<STAGES - 2>();
         __syncthreads();
-        publish();
+        if (!release_in_loop) publish();
         if (EPILOGUE == 2 && tid == 0) probe[(tm * tiles_n + tn) * 4 + 0] = globaltimer_ns();
         if (kTableStore && tid < BM) {
             // NOTES: the tile's BM row offsets ride in the cp.async group of this tile's first
@@ -364,47 +382,77 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
 
         const int rows = min(BM, M - tm * BM);
         const int cols = min(BN, N - tn * BN);
-        i64 place_base = 0, place_sub_stride = 0;
-        int place_shift = 0;
-        if (kPlaced) {
-            place_base = ld_shared_s64(smem_ro);
-            place_sub_stride = ld_shared_s64(smem_ro + 8);
-            place_shift = int(ld_shared_s64(smem_ro + 16));
-        }
+        // 16-byte chunks from smem C to global. Thread tid stores chunk st_ch of rows st_r0,
+        // st_r0 + C_ROW_STEP, ... (written as such, not as a division per store: then the smem
+        // addresses are one base plus constants, and the compiler keeps no per-store address in
+        // registers across the k-loop).
+        const int st_r0 = tid / S::C_CPR;
+        const int st_ch = tid % S::C_CPR;
+        const int st_n = cols - st_ch * 8;  // columns left from this thread's chunk
+        const u32 st_smem = smem_c + st_r0 * (BN * 2) + ((st_ch ^ (st_r0 & 7)) << 4);
+        static_assert(S::C_ROW_STEP % 8 == 0 || S::C_STORES == 1, "a thread's C rows keep one smem swizzle");
+        // Any layout: row r at row_dst(r); a partial or unaligned chunk is stored element by element.
+        auto store_rows = [&](auto row_dst) {
 #pragma unroll
-        for (int i = 0; i < S::C_STORES; ++i) {
-            const int idx = tid + i * S::THREADS;
-            const int r = idx / S::C_CPR;
-            const int ch = idx % S::C_CPR;
-            if (r < rows && ch * 8 < cols) {
-                u32 v[4];
-                ld_shared_v4(smem_c + r * (BN * 2) + ((ch ^ (r & 7)) << 4), v);
-                const int grow = tm * BM + r;
-                bits16* dst;
-                if (kTableStore) {
-                    dst = comm_buf + ld_shared_s64(smem_ro + r * 8) + ch * 8;
-                } else if (kPlaced) {
-                    dst = comm_buf + place_base + i64(r >> place_shift) * place_sub_stride +
-                          i64(u32(r) & ((1u << place_shift) - 1u)) * cols + ch * 8;
-                } else {
-                    dst = C + grow * ldc + tn * BN + ch * 8;
-                }
-                const int n = cols - ch * 8;
-                if (n >= 8 && (reinterpret_cast<unsigned long long>(dst) & 15) == 0) {
-                    st_global_v4(dst, v);
-                } else {
+            for (int i = 0; i < S::C_STORES; ++i) {
+                const int r = st_r0 + i * S::C_ROW_STEP;
+                if (r < rows && st_n > 0) {
+                    u32 v[4];
+                    ld_shared_v4(st_smem + i * S::C_ROW_STEP * (BN * 2), v);
+                    bits16* dst = row_dst(r) + st_ch * 8;
+                    if (st_n >= 8 && (reinterpret_cast<unsigned long long>(dst) & 15) == 0) {
+                        st_global_v4(dst, v);
+                    } else {
 #pragma unroll
-                    for (int e = 0; e < 8; ++e)
-                        if (e < n) dst[e] = bits16(v[e >> 1] >> ((e & 1) * 16));
+                        for (int e = 0; e < 8; ++e)
+                            if (e < st_n) dst[e] = bits16(v[e >> 1] >> ((e & 1) * 16));
+                    }
                 }
             }
+        };
+        // Row r at base + r * stride (row-major C, a whole tile at its place). NOTES: when every row
+        // of the thread is a whole aligned chunk, a store is its row guard, the smem load and the
+        // 16-byte store (address: one add); the per-store address and checks of store_rows were ~20
+        // instructions a store, a large share of a tile at K = 1024 (docs/perf-log.md, session 8).
+        auto store_strided = [&](bits16* base, i64 stride) {
+            bits16* p = base + i64(st_r0) * stride + st_ch * 8;
+            if (st_n >= 8 && ((reinterpret_cast<unsigned long long>(p) | u64(stride) * 2) & 15) == 0) {
+                const i64 step = i64(S::C_ROW_STEP) * stride;
+#pragma unroll
+                for (int i = 0; i < S::C_STORES; ++i) {
+                    if (st_r0 + i * S::C_ROW_STEP < rows) {
+                        u32 v[4];
+                        ld_shared_v4(st_smem + i * S::C_ROW_STEP * (BN * 2), v);
+                        st_global_v4(p, v);
+                    }
+                    p += step;
+                }
+            } else {
+                store_rows([&](int r) { return base + i64(r) * stride; });
+            }
+        };
+        if (kTableStore) {
+            store_rows([&](int r) { return comm_buf + ld_shared_s64(smem_ro + r * 8); });
+        } else if (kPlaced) {
+            bits16* const place = comm_buf + ld_shared_s64(smem_ro);
+            const i64 sub_stride = ld_shared_s64(smem_ro + 8);
+            const int shift = int(ld_shared_s64(smem_ro + 16));
+            if ((BM - 1) >> shift == 0) {
+                store_strided(place, cols);  // no subtiles: every AllReduce tile
+            } else {
+                store_rows([&](int r) {
+                    return place + i64(r >> shift) * sub_stride + i64(u32(r) & ((1u << shift) - 1u)) * cols;
+                });
+            }
+        } else {
+            store_strided(C + i64(tm * BM) * ldc + tn * BN, ldc);
         }
 
-        // Every thread's stores of this tile precede thread 0's release: the next bar.sync orders
-        // them before thread 0 at CTA scope, and red.release.gpu is cumulative, so a consumer that
-        // acquires the counter sees all of them. (A separate __threadfence() would be redundant.)
-        // The tile's group is loaded here, after its k-loop (one register less across the loop); the
-        // load's latency is hidden until the release at the next barrier uses it.
+        // Every thread's stores of this tile precede thread 0's release: the next bar.sync (the top of
+        // the next tile, or the end) orders them before thread 0 at CTA scope, and red.release.gpu is
+        // cumulative, so a consumer that acquires the counter sees all of them. (A separate
+        // __threadfence() would be redundant.) The tile's group is loaded here, after its k-loop
+        // (one register less across the loop); its latency is hidden until the release uses it.
         if (kSignal && tid == 0) pending_group = tile_group[tm * tiles_n + tn];
         if (EPILOGUE == 2) {
             // The probe stamps the tile's end when its stores are issued, so it is not deferred.
