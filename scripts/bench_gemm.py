@@ -3,7 +3,7 @@
 Per (M, N, K), in interleaved rounds (fo_lib.testing.bench_interleaved): our plain kernel with the
 default config; the full signal protocol as the engine runs it for AllReduce tiles ("signal": one
 group per wave, each tile stored at its place, fo_lib.reorder.TileReorder.tile_place, since
-``PORTABLE.place_store``); the same through the row table ("signal_table", the All-to-All's store)
+``PORTABLE.place_store``); the same with the waves in at most 4 groups ("signal_4g"); the same through the row table ("signal_table", the All-to-All's store)
 and without signalling ("scatter");
 the signal with C stored row-major ("signal_rows", the AllReduce rows layout); and
 ``torch.matmul(a, b.T)``; optionally every big config as its own variant (``--configs``). Inputs are
@@ -33,11 +33,17 @@ from fo_lib.testing import bench_interleaved, summarize  # noqa: E402
 L2_BYTES = 60 * 2**20
 
 
-def tile_tables(M, N, cfg, ctas):
-    """The AllReduce (tile) tables the engine would use, one group per wave (the finest partition:
-    the most signals and the most scattered slices)."""
+def tile_tables(M, N, cfg, ctas, groups=None):
+    """The AllReduce (tile) tables the engine would use: one group per wave (the finest partition:
+    a release per tile and the most scattered slices), or the waves split into ``groups`` groups as
+    evenly as possible (later groups take the remainder, as the tuner's growing groups do)."""
     grid = cfg.grid(M, N, ctas)
-    plan = reorder.tile_reorder(grid, (1,) * grid.num_waves)
+    if groups is None:
+        part = (1,) * grid.num_waves
+    else:
+        g = min(groups, grid.num_waves)
+        part = tuple(grid.num_waves // g + (i >= g - grid.num_waves % g) for i in range(g))
+    plan = reorder.tile_reorder(grid, part)
     return (torch.from_numpy(plan.row_offset).cuda(), torch.from_numpy(plan.tile_group).cuda(),
             torch.zeros(plan.num_groups, dtype=torch.int32, device="cuda"), torch.from_numpy(plan.tile_place).cuda())
 
@@ -76,6 +82,7 @@ def bench_shape(M, N, K, dtype, rounds, inner, configs, ablation=False, graph=Fa
     sms = gemm.sm_count()
     cfg = gemm.default_config(M, N, K, sms)
     ro, tg, cnt, place = tile_tables(M, N, cfg, sms)
+    _, tg4, cnt4, place4 = tile_tables(M, N, cfg, sms, groups=4)
     comm = [torch.empty(M * N, dtype=dtype, device="cuda") for _ in range(2)]
 
     fns = {
@@ -87,6 +94,9 @@ def bench_shape(M, N, K, dtype, rounds, inner, configs, ablation=False, graph=Fa
                                                   ro, config=cfg),
         "signal": lambda i: gemm.gemm_nt_signal(sets[i % n_sets][0], sets[i % n_sets][1], comm[i % 2],
                                                 None, tg, cnt, config=cfg, tile_place=place),
+        # The same with at most 4 groups (a CTA releases once per group it leaves, not per tile).
+        "signal_4g": lambda i: gemm.gemm_nt_signal(sets[i % n_sets][0], sets[i % n_sets][1], comm[i % 2],
+                                                   None, tg4, cnt4, config=cfg, tile_place=place4),
         "signal_table": lambda i: gemm.gemm_nt_signal(sets[i % n_sets][0], sets[i % n_sets][1], comm[i % 2],
                                                       ro, tg, cnt, config=cfg),
         # The same signal with C stored row-major (the AllReduce rows layout): no table read.
@@ -163,6 +173,9 @@ def main(argv=None):
     print(f"ours / torch.matmul ({args.dtype}): geomean {math.exp(np.log(ratio).mean()):.3f} over "
           f"{len(ratio)} shapes; M,N,K >= 2048: median {big.median():.3f}, min {big.min():.3f}")
     rows_sig = (wide["signal_rows"] / wide["ours"] - 1) * 100
+    sig4 = (wide["signal_4g"] / wide["ours"] - 1) * 100
+    print(f"signal (tile places, at most 4 groups) vs plain: median {sig4.median():+.2f}% "
+          f"(min {sig4.min():+.2f}, max {sig4.max():+.2f})")
     table_sig = (wide["signal_table"] / wide["ours"] - 1) * 100
     print(f"signal (tile places) vs plain: median {sig.median():+.2f}% (min {sig.min():+.2f}, max {sig.max():+.2f}); "
           f"signal through the row table: median {table_sig.median():+.2f}%; scatter vs plain: median "

@@ -63,6 +63,11 @@ __device__ __forceinline__ u32 ld_acquire_gpu(const u32* p) {
 __device__ __forceinline__ void red_release_gpu_add(u32* p, u32 v) {
     asm volatile("red.release.gpu.global.add.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
 }
+// The same, predicated inside the asm (no branch around it: straight-line code for the caller).
+__device__ __forceinline__ void red_release_gpu_add_if(bool pred, u32* p, u32 v) {
+    asm volatile("{ .reg .pred q; setp.ne.b32 q, %2, 0; @q red.release.gpu.global.add.u32 [%0], %1; }"
+                 :: "l"(p), "r"(v), "r"(int(pred)) : "memory");
+}
 
 // Epoch targets wrap around 2^32 calls; compare in modular arithmetic.
 __device__ __forceinline__ bool counter_reached(u32 value, u32 target) { return int(value - target) >= 0; }

@@ -235,19 +235,36 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         ++ld_kt;
         ld_stage = ld_stage + 1 == STAGES ? 0 : ld_stage + 1;
     };
-    // Signal epilogue: thread 0 releases a finished tile's counter after k-tile FO_SIGNAL_RELEASE_KTILE
-    // of the CTA's next tile. By then the tile's stores have drained, so the release's fence
-    // (MEMBAR.GPU waits for the SM's outstanding stores) does not stall warp 0 while the other warps
-    // wait for it at the next barrier; released at the next tile's top barrier instead, that wait cost
-    // 2.6-3 % (docs/perf-log.md, session 7). The release rides in the cursor's once-per-tile branch
-    // below, so the k-loop's code is the plain kernel's. With too few k-tiles for that (KT <=
-    // FO_SIGNAL_RELEASE_KTILE + STAGES) it stays at the next tile's top barrier.
-    int pending_group = -1;  // group of the tile whose release is due (thread 0 only; -1: none)
+    // Signal epilogue (thread 0's state; every other thread's copy stays unused).
+    // * One release per group, not per tile: a CTA's finished tiles of one group are counted and
+    //   added to the group's counter in one red.release when its next tile belongs to another group
+    //   (or it has none). The group is complete only when its last tile is, so nothing is signalled
+    //   later than with a release per tile; fewer releases cost less, since each one's fence stalls
+    //   warp 0 for ~1 us while the other warps wait for it at the next barrier (docs/perf-log.md,
+    //   session 8). A CTA's tiles run in increasing waves, so a group it leaves does not come back
+    //   (and if a table did interleave groups, the counts would still be right, only released more
+    //   often).
+    // * When: after k-tile FO_SIGNAL_RELEASE_KTILE of the CTA's next tile, in the load cursor's
+    //   once-per-tile branch below, so the k-loop's code is the plain kernel's (a test per k-tile or
+    //   a loop split in two cost 3-5 %, session 7). With too few k-tiles for that (KT <=
+    //   FO_SIGNAL_RELEASE_KTILE + STAGES), at the next tile's top barrier.
+    int fin_group = -1;   // group of the tile finished last, not yet counted (-1: none)
+    int next_group = -1;  // group of the CTA's next tile (-1: none)
+    int open_group = -1;  // group whose counted tiles are not released yet (-1: none)
+    u32 open_tiles = 0;
+    // NOTES: branch-free (selects and a predicated release; only thread 0 ever has fin_group >= 0):
+    // a divergent branch here put a convergence barrier into the k-loop's code on sm_80.
     auto publish = [&]() {
-        if (kSignal && tid == 0 && pending_group >= 0) {
-            red_release_gpu_add(group_counter + pending_group, 1u);
-            pending_group = -1;
-        }
+        if (!kSignal) return;
+        const bool finished = fin_group >= 0;
+        // open_group is -1 or fin_group here: the last publish released it unless the finished tile
+        // was in the same group.
+        const u32 count = fin_group == open_group ? open_tiles + 1 : 1u;
+        const bool release = finished && fin_group != next_group;
+        red_release_gpu_add_if(release, group_counter + fin_group, count);
+        open_tiles = finished ? count : open_tiles;
+        open_group = release ? -1 : (finished ? fin_group : open_group);
+        fin_group = -1;
     };
     // At the end of consumer k-tile kt the cursor stands at k-tile kt + STAGES (of the same tile).
     const int release_at = FO_SIGNAL_RELEASE_KTILE + STAGES;
@@ -451,9 +468,17 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         // Every thread's stores of this tile precede thread 0's release: the next bar.sync (the top of
         // the next tile, or the end) orders them before thread 0 at CTA scope, and red.release.gpu is
         // cumulative, so a consumer that acquires the counter sees all of them. (A separate
-        // __threadfence() would be redundant.) The tile's group is loaded here, after its k-loop
-        // (one register less across the loop); its latency is hidden until the release uses it.
-        if (kSignal && tid == 0) pending_group = tile_group[tm * tiles_n + tn];
+        // __threadfence() would be redundant.) The groups of this tile and the next are loaded here,
+        // after the k-loop; their latency is hidden until publish uses them.
+        if (kSignal && tid == 0) {
+            fin_group = tile_group[tm * tiles_n + tn];
+            next_group = -1;
+            if (s + int(gridDim.x) < tiles) {
+                int nm, nn;
+                raster_tile(s + gridDim.x, tiles_m, tiles_n, order, swizzle, nm, nn);
+                next_group = tile_group[nm * tiles_n + nn];
+            }
+        }
         if (EPILOGUE == 2) {
             // The probe stamps the tile's end when its stores are issued, so it is not deferred.
             __syncthreads();
