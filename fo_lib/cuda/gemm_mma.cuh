@@ -124,7 +124,7 @@ struct GemmShape {
     static constexpr int ROW_STEP = THREADS / CPR;  // rows between one thread's chunks
     static constexpr int C_CPR = BN / 8;            // 16-byte chunks per C row
     static constexpr int C_STORES = BM * C_CPR / THREADS;
-    static constexpr int C_ROW_STEP = THREADS / C_CPR;  // rows between one thread's C stores
+    static constexpr int C_ROW_STEP = 32 / C_CPR;  // rows a warp stores at once: a thread's row step
 
     static_assert(BK == 32 || BK == 64, "BK must be 32 or 64 (swizzle assumes 64- or 128-byte rows)");
     static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile must be a multiple of 16x16");
@@ -133,7 +133,7 @@ struct GemmShape {
     static_assert(STAGES >= 2, "need at least two pipeline stages");
     static_assert((BM * CPR) % THREADS == 0 && (BN * CPR) % THREADS == 0, "operand loads must split evenly");
     static_assert(THREADS % CPR == 0 && ROW_STEP % 8 == 0, "swizzle must be constant over a thread's chunks");
-    static_assert((BM * C_CPR) % THREADS == 0 && THREADS % C_CPR == 0, "C stores must split evenly");
+    static_assert((BM * C_CPR) % THREADS == 0 && 32 % C_CPR == 0, "C stores must split evenly over the warps");
     static_assert(BM <= THREADS, "one thread per tile row fetches the signal row offsets");
 };
 
@@ -235,36 +235,20 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         ++ld_kt;
         ld_stage = ld_stage + 1 == STAGES ? 0 : ld_stage + 1;
     };
-    // Signal epilogue (thread 0's state; every other thread's copy stays unused).
-    // * One release per group, not per tile: a CTA's finished tiles of one group are counted and
-    //   added to the group's counter in one red.release when its next tile belongs to another group
-    //   (or it has none). The group is complete only when its last tile is, so nothing is signalled
-    //   later than with a release per tile; fewer releases cost less, since each one's fence stalls
-    //   warp 0 for ~1 us while the other warps wait for it at the next barrier (docs/perf-log.md,
-    //   session 8). A CTA's tiles run in increasing waves, so a group it leaves does not come back
-    //   (and if a table did interleave groups, the counts would still be right, only released more
-    //   often).
-    // * When: after k-tile FO_SIGNAL_RELEASE_KTILE of the CTA's next tile, in the load cursor's
-    //   once-per-tile branch below, so the k-loop's code is the plain kernel's (a test per k-tile or
-    //   a loop split in two cost 3-5 %, session 7). With too few k-tiles for that (KT <=
-    //   FO_SIGNAL_RELEASE_KTILE + STAGES), at the next tile's top barrier.
-    int fin_group = -1;   // group of the tile finished last, not yet counted (-1: none)
-    int next_group = -1;  // group of the CTA's next tile (-1: none)
-    int open_group = -1;  // group whose counted tiles are not released yet (-1: none)
-    u32 open_tiles = 0;
-    // NOTES: branch-free (selects and a predicated release; only thread 0 ever has fin_group >= 0):
-    // a divergent branch here put a convergence barrier into the k-loop's code on sm_80.
+    // Signal epilogue: thread 0 releases a finished tile's counter after k-tile FO_SIGNAL_RELEASE_KTILE
+    // of the CTA's next tile, in the load cursor's once-per-tile branch below, so the k-loop's code
+    // is the plain kernel's (a test per k-tile, or a loop split in two, cost 3-5 %: session 7). By
+    // then the tile's stores have drained: released at the next tile's top barrier instead, the
+    // release's fence (MEMBAR.GPU) stalled warp 0 on them while the other warps waited for it at the
+    // next barrier, 2.6-3 % (session 7; one k-tile later: ~0.4 % at locked clocks, session 8). With
+    // too few k-tiles for that (KT <= FO_SIGNAL_RELEASE_KTILE + STAGES), at the next top barrier.
+    // NOTES: the release is predicated, not branched around (only thread 0 ever has a group due): a
+    // divergent branch here put a convergence barrier into the k-loop's code on sm_80.
+    int pending_group = -1;  // group of the tile whose release is due (thread 0 only; -1: none)
     auto publish = [&]() {
         if (!kSignal) return;
-        const bool finished = fin_group >= 0;
-        // open_group is -1 or fin_group here: the last publish released it unless the finished tile
-        // was in the same group.
-        const u32 count = fin_group == open_group ? open_tiles + 1 : 1u;
-        const bool release = finished && fin_group != next_group;
-        red_release_gpu_add_if(release, group_counter + fin_group, count);
-        open_tiles = finished ? count : open_tiles;
-        open_group = release ? -1 : (finished ? fin_group : open_group);
-        fin_group = -1;
+        red_release_gpu_add_if(pending_group >= 0, group_counter + pending_group, 1u);
+        pending_group = -1;
     };
     // At the end of consumer k-tile kt the cursor stands at k-tile kt + STAGES (of the same tile).
     const int release_at = FO_SIGNAL_RELEASE_KTILE + STAGES;
@@ -399,23 +383,29 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
 
         const int rows = min(BM, M - tm * BM);
         const int cols = min(BN, N - tn * BN);
-        // 16-byte chunks from smem C to global. Thread tid stores chunk st_ch of rows st_r0,
-        // st_r0 + C_ROW_STEP, ... (written as such, not as a division per store: then the smem
-        // addresses are one base plus constants, and the compiler keeps no per-store address in
-        // registers across the k-loop).
-        const int st_r0 = tid / S::C_CPR;
-        const int st_ch = tid % S::C_CPR;
+        // 16-byte chunks from smem C to global. Warp w stores the rows w * BM / WARPS onwards, whole
+        // rows at a time (C_ROW_STEP rows per store instruction): lane l stores chunk st_ch of rows
+        // st_r0, st_r0 + C_ROW_STEP, ... NOTES: the rows are written as a base plus a step (not as a
+        // division per store, which had the compiler keep every store's smem address in registers
+        // across the k-loop); the CTA's warps writing rows BM / WARPS apart, rather than 16
+        // consecutive rows at once, made the row-table store ~1 % faster (docs/perf-log.md, session 8).
+        constexpr int ROWS_PER_WARP = BM / (WARPS_M * WARPS_N);
+        const int st_r0 = warp * ROWS_PER_WARP + lane / S::C_CPR;
+        const int st_ch = lane % S::C_CPR;
+        auto st_row = [&](int i) { return st_r0 + i * S::C_ROW_STEP; };
+        auto st_smem_at = [&](int i) {
+            const int r = st_row(i);
+            return smem_c + r * (BN * 2) + ((st_ch ^ (r & 7)) << 4);
+        };
         const int st_n = cols - st_ch * 8;  // columns left from this thread's chunk
-        const u32 st_smem = smem_c + st_r0 * (BN * 2) + ((st_ch ^ (st_r0 & 7)) << 4);
-        static_assert(S::C_ROW_STEP % 8 == 0 || S::C_STORES == 1, "a thread's C rows keep one smem swizzle");
         // Any layout: row r at row_dst(r); a partial or unaligned chunk is stored element by element.
         auto store_rows = [&](auto row_dst) {
 #pragma unroll
             for (int i = 0; i < S::C_STORES; ++i) {
-                const int r = st_r0 + i * S::C_ROW_STEP;
+                const int r = st_row(i);
                 if (r < rows && st_n > 0) {
                     u32 v[4];
-                    ld_shared_v4(st_smem + i * S::C_ROW_STEP * (BN * 2), v);
+                    ld_shared_v4(st_smem_at(i), v);
                     bits16* dst = row_dst(r) + st_ch * 8;
                     if (st_n >= 8 && (reinterpret_cast<unsigned long long>(dst) & 15) == 0) {
                         st_global_v4(dst, v);
@@ -437,9 +427,9 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                 const i64 step = i64(S::C_ROW_STEP) * stride;
 #pragma unroll
                 for (int i = 0; i < S::C_STORES; ++i) {
-                    if (st_r0 + i * S::C_ROW_STEP < rows) {
+                    if (st_row(i) < rows) {
                         u32 v[4];
-                        ld_shared_v4(st_smem + i * S::C_ROW_STEP * (BN * 2), v);
+                        ld_shared_v4(st_smem_at(i), v);
                         st_global_v4(p, v);
                     }
                     p += step;
@@ -468,17 +458,9 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         // Every thread's stores of this tile precede thread 0's release: the next bar.sync (the top of
         // the next tile, or the end) orders them before thread 0 at CTA scope, and red.release.gpu is
         // cumulative, so a consumer that acquires the counter sees all of them. (A separate
-        // __threadfence() would be redundant.) The groups of this tile and the next are loaded here,
-        // after the k-loop; their latency is hidden until publish uses them.
-        if (kSignal && tid == 0) {
-            fin_group = tile_group[tm * tiles_n + tn];
-            next_group = -1;
-            if (s + int(gridDim.x) < tiles) {
-                int nm, nn;
-                raster_tile(s + gridDim.x, tiles_m, tiles_n, order, swizzle, nm, nn);
-                next_group = tile_group[nm * tiles_n + nn];
-            }
-        }
+        // __threadfence() would be redundant.) The tile's group is loaded here, after its k-loop (one
+        // register less across the loop); its latency is hidden until the release uses it.
+        if (kSignal && tid == 0) pending_group = tile_group[tm * tiles_n + tn];
         if (EPILOGUE == 2) {
             // The probe stamps the tile's end when its stores are issued, so it is not deferred.
             __syncthreads();
