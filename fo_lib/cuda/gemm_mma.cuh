@@ -239,9 +239,10 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
     // of the CTA's next tile, in the load cursor's once-per-tile branch below, so the k-loop's code
     // is the plain kernel's (a test per k-tile, or a loop split in two, cost 3-5 %: session 7). By
     // then the tile's stores have drained: released at the next tile's top barrier instead, the
-    // release's fence (MEMBAR.GPU) stalled warp 0 on them while the other warps waited for it at the
-    // next barrier, 2.6-3 % (session 7; one k-tile later: ~0.4 % at locked clocks, session 8). With
-    // too few k-tiles for that (KT <= FO_SIGNAL_RELEASE_KTILE + STAGES), at the next top barrier.
+    // release's fence (MEMBAR.GPU) stalls warp 0 on them while the other warps wait for it at the
+    // next barrier (row-major signal +4.5 % there against +2.9 % here at the H200's own clocks; alike
+    // at base clocks: docs/perf-log.md, session 8). With too few k-tiles for that (KT <=
+    // FO_SIGNAL_RELEASE_KTILE + STAGES), at the next tile's top barrier.
     // NOTES: the release is predicated, not branched around (only thread 0 ever has a group due): a
     // divergent branch here put a convergence barrier into the k-loop's code on sm_80.
     int pending_group = -1;  // group of the tile whose release is due (thread 0 only; -1: none)
