@@ -10,7 +10,9 @@ compared shape by shape (median over ``--repeat`` launches):
 * ``signal_rows``: C row-major into the buffer plus the signal, one group per wave (a release per
   tile); ``signal_tiles``: each tile at its place plus the signal, one group per wave;
   ``signal_tiles_4g``: the same with at most 4 groups (a release per group a CTA leaves);
-* ``scatter``: the row-table store without the signal.
+* ``scatter``: the row-table store without the signal;
+* ``signal_rows_no_group``, ``signal_tiles_no_group``: those kernels with every tile's group -1, so
+  no release is ever due: the same binaries without the release's run-time cost.
 
     python scripts/profile_signal_cost.py --out signal_cost.csv            # runs ncu on itself
     FO_NVRTC_OPTIONS=-DNAME=1 python scripts/profile_signal_cost.py ...    # a kernel experiment
@@ -25,7 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-VARIANTS = ("plain", "plain_comm", "signal_rows", "signal_tiles", "signal_tiles_4g", "scatter")
+VARIANTS = ("plain", "plain_comm", "signal_rows", "signal_tiles", "signal_tiles_4g", "scatter",
+            "signal_rows_no_group", "signal_tiles_no_group")
 DEFAULT_SHAPES = ("2048x8192x1024", "2048x8192x4096", "8192x8192x1024", "8192x8192x4096", "4096x4096x8192")
 
 
@@ -53,6 +56,7 @@ def launch(shapes, repeat: int) -> None:
         cfg = gemm.default_config(M, N, K, sms)
         ro, tg, cnt, place = tile_tables(M, N, cfg, sms)
         _, tg4, cnt4, place4 = tile_tables(M, N, cfg, sms, groups=4)
+        no_group = torch.full_like(tg, -1)  # no tile's group is ever due: the release skipped at run time
         calls = {
             "plain": lambda: gemm.gemm_nt(a, b, c, config=cfg),
             "plain_comm": lambda: gemm.gemm_nt(a, b, comm.view(M, N), config=cfg),
@@ -61,6 +65,9 @@ def launch(shapes, repeat: int) -> None:
             "signal_tiles_4g": lambda: gemm.gemm_nt_signal(a, b, comm, None, tg4, cnt4, config=cfg,
                                                            tile_place=place4),
             "scatter": lambda: gemm.gemm_nt_scatter(a, b, comm, ro, config=cfg),
+            "signal_rows_no_group": lambda: gemm.gemm_nt_signal(a, b, comm, None, no_group, cnt, config=cfg),
+            "signal_tiles_no_group": lambda: gemm.gemm_nt_signal(a, b, comm, None, no_group, cnt, config=cfg,
+                                                                 tile_place=place),
         }
         for _ in range(repeat):
             for name in VARIANTS:
@@ -97,7 +104,8 @@ def collect(shapes, repeat: int, ncu: str):
         kernel = str(r["Kernel Name"])
         expect = {"plain": "_plain", "plain_comm": "_plain", "scatter": "_scatter",
                   "signal_rows": "_signal_rows", "signal_tiles": "_signal_tiles",
-                  "signal_tiles_4g": "_signal_tiles"}[name]
+                  "signal_tiles_4g": "_signal_tiles", "signal_rows_no_group": "_signal_rows",
+                  "signal_tiles_no_group": "_signal_tiles"}[name]
         if not kernel.endswith(expect):
             raise SystemExit(f"launch order mismatch: {name} profiled as {kernel}")
         rows.append(dict(M=M, N=N, K=K, variant=name, kernel=kernel,
