@@ -27,8 +27,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-VARIANTS = ("plain", "plain_comm", "signal_rows", "signal_tiles", "signal_tiles_4g", "scatter",
-            "signal_rows_no_group", "signal_tiles_no_group")
+# Each variant, in launch order, and the epilogue it launches (the kernel's name ends in _<epilogue>).
+EPILOGUE_OF = {"plain": "plain", "plain_comm": "plain", "signal_rows": "signal_rows", "signal_tiles": "signal_tiles",
+               "signal_tiles_4g": "signal_tiles", "scatter": "scatter", "signal_rows_no_group": "signal_rows",
+               "signal_tiles_no_group": "signal_tiles"}
+VARIANTS = tuple(EPILOGUE_OF)
 DEFAULT_SHAPES = ("2048x8192x1024", "2048x8192x4096", "8192x8192x1024", "8192x8192x4096", "4096x4096x8192")
 
 
@@ -75,10 +78,38 @@ def launch(shapes, repeat: int) -> None:
         torch.cuda.synchronize()
 
 
-def collect(shapes, repeat: int, ncu: str):
-    """Run ncu on this script's launch mode; one row per launch (shape, variant, ms, instructions)."""
+_MS_PER_UNIT = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0}
+
+
+def parse_ncu_csv(stdout: str, labels):
+    """ncu's ``--csv --page raw`` output (the target's and ncu's own lines mixed in) -> one row per
+    launch, labelled in launch order by ``labels`` = [(M, N, K, variant), ...]."""
     import pandas as pd
 
+    lines = stdout.splitlines()
+    first = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if first is None:
+        raise SystemExit(f"no CSV in ncu's output:\n{stdout[-3000:]}")
+    table = pd.read_csv(io.StringIO("\n".join(line for line in lines[first:] if line.startswith('"'))))
+    units, raw = table.iloc[0], table.iloc[1:]  # the first row holds the units
+    if len(raw) != len(labels):
+        raise SystemExit(f"ncu profiled {len(raw)} launches, expected {len(labels)}")
+    scale = _MS_PER_UNIT.get(str(units["gpu__time_duration.sum"]))
+    if scale is None:
+        raise SystemExit(f"unknown duration unit {units['gpu__time_duration.sum']!r} in ncu's output")
+    rows = []
+    for (M, N, K, name), (_, r) in zip(labels, raw.iterrows()):
+        kernel = str(r["Kernel Name"])
+        if not kernel.endswith("_" + EPILOGUE_OF[name]):
+            raise SystemExit(f"launch order mismatch: {name} profiled as {kernel}")
+        rows.append(dict(M=M, N=N, K=K, variant=name, kernel=kernel,
+                         ms=float(str(r["gpu__time_duration.sum"]).replace(",", "")) * scale,
+                         instructions=int(float(str(r["smsp__inst_executed.sum"]).replace(",", "")))))
+    return pd.DataFrame(rows)
+
+
+def collect(shapes, repeat: int, ncu: str):
+    """Run ncu on this script's launch mode; one row per launch (shape, variant, ms, instructions)."""
     cmd = [ncu, "--clock-control", "base", "--cache-control", "all", "--csv", "--page", "raw",
            "-k", "regex:fo_gemm_nt", "--metrics", "gpu__time_duration.sum,smsp__inst_executed.sum",
            sys.executable, __file__, "--launch", "--repeat", str(repeat),
@@ -86,32 +117,8 @@ def collect(shapes, repeat: int, ncu: str):
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"ncu failed ({done.returncode}):\n{done.stderr[-3000:]}\n{done.stdout[-3000:]}")
-    lines = done.stdout.splitlines()
-    first = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
-    if first is None:
-        raise SystemExit(f"no CSV in ncu's output:\n{done.stdout[-3000:]}")
-    text = "\n".join(line for line in lines[first:] if line.startswith('"'))
-    raw = pd.read_csv(io.StringIO(text)).iloc[1:]  # the first row holds the units
     labels = [(M, N, K, name) for M, N, K in shapes for _ in range(repeat) for name in VARIANTS]
-    if len(raw) != len(labels):
-        raise SystemExit(f"ncu profiled {len(raw)} launches, expected {len(labels)}")
-    unit = str(pd.read_csv(io.StringIO(text), nrows=1)["gpu__time_duration.sum"].iloc[0])
-    scale = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0}.get(unit)
-    if scale is None:
-        raise SystemExit(f"unknown duration unit {unit!r} in ncu's output")
-    rows = []
-    for (M, N, K, name), (_, r) in zip(labels, raw.iterrows()):
-        kernel = str(r["Kernel Name"])
-        expect = {"plain": "_plain", "plain_comm": "_plain", "scatter": "_scatter",
-                  "signal_rows": "_signal_rows", "signal_tiles": "_signal_tiles",
-                  "signal_tiles_4g": "_signal_tiles", "signal_rows_no_group": "_signal_rows",
-                  "signal_tiles_no_group": "_signal_tiles"}[name]
-        if not kernel.endswith(expect):
-            raise SystemExit(f"launch order mismatch: {name} profiled as {kernel}")
-        rows.append(dict(M=M, N=N, K=K, variant=name, kernel=kernel,
-                         ms=float(str(r["gpu__time_duration.sum"]).replace(",", "")) * scale,
-                         instructions=int(float(str(r["smsp__inst_executed.sum"]).replace(",", "")))))
-    return pd.DataFrame(rows)
+    return parse_ncu_csv(done.stdout, labels)
 
 
 def main(argv=None) -> None:
