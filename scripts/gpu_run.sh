@@ -3,8 +3,8 @@
 # each under its own time limit, logging everything to $OUT/run.log and writing CSV + provenance
 # sidecars under $OUT/data/. Run from the repo root:
 #   FO_GIT_SHA=<sha of HEAD> FO_STEPS=build,tests,sanitize,bench_gemm,bench_postops scripts/gpu_run.sh
-# Steps: build tests sanitize sanitize_sm90 bench_gemm exp_gemm signal_cost bench_sm90 bench_postops launch profile record host_path
-# timeline probe_finish engine multi_gpu bench_overlap; arguments through FO_TEST_ARGS, FO_GEMM_ARGS, FO_EXP_OPTIONS/FO_EXP_ARGS, FO_SM90_ARGS, FO_POSTOPS_ARGS,
+# Steps: build tests sanitize sanitize_sm90 bench_gemm exp_gemm signal_cost stall_sites bench_sm90 bench_postops launch profile record host_path
+# timeline probe_finish engine multi_gpu bench_overlap; arguments through FO_TEST_ARGS, FO_GEMM_ARGS, FO_EXP_OPTIONS/FO_EXP_ARGS, FO_STALL_ARGS, FO_SM90_ARGS, FO_POSTOPS_ARGS,
 # FO_MULTI_ARGS, FO_OVERLAP_ARGS. (tests runs every file in tests/gpu, the sm90 GEMM's included.)
 # (the GPU machine gets a copy without .git: FO_GIT_SHA is what the provenance sidecars record)
 set -uo pipefail
@@ -44,6 +44,7 @@ if [[ $steps == *",exp_gemm,"* ]]; then
   done
 fi
 step signal_cost 200 python3 scripts/profile_signal_cost.py ${FO_SIGNAL_COST_ARGS:---repeat 5} --out "$OUT/data/gemm_portable_signal_cost.csv"
+step stall_sites 300 python3 scripts/profile_stall_sites.py ${FO_STALL_ARGS:-} --out-dir "$OUT/data/stall_sites"
 step bench_sm90 300 python3 scripts/bench_gemm_sm90.py ${FO_SM90_ARGS:-} --out "$OUT/data/gemm_sm90.csv"
 step bench_postops 120 python3 scripts/bench_postops.py ${FO_POSTOPS_ARGS:-} --out "$OUT/data/postops.csv"
 step launch 120 python3 scripts/bench_launch.py --out "$OUT/data/launch_host_time.csv"

@@ -43,7 +43,7 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     return M, N, K
 
 
-def launch(shapes, repeat: int) -> None:
+def launch(shapes, repeat: int, variants=VARIANTS) -> None:
     """Launch every variant ``repeat`` times per shape, in the order ``collect`` expects."""
     import torch
 
@@ -73,7 +73,7 @@ def launch(shapes, repeat: int) -> None:
                                                                  tile_place=place),
         }
         for _ in range(repeat):
-            for name in VARIANTS:
+            for name in variants:
                 calls[name]()
         torch.cuda.synchronize()
 

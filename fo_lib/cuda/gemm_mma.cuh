@@ -30,6 +30,10 @@
 #define FO_SIGNAL_RELEASE_KTILE 1
 #endif
 
+#ifndef FO_EXP_LOAD_STEP
+#define FO_EXP_LOAD_STEP 0
+#endif
+
 namespace fo {
 namespace mma_detail {
 
@@ -152,11 +156,14 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                                              u64* __restrict__ probe) {
     using S = GemmShape<BM, BN, BK, WARPS_M, WARPS_N, STAGES>;
     using namespace mma_detail;
-    static_assert(EPILOGUE >= 0 && EPILOGUE <= 5,
+    static_assert(EPILOGUE >= 0 && EPILOGUE <= 6,
                   "EPILOGUE is 0 plain, 1 signal, 2 probe, 3 scatter, 4 signal_rows or 5 signal_tiles");
     constexpr bool kTableStore = EPILOGUE == 1 || EPILOGUE == 3;
+    constexpr bool kUnified = EPILOGUE == 6;  // EXPERIMENT: 0 / 4 / 5 chosen at run time
     constexpr bool kPlaced = EPILOGUE == 5;
-    constexpr bool kSignal = EPILOGUE == 1 || EPILOGUE == 4 || EPILOGUE == 5;
+    constexpr bool kSignal = EPILOGUE == 1 || EPILOGUE == 4 || EPILOGUE == 5 || kUnified;
+    const bool placed = kPlaced || (kUnified && row_offset != nullptr);
+    const bool signal_on = kSignal && (!kUnified || group_counter != nullptr);
 
     extern __shared__ __align__(128) unsigned char fo_gemm_smem[];
     const u32 smem = smem_addr(fo_gemm_smem);
@@ -332,7 +339,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         // A placed tile needs its 32-byte place only: two cp.async in the same group. It replaces the
         // BM row offsets, and the epilogue's per-store shared load of one (signal: +2-4 % over plain
         // on mma.sync, docs/perf-log.md).
-        if (kPlaced && tid < 2) cp_async16(smem_ro + tid * 16, row_offset + i64(tm * tiles_n + tn) * 4 + tid * 2, true);
+        if (placed && tid < 2) cp_async16(smem_ro + tid * 16, row_offset + i64(tm * tiles_n + tn) * 4 + tid * 2, true);
         load_frags(0, rd_stage, 0);
 
 #pragma unroll 1
@@ -352,7 +359,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                 } else {
                     load_frags(cur ^ 1, rd_stage, kk + 1);
                 }
-                if (kk == 0) issue_load();
+                if (kk == FO_EXP_LOAD_STEP) issue_load();
 #pragma unroll
                 for (int mi = 0; mi < S::MI; ++mi)
 #pragma unroll
@@ -379,7 +386,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         }
         // The row offsets were committed with k-tile (first + STAGES-1) of this tile; the main loop's
         // last wait covered k-tiles up to (first + KT-1).
-        if ((kTableStore || kPlaced) && KT < STAGES) cp_async_wait<0>();
+        if ((kTableStore || placed) && KT < STAGES) cp_async_wait<0>();
         __syncthreads();
 
         const int rows = min(BM, M - tm * BM);
@@ -441,12 +448,23 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         };
         if (kTableStore) {
             store_rows([&](int r) { return comm_buf + ld_shared_s64(smem_ro + r * 8); });
-        } else if (kPlaced) {
-            bits16* const place = comm_buf + ld_shared_s64(smem_ro);
-            const i64 sub_stride = ld_shared_s64(smem_ro + 8);
-            const int shift = int(ld_shared_s64(smem_ro + 16));
-            if ((BM - 1) >> shift == 0) {
-                store_strided(place, cols);  // no subtiles: every AllReduce tile
+        } else if (kPlaced || kUnified) {
+            bits16* base = C + i64(tm * BM) * ldc + tn * BN;
+            i64 stride = ldc;
+            bool subtiles = false;
+            bits16* place = nullptr;
+            i64 sub_stride = 0;
+            int shift = 0;
+            if (placed) {
+                place = comm_buf + ld_shared_s64(smem_ro);
+                sub_stride = ld_shared_s64(smem_ro + 8);
+                shift = int(ld_shared_s64(smem_ro + 16));
+                base = place;
+                stride = cols;
+                subtiles = (BM - 1) >> shift != 0;
+            }
+            if (!subtiles) {
+                store_strided(base, stride);  // row-major C, or a tile with no subtiles
             } else {
                 store_rows([&](int r) {
                     return place + i64(r >> shift) * sub_stride + i64(u32(r) & ((1u << shift) - 1u)) * cols;
@@ -461,7 +479,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         // cumulative, so a consumer that acquires the counter sees all of them. (A separate
         // __threadfence() would be redundant.) The tile's group is loaded here, after its k-loop (one
         // register less across the loop); its latency is hidden until the release uses it.
-        if (kSignal && tid == 0) pending_group = tile_group[tm * tiles_n + tn];
+        if (signal_on && tid == 0) pending_group = tile_group[tm * tiles_n + tn];
         if (EPILOGUE == 2) {
             // The probe stamps the tile's end when its stores are issued, so it is not deferred.
             __syncthreads();
