@@ -179,6 +179,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
     const int tiles_m = (M + BM - 1) / BM;
     const int tiles_n = (N + BN - 1) / BN;
     const int tiles = tiles_m * tiles_n;
+    const TileRaster raster(tiles_m, tiles_n, order, swizzle);  // schedule index -> tile
     const int KT = (K + BK - 1) / BK;
 
     // --- cp.async producer: a cursor over this CTA's (tile, k-tile) stream ------------------------
@@ -203,7 +204,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         ld_a_rows = ld_b_rows = 0;
         if (ld_s < tiles) {
             int tm, tn;
-            raster_tile(ld_s, tiles_m, tiles_n, order, swizzle, tm, tn);
+            raster.tile(ld_s, tm, tn);
             const int ra = tm * BM + ld_row0;
             const int rb = tn * BN + ld_row0;
             ld_a_rows = ra < M ? min(S::A_LOADS, (M - ra + S::ROW_STEP - 1) / S::ROW_STEP) : 0;
@@ -314,7 +315,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
 #pragma unroll 1
     for (int s = blockIdx.x; s < tiles; s += gridDim.x) {
         int tm, tn;
-        raster_tile(s, tiles_m, tiles_n, order, swizzle, tm, tn);
+        raster.tile(s, tm, tn);
 #pragma unroll
         for (int mi = 0; mi < S::MI; ++mi)
 #pragma unroll

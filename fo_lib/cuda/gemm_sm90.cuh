@@ -298,6 +298,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
     const int tiles_m = (M + BM - 1) / BM;
     const int tiles_n = (N + BN - 1) / BN;
     const int tiles = tiles_m * tiles_n;
+    const TileRaster raster(tiles_m, tiles_n, order, swizzle);  // schedule index -> tile
     const int KT = (K + BK - 1) / BK;  // the last k-block's columns past K are zero-filled by TMA
     const int wg = threadIdx.x / 128;
     const int tid = threadIdx.x % 128;
@@ -329,7 +330,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
 #pragma unroll 1
                 for (int s = blockIdx.x; s < tiles; s += gridDim.x) {
                     int tm, tn;
-                    raster_tile(s, tiles_m, tiles_n, order, swizzle, tm, tn);
+                    raster.tile(s, tm, tn);
 #pragma unroll 1
                     for (int kb = 0; kb < KT; ++kb) {
                         mbar_wait(bar_empty + 8 * stage, phase ^ 1u);
@@ -357,7 +358,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
 #pragma unroll 1
             for (int s = blockIdx.x; s < tiles; s += gridDim.x) {
                 int tm, tn;
-                raster_tile(s, tiles_m, tiles_n, order, swizzle, tm, tn);
+                raster.tile(s, tm, tn);
                 const int rows = min(BM, M - tm * BM);
                 const int cols = min(BN, N - tn * BN);
                 if (kTableStore) {
@@ -436,7 +437,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
 #pragma unroll 1
         for (int s = blockIdx.x; s < tiles; s += gridDim.x) {
             int tm, tn;
-            raster_tile(s, tiles_m, tiles_n, order, swizzle, tm, tn);
+            raster.tile(s, tm, tn);
             if (EPILOGUE == 2 && c == 0 && tid == 0) probe[(tm * tiles_n + tn) * 4 + 0] = globaltimer_ns();
 #pragma unroll 1
             for (int kb = 0; kb < KT; ++kb) {
