@@ -312,10 +312,14 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
     int rd_stage = 0;
     float acc[S::MI][S::NI][4];
 
+    // The tile's coordinates: the next tile's are computed at the end of each tile, among its
+    // draining stores. NOTES: computed at the tile's top (where the compiler had hoisted them in the
+    // signal kernels), their ~25 serial uniform instructions stalled every warp before the barrier
+    // (~0.9 % of a K = 1024 GEMM in ncu's stall samples, docs/perf-log.md, session 9).
+    int tm, tn;
+    raster.tile(blockIdx.x, tm, tn);
 #pragma unroll 1
     for (int s = blockIdx.x; s < tiles; s += gridDim.x) {
-        int tm, tn;
-        raster.tile(s, tm, tn);
 #pragma unroll
         for (int mi = 0; mi < S::MI; ++mi)
 #pragma unroll
@@ -491,6 +495,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                 probe[tile_id * 4 + 3] = blockIdx.x;
             }
         }
+        raster.tile(s + gridDim.x, tm, tn);  // past the last tile: unused
     }
     if (kSignal) {
         __syncthreads();
