@@ -32,7 +32,7 @@ from . import kernels
 from .tiling import RASTER_ORDERS
 
 DTYPES = ("bf16", "f16")
-EPILOGUES = ("plain", "signal", "probe", "scatter", "signal_rows", "signal_tiles", "unified")
+EPILOGUES = ("plain", "signal", "probe", "scatter", "signal_rows", "signal_tiles", "unified", "unified_table")
 _EPILOGUE_ID = {name: i for i, name in enumerate(EPILOGUES)}  # the EPILOGUE template argument
 _DTYPE_TAG = {"bf16": "fo::bf16_tag", "f16": "fo::f16_tag"}
 _MAX_SMEM = 227 * 1024  # H100/H200 opt-in limit per block; the device's own limit is checked at launch

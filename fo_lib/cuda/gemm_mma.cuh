@@ -156,14 +156,15 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                                              u64* __restrict__ probe) {
     using S = GemmShape<BM, BN, BK, WARPS_M, WARPS_N, STAGES>;
     using namespace mma_detail;
-    static_assert(EPILOGUE >= 0 && EPILOGUE <= 6,
+    static_assert(EPILOGUE >= 0 && EPILOGUE <= 7,
                   "EPILOGUE is 0 plain, 1 signal, 2 probe, 3 scatter, 4 signal_rows or 5 signal_tiles");
-    constexpr bool kTableStore = EPILOGUE == 1 || EPILOGUE == 3;
+    constexpr bool kTableStore = EPILOGUE == 1 || EPILOGUE == 3 || EPILOGUE == 7;
     constexpr bool kUnified = EPILOGUE == 6;  // EXPERIMENT: 0 / 4 / 5 chosen at run time
+    constexpr bool kRuntimeSignal = EPILOGUE >= 6;  // EXPERIMENT: 7 = 1 / 3 chosen at run time
     constexpr bool kPlaced = EPILOGUE == 5;
-    constexpr bool kSignal = EPILOGUE == 1 || EPILOGUE == 4 || EPILOGUE == 5 || kUnified;
+    constexpr bool kSignal = EPILOGUE == 1 || EPILOGUE == 4 || EPILOGUE == 5 || kRuntimeSignal;
     const bool placed = kPlaced || (kUnified && row_offset != nullptr);
-    const bool signal_on = kSignal && (!kUnified || group_counter != nullptr);
+    const bool signal_on = kSignal && (!kRuntimeSignal || group_counter != nullptr);
 
     extern __shared__ __align__(128) unsigned char fo_gemm_smem[];
     const u32 smem = smem_addr(fo_gemm_smem);
