@@ -158,13 +158,35 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
     using namespace mma_detail;
     static_assert(EPILOGUE >= 0 && EPILOGUE <= 7,
                   "EPILOGUE is 0 plain, 1 signal, 2 probe, 3 scatter, 4 signal_rows or 5 signal_tiles");
+#ifdef FO_EXP_TABLE_AS_UNIFIED
+    // EXPERIMENT: the signal through the table compiled with every store path, the table chosen at
+    // run time (M < 0 never holds; the compiler cannot know).
+    constexpr bool kTableStore = EPILOGUE == 3 || EPILOGUE == 7;
+    const bool table_on = kTableStore || (EPILOGUE == 1 && M >= 0);
+#else
     constexpr bool kTableStore = EPILOGUE == 1 || EPILOGUE == 3 || EPILOGUE == 7;
+    const bool table_on = kTableStore;
+#endif
+#if defined(FO_EXP_TABLE_AS_UNIFIED)
+    constexpr bool kUnified = EPILOGUE == 6 || EPILOGUE == 4 || EPILOGUE == 5 || EPILOGUE == 1;
+#elif defined(FO_EXP_SIGNAL_AS_UNIFIED)
+    constexpr bool kUnified = EPILOGUE == 6 || EPILOGUE == 4 || EPILOGUE == 5;
+#else
     constexpr bool kUnified = EPILOGUE == 6;  // EXPERIMENT: 0 / 4 / 5 chosen at run time
+#endif
     constexpr bool kRuntimeSignal = EPILOGUE >= 6;  // EXPERIMENT: 7 = 1 / 3 chosen at run time
+#if defined(FO_EXP_SIGNAL_AS_UNIFIED) || defined(FO_EXP_TABLE_AS_UNIFIED)
+    constexpr bool kPlaced = false;
+#else
     constexpr bool kPlaced = EPILOGUE == 5;
+#endif
     constexpr bool kSignal = EPILOGUE == 1 || EPILOGUE == 4 || EPILOGUE == 5 || kRuntimeSignal;
-    const bool placed = kPlaced || (kUnified && row_offset != nullptr);
+    const bool placed = kPlaced || (kUnified && !table_on && row_offset != nullptr);
+#ifdef FO_EXP_RUNTIME_SIGNAL
+    const bool signal_on = kSignal && group_counter != nullptr;
+#else
     const bool signal_on = kSignal && (!kRuntimeSignal || group_counter != nullptr);
+#endif
 
     extern __shared__ __align__(128) unsigned char fo_gemm_smem[];
     const u32 smem = smem_addr(fo_gemm_smem);
@@ -334,7 +356,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         __syncthreads();
         if (!release_in_loop) publish();
         if (EPILOGUE == 2 && tid == 0) probe[(tm * tiles_n + tn) * 4 + 0] = globaltimer_ns();
-        if (kTableStore && tid < BM) {
+        if (table_on && tid < BM) {
             // NOTES: the tile's BM row offsets ride in the cp.async group of this tile's first
             // issue_load, so they land during the main loop; a dependent global load per 16-byte
             // store in the epilogue instead cost ~20 % at K = 1024.
@@ -392,7 +414,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         }
         // The row offsets were committed with k-tile (first + STAGES-1) of this tile; the main loop's
         // last wait covered k-tiles up to (first + KT-1).
-        if ((kTableStore || placed) && KT < STAGES) cp_async_wait<0>();
+        if ((table_on || placed) && KT < STAGES) cp_async_wait<0>();
         __syncthreads();
 
         const int rows = min(BM, M - tm * BM);
@@ -452,7 +474,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                 store_rows([&](int r) { return base + i64(r) * stride; });
             }
         };
-        if (kTableStore) {
+        if (table_on) {
             store_rows([&](int r) { return comm_buf + ld_shared_s64(smem_ro + r * 8); });
         } else if (kPlaced || kUnified) {
             bits16* base = C + i64(tm * BM) * ldc + tn * BN;
