@@ -15,7 +15,8 @@ picks a tile config, generates the tiny instantiation source, and launches on a 
   (release, never reset: the waiter compares against epoch targets); ``signal_rows`` stores ``C``
   row-major into ``comm_buf`` and signals the same way; ``signal_tiles`` stores each tile at its
   place (``tile_place``: a base per tile, the tile and subtile layouts without a row table) and
-  signals the same way; ``probe`` stores ``C`` and records per tile
+  signals the same way (one kernel, ``signal_store``, runs both: which layout is a launch argument);
+  ``probe`` stores ``C`` and records per tile
   ``(start ns, end ns, smid, cta)``; ``scatter`` is ``signal`` without the counter. The signal
   epilogues release a tile's counter one k-tile into the CTA's next tile (its stores have drained
   by then), from the load cursor's once-per-tile branch: the k-loop's code is the plain kernel's.
@@ -32,8 +33,19 @@ from . import kernels
 from .tiling import RASTER_ORDERS
 
 DTYPES = ("bf16", "f16")
-EPILOGUES = ("plain", "signal", "probe", "scatter", "signal_rows", "signal_tiles", "unified", "unified_table")
-_EPILOGUE_ID = {name: i for i, name in enumerate(EPILOGUES)}  # the EPILOGUE template argument
+# The store modes of both kernel families (the calls below choose one).
+EPILOGUES = ("plain", "signal", "probe", "scatter", "signal_rows", "signal_tiles")
+_EPILOGUE_ID = {name: i for i, name in enumerate(EPILOGUES)}  # the Hopper kernel's EPILOGUE argument
+# The portable kernel's instantiations (its EPILOGUE argument): one kernel, "signal_store", stores
+# row-major or at tile places, chosen per launch. Compiled as two, their main loops were scheduled
+# unlike plain's and cost ~1 % more (docs/perf-log.md, session 9).
+PORTABLE_KERNELS = ("plain", "signal", "probe", "scatter", "signal_store")
+_PORTABLE_KERNEL_OF = {"signal_rows": "signal_store", "signal_tiles": "signal_store"}
+
+
+def portable_kernel(epilogue: str) -> str:
+    """The portable instantiation that runs a store mode (:data:`EPILOGUES`)."""
+    return _PORTABLE_KERNEL_OF.get(epilogue, epilogue)
 _DTYPE_TAG = {"bf16": "fo::bf16_tag", "f16": "fo::f16_tag"}
 _MAX_SMEM = 227 * 1024  # H100/H200 opt-in limit per block; the device's own limit is checked at launch
 
@@ -205,11 +217,12 @@ def generate_source(cfg: GemmConfig, dtype: str, epilogue: str) -> tuple[str, st
     cfg.validate()
     if dtype not in DTYPES:
         raise GemmError(f"dtype must be one of {DTYPES}, got {dtype!r}")
-    if epilogue not in EPILOGUES:
+    kernel = portable_kernel(epilogue)
+    if kernel not in PORTABLE_KERNELS:
         raise GemmError(f"epilogue must be one of {EPILOGUES}, got {epilogue!r}")
-    name = kernel_name(cfg, dtype, epilogue)
+    name = kernel_name(cfg, dtype, kernel)
     targs = (f"{cfg.BM}, {cfg.BN}, {cfg.BK}, {cfg.warps_m}, {cfg.warps_n}, {cfg.stages}, "
-             f"{_DTYPE_TAG[dtype]}, {_EPILOGUE_ID[epilogue]}")
+             f"{_DTYPE_TAG[dtype]}, {PORTABLE_KERNELS.index(kernel)}")
     source = f"""#include "gemm_mma.cuh"
 
 extern "C" __global__ void __launch_bounds__({cfg.threads}, 1)
@@ -245,10 +258,10 @@ extern "C" __global__ void {name}(int* out, int tiles_m, int tiles_n, int order,
 
 @kernels.register_compile_check
 def compile_check_sources():
-    """Every config x dtype x epilogue (CI compiles each for every arch in kernels.ARCHS)."""
+    """Every config x dtype x instantiation (CI compiles each for every arch in kernels.ARCHS)."""
     for cname, cfg in CONFIGS.items():
         for dtype in DTYPES:
-            for epi in EPILOGUES:
+            for epi in PORTABLE_KERNELS:
                 src, name = generate_source(cfg, dtype, epi)
                 yield f"gemm {cname} {dtype} {epi}", src
     yield "raster_tile check", raster_check_source()[0]
@@ -391,8 +404,10 @@ class GemmFamily:
     the config and ``ctas``): a repeated call (a hot loop, an engine plan's GEMM) skips the checks and
     the argument packing."""
 
-    def __init__(self, check, generate, operand_args, *, place_store: bool = True):
+    def __init__(self, check, generate, operand_args, *, place_store: bool = True, kernel_of=None):
         self.check, self.generate, self.operand_args = check, generate, operand_args
+        # The instantiation that runs a store mode (the portable kernel shares one between two).
+        self.kernel_of = kernel_of or (lambda epilogue: epilogue)
         # Whether the engine should store tile blocks through tile places (``signal_tiles``) rather
         # than the row table: whichever measured cheaper for the family (docs/perf-log.md, session 6).
         self.place_store = place_store
@@ -403,7 +418,7 @@ class GemmFamily:
         """The compiled kernel of ``(cfg, dtype, epilogue)`` on a device (compiled once)."""
         import cupy
 
-        key = (cfg.tile_name, dtype, epilogue, device_index)
+        key = (cfg.tile_name, dtype, self.kernel_of(epilogue), device_index)
         kernel = self._kernels.get(key)
         if kernel is None:
             with cupy.cuda.Device(device_index):
@@ -538,7 +553,7 @@ def _portable_operand_args(cfg, dtype, a, b, c_ptr, ldc):
             np.int32(K), np.int64(a.stride(0)), np.int64(b.stride(0)), np.int64(ldc))
 
 
-PORTABLE = GemmFamily(_check_operands, generate_source, _portable_operand_args)
+PORTABLE = GemmFamily(_check_operands, generate_source, _portable_operand_args, kernel_of=portable_kernel)
 gemm_nt = PORTABLE.gemm_nt
 gemm_nt_signal = PORTABLE.gemm_nt_signal
 gemm_nt_scatter = PORTABLE.gemm_nt_scatter

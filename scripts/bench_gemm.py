@@ -76,65 +76,7 @@ def check_and_time(fns, family, cfg, sets, M, N, K, rounds, inner, graph):
     return cfg, err, {k: (v, flop / (v * 1e-3) / 1e12) for k, v in med.items()}
 
 
-def unified_variants(fns, sets, comm, cfg, tg, cnt, place, M, N, *tables):
-    """EXPERIMENT: the run-time-mode kernel ("unified": plain / signal_rows / signal_tiles in one
-    binary), checked bitwise against the separate kernels first."""
-    fam = gemm.PORTABLE
-    dt, *_ , n = fam.check(sets[0][0], sets[0][1], cfg, None)
-
-    def launch(i, mode):
-        a, b, c = sets[i % len(sets)]
-        cm = comm[i % 2]
-        if mode == "plain":
-            return fam.prepare(cfg, dt, "unified", a, b, c.data_ptr(), N, n)
-        if mode == "rows":
-            return fam.prepare(cfg, dt, "unified", a, b, cm.data_ptr(), N, n, tile_group_ptr=tg.data_ptr(),
-                               counter_ptr=cnt.data_ptr())
-        return fam.prepare(cfg, dt, "unified", a, b, 0, 0, n, comm_ptr=cm.data_ptr(), row_offset_ptr=place.data_ptr(),
-                           tile_group_ptr=tg.data_ptr(), counter_ptr=cnt.data_ptr())
-    period = 2 * len(sets)  # call i uses set i % len(sets) and comm buffer i % 2
-    prepared = {m: [launch(i, m) for i in range(period)] for m in ("plain", "rows", "tiles")}
-    # Bitwise checks against the separate kernels (same accumulation order).
-    a, b, c = sets[0]
-    want = gemm.gemm_nt(a, b, config=cfg).clone()
-    c.fill_(float("nan"))
-    launch(0, "plain")()
-    comm[0].fill_(float("nan"))
-    launch(0, "rows")()
-    torch.cuda.synchronize()
-    assert torch.equal(c, want) and torch.equal(comm[0].view(M, N), want), "unified plain/rows differ"
-    comm[1].fill_(float("nan"))
-    gemm.gemm_nt_signal(a, b, comm[1], None, tg, cnt, config=cfg, tile_place=place)
-    comm[0].fill_(float("nan"))
-    launch(0, "tiles")()
-    torch.cuda.synchronize()
-    assert torch.equal(comm[0], comm[1]), "unified tiles differ"
-    for m in ("plain", "rows", "tiles"):
-        fns[f"u_{m}"] = (lambda m: lambda i: prepared[m][i % period]())(m)
-    # The row-table kernel with the signal chosen at run time: scatter (no counter) and signal_table.
-    ro = tables[0]
-
-    def table_launch(i, signal):
-        a, b, _ = sets[i % len(sets)]
-        extra = dict(tile_group_ptr=tg.data_ptr(), counter_ptr=cnt.data_ptr()) if signal else {}
-        return fam.prepare(cfg, dt, "unified_table", a, b, 0, 0, n, comm_ptr=comm[i % 2].data_ptr(),
-                           row_offset_ptr=ro.data_ptr(), **extra)
-    comm[0].fill_(float("nan"))
-    table_launch(0, True)()
-    comm[1].fill_(float("nan"))
-    gemm.gemm_nt_signal(a, b, comm[1], ro, tg, cnt, config=cfg)
-    torch.cuda.synchronize()
-    assert torch.equal(comm[0], comm[1]), "unified table differs"
-    comm[0].fill_(float("nan"))
-    table_launch(0, False)()
-    torch.cuda.synchronize()
-    assert torch.equal(comm[0], comm[1]), "unified scatter differs"
-    tprep = {sig: [table_launch(i, sig) for i in range(period)] for sig in (False, True)}
-    fns["u_scatter"] = lambda i: tprep[False][i % period]()
-    fns["u_table"] = lambda i: tprep[True][i % period]()
-
-
-def bench_shape(M, N, K, dtype, rounds, inner, configs, ablation=False, graph=False, unified=False):
+def bench_shape(M, N, K, dtype, rounds, inner, configs, ablation=False, graph=False):
     sets = input_sets(M, N, K, dtype)
     n_sets = len(sets)
     sms = gemm.sm_count()
@@ -182,8 +124,6 @@ def bench_shape(M, N, K, dtype, rounds, inner, configs, ablation=False, graph=Fa
                                                                tile_place=place)
         fns["signal_rows_no_group"] = lambda i: gemm.gemm_nt_signal(sets[i % n_sets][0], sets[i % n_sets][1],
                                                                     comm[i % 2], None, tg_none, cnt, config=cfg)
-    if unified:
-        unified_variants(fns, sets, comm, cfg, tg, cnt, place, M, N, ro)
     add_config_variants(fns, gemm.PORTABLE, gemm.CONFIGS, configs, sets, M)
     return check_and_time(fns, gemm.PORTABLE, cfg, sets, M, N, K, rounds, inner, graph)
 
@@ -200,7 +140,6 @@ def main(argv=None):
                    help="also time these CONFIGS by name ('all' = every config)")
     p.add_argument("--ablation", action="store_true",
                    help="also time the table store with a row-major table (layout vs table cost)")
-    p.add_argument("--unified", action="store_true", help="EXPERIMENT: also time the run-time-mode kernel")
     p.add_argument("--graph", action="store_true", help="time CUDA-graph replays (no host overhead)")
     p.add_argument("--rounds", type=int, help="interleaved rounds (default 15, quick 6)")
     args = p.parse_args(argv)
@@ -216,8 +155,7 @@ def main(argv=None):
     for M in args.M:
         for N in args.N:
             for K in args.K:
-                cfg, err, res = bench_shape(M, N, K, dtype, rounds, inner, configs, args.ablation, args.graph,
-                                            args.unified)
+                cfg, err, res = bench_shape(M, N, K, dtype, rounds, inner, configs, args.ablation, args.graph)
                 t, o, s = res["torch"][1], res["ours"][1], res["signal"][1]
                 overhead = (res["signal"][0] / res["ours"][0] - 1) * 100
                 scat = (res["scatter"][0] / res["ours"][0] - 1) * 100
@@ -251,7 +189,7 @@ def main(argv=None):
           f"signal through the row table: median {table_sig.median():+.2f}%; scatter vs plain: median "
           f"{scat.median():+.2f}%; signal_rows (no table) vs plain: median "
           f"{rows_sig.median():+.2f}% (min {rows_sig.min():+.2f}, max {rows_sig.max():+.2f})  -> {args.out}")
-    for name in ("signal_no_group", "signal_rows_no_group", "plain_into_comm", "u_plain", "u_rows", "u_tiles", "u_scatter", "u_table"):
+    for name in ("signal_no_group", "signal_rows_no_group", "plain_into_comm"):
         if name in wide:
             x = (wide[name] / wide["ours"] - 1) * 100
             print(f"{name} vs plain: median {x.median():+.2f}% (min {x.min():+.2f}, max {x.max():+.2f})")

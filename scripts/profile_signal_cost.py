@@ -27,10 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# Each variant, in launch order, and the epilogue it launches (the kernel's name ends in _<epilogue>).
-EPILOGUE_OF = {"plain": "plain", "plain_comm": "plain", "signal_rows": "signal_rows", "signal_tiles": "signal_tiles",
-               "signal_tiles_4g": "signal_tiles", "scatter": "scatter", "signal_rows_no_group": "signal_rows",
-               "signal_tiles_no_group": "signal_tiles"}
+# Each variant, in launch order, and the kernel it launches (the kernel's name ends in _<instantiation>).
+EPILOGUE_OF = {"plain": "plain", "plain_comm": "plain", "signal_rows": "signal_store", "signal_tiles": "signal_store",
+               "signal_tiles_4g": "signal_store", "scatter": "scatter", "signal_rows_no_group": "signal_store",
+               "signal_tiles_no_group": "signal_store"}
 VARIANTS = tuple(EPILOGUE_OF)
 DEFAULT_SHAPES = ("2048x8192x1024", "2048x8192x4096", "8192x8192x1024", "8192x8192x4096", "4096x4096x8192")
 

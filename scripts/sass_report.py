@@ -84,8 +84,7 @@ def find_nvdisasm(given: str | None) -> str | None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--config", default="256x128x64", choices=sorted(gemm.CONFIGS))
-    ap.add_argument("--epilogues", nargs="*", default=["plain", "scatter", "signal", "signal_rows", "signal_tiles"],
-                    choices=gemm.EPILOGUES)
+    ap.add_argument("--epilogues", nargs="*", default=list(gemm.PORTABLE_KERNELS), choices=gemm.PORTABLE_KERNELS)
     ap.add_argument("--dtype", default="bf16", choices=gemm.DTYPES)
     ap.add_argument("--arch", default="sm_90a", choices=kernels.ARCHS)
     ap.add_argument("--nvdisasm", help="path of nvdisasm (default: PATH, then the nvidia-cuda-nvdisasm wheel)")

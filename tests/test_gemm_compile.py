@@ -12,14 +12,24 @@ def test_compile_check_covers_every_config_dtype_epilogue():
     labels = {label for label, _ in SOURCES}
     for cname in gemm.CONFIGS:
         for dtype in gemm.DTYPES:
-            for epi in gemm.EPILOGUES:
+            for epi in gemm.PORTABLE_KERNELS:
                 assert f"gemm {cname} {dtype} {epi}" in labels
 
 
 def test_kernel_names_unique():
     names = [gemm.generate_source(cfg, d, e)[1] for cfg in gemm.CONFIGS.values()
-             for d in gemm.DTYPES for e in gemm.EPILOGUES]
+             for d in gemm.DTYPES for e in gemm.PORTABLE_KERNELS]
     assert len(names) == len(set(names))
+
+
+def test_rows_and_tile_places_share_one_kernel():
+    # One instantiation chooses the layout per launch (its main loop then schedules like plain's).
+    cfg = gemm.CONFIGS["256x128x64"]
+    rows, tiles = (gemm.generate_source(cfg, "bf16", e) for e in ("signal_rows", "signal_tiles"))
+    assert rows == tiles and rows[1].endswith("_signal_store")
+    assert gemm.PORTABLE.kernel_of("signal_tiles") == gemm.PORTABLE.kernel_of("signal_rows") == "signal_store"
+    with pytest.raises(gemm.GemmError, match="epilogue must be one of"):
+        gemm.generate_source(cfg, "bf16", "signal_table")
 
 
 def test_generate_source_ignores_raster():

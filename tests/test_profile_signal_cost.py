@@ -32,7 +32,7 @@ def kernel(epilogue):
 def test_rows_follow_the_labels_with_units_and_separators():
     labels = [(64, 64, 64, "plain"), (64, 64, 64, "signal_tiles_4g")]
     out = psc.parse_ncu_csv(ncu_output([(kernel("plain"), "110,240", "266,395,616"),
-                                        (kernel("signal_tiles"), "120,000", "268,381,712")]), labels)
+                                        (kernel("signal_store"), "120,000", "268,381,712")]), labels)
     assert out.variant.tolist() == ["plain", "signal_tiles_4g"]
     assert out.ms.tolist() == pytest.approx([0.11024, 0.12])
     assert out.instructions.tolist() == [266395616, 268381712]
@@ -59,4 +59,4 @@ def test_unknown_unit_and_missing_table_are_refused():
 def test_every_variant_names_a_kernel_epilogue():
     from fo_lib import gemm
 
-    assert set(psc.EPILOGUE_OF.values()) <= set(gemm.EPILOGUES)
+    assert set(psc.EPILOGUE_OF.values()) <= set(gemm.PORTABLE_KERNELS)

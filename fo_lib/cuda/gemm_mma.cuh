@@ -5,7 +5,7 @@
 //
 // Structure (one CTA per SM, persistent):
 //   * CTA b of P walks schedule indices s = b, b + P, ... and maps each to a tile with
-//     fo::raster_tile, so tile s runs in wave s / P: the wave model of fo_lib.tiling holds exactly.
+//     fo::TileRaster, so tile s runs in wave s / P: the wave model of fo_lib.tiling holds exactly.
 //   * Main loop: mma.sync.m16n8k16, operands fetched with ldmatrix.x4 from a STAGES-deep cp.async
 //     ring, fragments double-buffered across the k16 steps, one __syncthreads per k-tile.
 //   * The cp.async stream runs across tile boundaries: while a CTA finishes one tile (last k-tiles and
@@ -14,8 +14,9 @@
 //     -> 16-byte coalesced global stores. EPILOGUE 0 = plain store, 1 = store through a row table
 //     into the communication buffer and signal the tile's group counter, 2 = plain store plus a
 //     per-tile timing probe, 3 = store through the row table without signalling (the pre-reorder
-//     alone: the non-overlapped path and the ablation of the signal's cost), 4 = plain store into
-//     the communication buffer (row-major, ldc) and signal: the AllReduce "rows" layout, no table.
+//     alone: the non-overlapped path and the ablation of the signal's cost), 4 = store into the
+//     communication buffer row-major (ldc, the AllReduce "rows" layout) or each tile at its place
+//     (the tile layouts), chosen per launch, and signal.
 //
 // NOTES: no toolkit headers (see common.cuh); every shared-memory access is PTX on 32-bit shared
 // addresses, every 16-bit value is raw bits.
@@ -28,10 +29,6 @@
 // released (see gemm_nt_body). A compile-time option for experiments (FO_NVRTC_OPTIONS).
 #ifndef FO_SIGNAL_RELEASE_KTILE
 #define FO_SIGNAL_RELEASE_KTILE 1
-#endif
-
-#ifndef FO_EXP_LOAD_STEP
-#define FO_EXP_LOAD_STEP 0
 #endif
 
 namespace fo {
@@ -142,11 +139,11 @@ struct GemmShape {
 };
 
 // EPILOGUE: 0 plain (C), 1 signal (comm_buf through row_offset + group counters), 2 probe (C + probe),
-// 3 scatter (comm_buf through row_offset, no signal), 4 signal_rows (C row-major + group counters),
-// 5 signal_tiles (comm_buf at each tile's place + group counters; row_offset points to the places:
-// int64 [tiles, 4] = {base, sub_stride, sub_shift, 0}, row r of tile t at base + (r >> sub_shift) *
-// sub_stride + (r & (2^sub_shift - 1)) * cols: fo_lib.reorder's tile and subtile layouts).
-// Pointers an epilogue does not use may be null.
+// 3 scatter (comm_buf through row_offset, no signal), 4 signal_store + group counters: with row_offset
+// null, C row-major (the communication buffer passed as C); else comm_buf at each tile's place,
+// row_offset pointing to the places: int64 [tiles, 4] = {base, sub_stride, sub_shift, 0}, row r of
+// tile t at base + (r >> sub_shift) * sub_stride + (r & (2^sub_shift - 1)) * cols (fo_lib.reorder's
+// tile and subtile layouts). Pointers an epilogue does not use may be null.
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES, class T, int EPILOGUE>
 __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const bits16* __restrict__ B,
                                              bits16* __restrict__ C, int M, int N, int K, i64 lda, i64 ldb,
@@ -156,37 +153,15 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                                              u64* __restrict__ probe) {
     using S = GemmShape<BM, BN, BK, WARPS_M, WARPS_N, STAGES>;
     using namespace mma_detail;
-    static_assert(EPILOGUE >= 0 && EPILOGUE <= 7,
-                  "EPILOGUE is 0 plain, 1 signal, 2 probe, 3 scatter, 4 signal_rows or 5 signal_tiles");
-#ifdef FO_EXP_TABLE_AS_UNIFIED
-    // EXPERIMENT: the signal through the table compiled with every store path, the table chosen at
-    // run time (M < 0 never holds; the compiler cannot know).
-    constexpr bool kTableStore = EPILOGUE == 3 || EPILOGUE == 7;
-    const bool table_on = kTableStore || (EPILOGUE == 1 && M >= 0);
-#else
-    constexpr bool kTableStore = EPILOGUE == 1 || EPILOGUE == 3 || EPILOGUE == 7;
-    const bool table_on = kTableStore;
-#endif
-#if defined(FO_EXP_TABLE_AS_UNIFIED)
-    constexpr bool kUnified = EPILOGUE == 6 || EPILOGUE == 4 || EPILOGUE == 5 || EPILOGUE == 1;
-#elif defined(FO_EXP_SIGNAL_AS_UNIFIED)
-    constexpr bool kUnified = EPILOGUE == 6 || EPILOGUE == 4 || EPILOGUE == 5;
-#else
-    constexpr bool kUnified = EPILOGUE == 6;  // EXPERIMENT: 0 / 4 / 5 chosen at run time
-#endif
-    constexpr bool kRuntimeSignal = EPILOGUE >= 6;  // EXPERIMENT: 7 = 1 / 3 chosen at run time
-#if defined(FO_EXP_SIGNAL_AS_UNIFIED) || defined(FO_EXP_TABLE_AS_UNIFIED)
-    constexpr bool kPlaced = false;
-#else
-    constexpr bool kPlaced = EPILOGUE == 5;
-#endif
-    constexpr bool kSignal = EPILOGUE == 1 || EPILOGUE == 4 || EPILOGUE == 5 || kRuntimeSignal;
-    const bool placed = kPlaced || (kUnified && !table_on && row_offset != nullptr);
-#ifdef FO_EXP_RUNTIME_SIGNAL
-    const bool signal_on = kSignal && group_counter != nullptr;
-#else
-    const bool signal_on = kSignal && (!kRuntimeSignal || group_counter != nullptr);
-#endif
+    static_assert(EPILOGUE >= 0 && EPILOGUE <= 4,
+                  "EPILOGUE is 0 plain, 1 signal, 2 probe, 3 scatter or 4 signal_store");
+    constexpr bool kTableStore = EPILOGUE == 1 || EPILOGUE == 3;
+    constexpr bool kSignal = EPILOGUE == 1 || EPILOGUE == 4;
+    // signal_store: C row-major (ldc) into the communication buffer, or, when row_offset holds tile
+    // places, each tile at its place: chosen per launch. NOTES: compiled as two kernels, their k-loops
+    // scheduled unlike plain's (SASS 0.91 similar) and cost ~1 % over plain at K = 8192; compiled as
+    // one, the loop is plain's (0.99) and the cost ~0.2 % (docs/perf-log.md, session 9).
+    const bool placed = EPILOGUE == 4 && row_offset != nullptr;
 
     extern __shared__ __align__(128) unsigned char fo_gemm_smem[];
     const u32 smem = smem_addr(fo_gemm_smem);
@@ -356,7 +331,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         __syncthreads();
         if (!release_in_loop) publish();
         if (EPILOGUE == 2 && tid == 0) probe[(tm * tiles_n + tn) * 4 + 0] = globaltimer_ns();
-        if (table_on && tid < BM) {
+        if (kTableStore && tid < BM) {
             // NOTES: the tile's BM row offsets ride in the cp.async group of this tile's first
             // issue_load, so they land during the main loop; a dependent global load per 16-byte
             // store in the epilogue instead cost ~20 % at K = 1024.
@@ -387,7 +362,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                 } else {
                     load_frags(cur ^ 1, rd_stage, kk + 1);
                 }
-                if (kk == FO_EXP_LOAD_STEP) issue_load();
+                if (kk == 0) issue_load();
 #pragma unroll
                 for (int mi = 0; mi < S::MI; ++mi)
 #pragma unroll
@@ -414,7 +389,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         }
         // The row offsets were committed with k-tile (first + STAGES-1) of this tile; the main loop's
         // last wait covered k-tiles up to (first + KT-1).
-        if ((table_on || placed) && KT < STAGES) cp_async_wait<0>();
+        if ((kTableStore || placed) && KT < STAGES) cp_async_wait<0>();
         __syncthreads();
 
         const int rows = min(BM, M - tm * BM);
@@ -474,9 +449,9 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                 store_rows([&](int r) { return base + i64(r) * stride; });
             }
         };
-        if (table_on) {
+        if (kTableStore) {
             store_rows([&](int r) { return comm_buf + ld_shared_s64(smem_ro + r * 8); });
-        } else if (kPlaced || kUnified) {
+        } else if (EPILOGUE == 4) {
             bits16* base = C + i64(tm * BM) * ldc + tn * BN;
             i64 stride = ldc;
             bool subtiles = false;
@@ -507,7 +482,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         // cumulative, so a consumer that acquires the counter sees all of them. (A separate
         // __threadfence() would be redundant.) The tile's group is loaded here, after its k-loop (one
         // register less across the loop); its latency is hidden until the release uses it.
-        if (signal_on && tid == 0) pending_group = tile_group[tm * tiles_n + tn];
+        if (kSignal && tid == 0) pending_group = tile_group[tm * tiles_n + tn];
         if (EPILOGUE == 2) {
             // The probe stamps the tile's end when its stores are issued, so it is not deferred.
             __syncthreads();
