@@ -374,6 +374,20 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         }
 
         // --- epilogue: registers -> smem C (16-byte chunks swizzled by row & 7) -> global ----------
+        // The row offsets (or the place) were committed with k-tile (first + STAGES-1) of this tile;
+        // the main loop's last wait and barrier covered k-tiles up to (first + KT-1).
+        if ((kTableStore || placed) && KT < STAGES) {
+            cp_async_wait<0>();
+            __syncthreads();
+        }
+        // A placed tile's place is read before the C staging, which hides its latency.
+        i64 place_at = 0, sub_stride = 0;
+        int shift = 0;
+        if (placed) {
+            place_at = ld_shared_s64(smem_ro);
+            sub_stride = ld_shared_s64(smem_ro + 8);
+            shift = int(ld_shared_s64(smem_ro + 16));
+        }
 #pragma unroll
         for (int mi = 0; mi < S::MI; ++mi) {
 #pragma unroll
@@ -387,9 +401,6 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                 }
             }
         }
-        // The row offsets were committed with k-tile (first + STAGES-1) of this tile; the main loop's
-        // last wait covered k-tiles up to (first + KT-1).
-        if ((kTableStore || placed) && KT < STAGES) cp_async_wait<0>();
         __syncthreads();
 
         const int rows = min(BM, M - tm * BM);
@@ -452,20 +463,10 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         if (kTableStore) {
             store_rows([&](int r) { return comm_buf + ld_shared_s64(smem_ro + r * 8); });
         } else if (EPILOGUE == 4) {
-            bits16* base = C + i64(tm * BM) * ldc + tn * BN;
-            i64 stride = ldc;
-            bool subtiles = false;
-            bits16* place = nullptr;
-            i64 sub_stride = 0;
-            int shift = 0;
-            if (placed) {
-                place = comm_buf + ld_shared_s64(smem_ro);
-                sub_stride = ld_shared_s64(smem_ro + 8);
-                shift = int(ld_shared_s64(smem_ro + 16));
-                base = place;
-                stride = cols;
-                subtiles = (BM - 1) >> shift != 0;
-            }
+            bits16* const place = comm_buf + place_at;
+            const bool subtiles = placed && (BM - 1) >> shift != 0;
+            bits16* const base = placed ? place : C + i64(tm * BM) * ldc + tn * BN;
+            const i64 stride = placed ? i64(cols) : ldc;
             if (!subtiles) {
                 store_strided(base, stride);  // row-major C, or a tile with no subtiles
             } else {
