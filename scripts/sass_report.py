@@ -4,16 +4,18 @@ Each (config, epilogue) is compiled through NVRTC exactly as fo_lib builds it; p
 registers and spills; with ``nvdisasm`` (PATH, ``--nvdisasm``, or the ``nvidia-cuda-nvdisasm``
 wheel) the k-loop's SASS is found (the innermost backward branch around the HMMAs) and its hot
 path is counted: every instruction of the loop except the blocks only taken once per tile (the
-cursor's move to the next tile). This is how docs/perf-log.md (session 7) compares epilogues.
+cursor's move to the next tile), and compared with the first epilogue's as an opcode sequence
+(1.000: the same schedule). This is how docs/perf-log.md (sessions 7 and 9) compares epilogues.
 
-    python scripts/sass_report.py                                    # 256x128x64, plain + signals
-    python scripts/sass_report.py --config 128x256x64 --epilogues plain signal_tiles --arch sm_80
+    python scripts/sass_report.py                                    # 256x128x64, every instantiation
+    python scripts/sass_report.py --config 128x256x64 --epilogues plain signal_store --arch sm_80
     python scripts/sass_report.py --dump /tmp/sass                   # also write the .sass files
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import difflib
 import re
 import shutil
 import subprocess
@@ -25,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fo_lib import gemm, kernels  # noqa: E402
 
-_INSTR = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[0-9T]+\s+)?([A-Z0-9_]+)")
+_INSTR = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[0-9T]+\s+)?([A-Z0-9_]+(?:\.[A-Z0-9_]+)*)")
 _LABEL = re.compile(r"^(\.L_x_\d+):")
 _BRANCH = re.compile(r"BRA `\((\.L_x_\d+)\)")
 
@@ -46,9 +48,10 @@ def k_loop(sass: str) -> list[str]:
     return best
 
 
-def hot_path(loop: list[str]) -> collections.Counter:
-    """Opcode counts of the loop without its once-per-tile block: the block after the forward branch
-    that skips the most instructions (the load cursor's move to the next tile)."""
+def hot_sequence(loop: list[str]) -> list[str]:
+    """The loop's opcodes (with their modifiers, e.g. ``IADD3.X``) in order, without its once-per-tile
+    block: the block after the forward
+    branch that skips the most instructions (the load cursor's move to the next tile)."""
     labels = {m.group(1): i for i, line in enumerate(loop) if (m := _LABEL.match(line))}
     skips = [(labels[m.group(1)] - i, i, labels[m.group(1)]) for i, line in enumerate(loop)
              if (m := _BRANCH.search(line)) and labels.get(m.group(1), -1) > i]
@@ -58,11 +61,20 @@ def hot_path(loop: list[str]) -> collections.Counter:
         # The rare block: from the first branch that jumps to that label, to the label.
         first = min(i for _, i, e in skips if e == end)
         cold = set(range(first + 1, end))
-    ops = collections.Counter()
-    for i, line in enumerate(loop):
-        if i not in cold and (m := _INSTR.match(line)):
-            ops[m.group(1)] += 1
-    return ops
+    return [m.group(1) for i, line in enumerate(loop) if i not in cold and (m := _INSTR.match(line))]
+
+
+def hot_path(loop: list[str]) -> collections.Counter:
+    """Opcode counts (without modifiers: ``HMMA``, ``LDSM``) of the loop's hot path (:func:`hot_sequence`)."""
+    return collections.Counter(op.split(".")[0] for op in hot_sequence(loop))
+
+
+def similarity(a: list[str], b: list[str]) -> float:
+    """How alike two opcode sequences are, 0 to 1 (difflib's ratio: twice the matched opcodes over
+    both lengths): 1 is the same schedule of the same instructions. The same instructions in
+    another order score lower, which is how two instantiations' loops are told apart
+    (docs/perf-log.md, session 9)."""
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
 
 
 def find_nvdisasm(given: str | None) -> str | None:
@@ -94,7 +106,10 @@ def main(argv=None) -> int:
     disasm = find_nvdisasm(args.nvdisasm)
     cfg = gemm.CONFIGS[args.config]
     print(f"{cfg.tile_name} {args.dtype} {args.arch}" + ("" if disasm else "  (no nvdisasm: registers only)"))
-    print(f"{'epilogue':14s} {'regs':>5s} {'spill B':>8s} {'loop':>6s} {'hot':>5s} {'HMMA':>5s} {'LDSM':>5s} {'LDGSTS':>7s}")
+    ref = args.epilogues[0] if args.epilogues else None
+    print(f"{'epilogue':14s} {'regs':>5s} {'spill B':>8s} {'loop':>6s} {'hot':>5s} {'HMMA':>5s} {'LDSM':>5s} {'LDGSTS':>7s}"
+          f"  hot path like {ref}")
+    ref_hot = None
     for epi in args.epilogues:
         src, _ = gemm.generate_source(cfg, args.dtype, epi)
         cubin, log = kernels.compile_with_log(src, args.arch, extra_options=("--ptxas-options=-v",))
@@ -110,9 +125,12 @@ def main(argv=None) -> int:
                 if args.dump:
                     path.with_suffix(".sass").write_text(sass)
             loop = k_loop(sass)
-            hot = hot_path(loop)
+            seq = hot_sequence(loop)
+            hot = collections.Counter(op.split(".")[0] for op in seq)
+            ref_hot = seq if ref_hot is None else ref_hot
             n_loop = sum(1 for line in loop if _INSTR.match(line))
-            row += (f" {n_loop:6d} {sum(hot.values()):5d} {hot['HMMA']:5d} {hot['LDSM']:5d} {hot['LDGSTS']:7d}")
+            row += (f" {n_loop:6d} {len(seq):5d} {hot['HMMA']:5d} {hot['LDSM']:5d} {hot['LDGSTS']:7d}"
+                    f"  {similarity(ref_hot, seq):.3f}")
         print(row)
     return 0
 

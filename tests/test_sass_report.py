@@ -44,3 +44,14 @@ def test_no_mma_loop_is_an_error():
     with pytest.raises(ValueError, match="no loop"):
         sass_report.k_loop(".L_x_1:\n        /*0000*/                   IADD3 R0, R0, 0x1, RZ ;\n"
                            "        /*0010*/              @!P0 BRA `(.L_x_1) ;\n")
+
+
+def test_hot_sequence_keeps_modifiers_and_similarity_sees_order():
+    seq = sass_report.hot_sequence(sass_report.k_loop(SASS))
+    assert seq[:3] == ["HMMA.16816.F32.BF16", "LDSM.16.M88.4", "BRA"]
+    assert "BAR.SYNC.DEFER_BLOCKING" in seq and "MUFU.RCP" not in seq
+    assert sass_report.similarity(seq, list(seq)) == 1.0
+    # The same instructions in another order are less alike; a modifier alone tells two apart.
+    moved = seq[1:] + seq[:1]
+    assert 0 < sass_report.similarity(seq, moved) < 1
+    assert sass_report.similarity(["IADD3"], ["IADD3.X"]) == 0.0
