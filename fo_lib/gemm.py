@@ -46,6 +46,8 @@ _PORTABLE_KERNEL_OF = {"signal_rows": "signal_store", "signal_tiles": "signal_st
 def portable_kernel(epilogue: str) -> str:
     """The portable instantiation that runs a store mode (:data:`EPILOGUES`)."""
     return _PORTABLE_KERNEL_OF.get(epilogue, epilogue)
+
+
 _DTYPE_TAG = {"bf16": "fo::bf16_tag", "f16": "fo::f16_tag"}
 _MAX_SMEM = 227 * 1024  # H100/H200 opt-in limit per block; the device's own limit is checked at launch
 

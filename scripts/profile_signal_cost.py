@@ -28,10 +28,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # Each variant, in launch order, and the kernel it launches (the kernel's name ends in _<instantiation>).
-EPILOGUE_OF = {"plain": "plain", "plain_comm": "plain", "signal_rows": "signal_store", "signal_tiles": "signal_store",
+KERNEL_OF = {"plain": "plain", "plain_comm": "plain", "signal_rows": "signal_store", "signal_tiles": "signal_store",
                "signal_tiles_4g": "signal_store", "scatter": "scatter", "signal_rows_no_group": "signal_store",
                "signal_tiles_no_group": "signal_store"}
-VARIANTS = tuple(EPILOGUE_OF)
+VARIANTS = tuple(KERNEL_OF)
 DEFAULT_SHAPES = ("2048x8192x1024", "2048x8192x4096", "8192x8192x1024", "8192x8192x4096", "4096x4096x8192")
 
 
@@ -100,7 +100,7 @@ def parse_ncu_csv(stdout: str, labels):
     rows = []
     for (M, N, K, name), (_, r) in zip(labels, raw.iterrows()):
         kernel = str(r["Kernel Name"])
-        if not kernel.endswith("_" + EPILOGUE_OF[name]):
+        if not kernel.endswith("_" + KERNEL_OF[name]):
             raise SystemExit(f"launch order mismatch: {name} profiled as {kernel}")
         rows.append(dict(M=M, N=N, K=K, variant=name, kernel=kernel,
                          ms=float(str(r["gpu__time_duration.sum"]).replace(",", "")) * scale,

@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from profile_signal_cost import EPILOGUE_OF, launch, parse_shape  # noqa: E402
+from profile_signal_cost import KERNEL_OF, launch, parse_shape  # noqa: E402
 
 DEFAULT_VARIANTS = ("plain", "signal_rows", "signal_tiles", "signal_rows_no_group")
 DEFAULT_SHAPES = ("8192x8192x1024", "8192x8192x8192")
@@ -105,7 +105,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out-dir", type=Path, help="where the per-instruction tables and the summary go")
     p.add_argument("--shapes", type=parse_shape, nargs="*", default=[parse_shape(s) for s in DEFAULT_SHAPES])
-    p.add_argument("--variants", nargs="*", default=list(DEFAULT_VARIANTS), choices=list(EPILOGUE_OF))
+    p.add_argument("--variants", nargs="*", default=list(DEFAULT_VARIANTS), choices=list(KERNEL_OF))
     p.add_argument("--keep-reports", action="store_true", help="keep ncu's .ncu-rep files (~1 MB each)")
     p.add_argument("--ncu", default="ncu")
     p.add_argument("--launch", action="store_true", help=argparse.SUPPRESS)  # ncu's target
@@ -131,7 +131,7 @@ def main(argv=None) -> None:
             tag = f"{M}x{N}x{K}_{name}"
             rep = args.out_dir / f"{tag}.ncu-rep"
             cmd = [args.ncu, "--clock-control", "base", "--section", "SourceCounters", "--section", "WarpStateStats",
-                   "-k", f"regex:fo_gemm_nt_.*_{EPILOGUE_OF[name]}$", "--launch-count", "1", "-f", "-o", str(rep),
+                   "-k", f"regex:fo_gemm_nt_.*_{KERNEL_OF[name]}$", "--launch-count", "1", "-f", "-o", str(rep),
                    sys.executable, __file__, "--launch", "--shapes", f"{M}x{N}x{K}", "--variants", name]
             done = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if done.returncode != 0:

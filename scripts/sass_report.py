@@ -107,8 +107,8 @@ def main(argv=None) -> int:
     cfg = gemm.CONFIGS[args.config]
     print(f"{cfg.tile_name} {args.dtype} {args.arch}" + ("" if disasm else "  (no nvdisasm: registers only)"))
     ref = args.epilogues[0] if args.epilogues else None
-    print(f"{'epilogue':14s} {'regs':>5s} {'spill B':>8s} {'loop':>6s} {'hot':>5s} {'HMMA':>5s} {'LDSM':>5s} {'LDGSTS':>7s}"
-          f"  hot path like {ref}")
+    print(f"{'epilogue':14s} {'regs':>5s} {'spill B':>8s} {'loop':>6s} {'hot':>5s} {'HMMA':>5s} {'LDSM':>5s} "
+          f"{'LDGSTS':>7s}  hot path like {ref}")
     ref_hot = None
     for epi in args.epilogues:
         src, _ = gemm.generate_source(cfg, args.dtype, epi)

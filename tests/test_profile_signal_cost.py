@@ -59,4 +59,4 @@ def test_unknown_unit_and_missing_table_are_refused():
 def test_every_variant_names_a_kernel_epilogue():
     from fo_lib import gemm
 
-    assert set(psc.EPILOGUE_OF.values()) <= set(gemm.PORTABLE_KERNELS)
+    assert set(psc.KERNEL_OF.values()) <= set(gemm.PORTABLE_KERNELS)
