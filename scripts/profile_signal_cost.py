@@ -78,6 +78,15 @@ def launch(shapes, repeat: int, variants=VARIANTS) -> None:
         torch.cuda.synchronize()
 
 
+def ncu_number(value, blank: float | None = None) -> float:
+    """One of ncu's CSV numbers ("1,517.3": thousands separators); an empty cell is ``blank``
+    (an error when ``blank`` is None)."""
+    text = str(value).replace(",", "").strip()
+    if text in ("", "nan") and blank is not None:
+        return blank
+    return float(text)
+
+
 _MS_PER_UNIT = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0}
 
 
@@ -103,8 +112,8 @@ def parse_ncu_csv(stdout: str, labels):
         if not kernel.endswith("_" + KERNEL_OF[name]):
             raise SystemExit(f"launch order mismatch: {name} profiled as {kernel}")
         rows.append(dict(M=M, N=N, K=K, variant=name, kernel=kernel,
-                         ms=float(str(r["gpu__time_duration.sum"]).replace(",", "")) * scale,
-                         instructions=int(float(str(r["smsp__inst_executed.sum"]).replace(",", "")))))
+                         ms=ncu_number(r["gpu__time_duration.sum"]) * scale,
+                         instructions=int(ncu_number(r["smsp__inst_executed.sum"]))))
     return pd.DataFrame(rows)
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from profile_signal_cost import KERNEL_OF, launch, parse_shape  # noqa: E402
+from profile_signal_cost import KERNEL_OF, launch, ncu_number, parse_shape  # noqa: E402
 
 DEFAULT_VARIANTS = ("plain", "signal_rows", "signal_tiles", "signal_rows_no_group")
 DEFAULT_SHAPES = ("8192x8192x1024", "8192x8192x8192")
@@ -40,8 +40,7 @@ REASONS = ("barrier", "long_sb", "short_sb", "wait", "mio", "math", "lg", "memba
 
 
 def _number(col):
-    import pandas as pd
-    return pd.to_numeric(col.astype(str).str.replace(",", ""), errors="coerce").fillna(0)
+    return col.map(lambda v: ncu_number(v, blank=0.0))
 
 
 def read_source_csv(text: str):

@@ -60,3 +60,10 @@ def test_every_variant_names_a_kernel_epilogue():
     from fo_lib import gemm
 
     assert set(psc.KERNEL_OF.values()) <= set(gemm.PORTABLE_KERNELS)
+
+
+def test_ncu_numbers_read_separators_and_blank_cells():
+    assert psc.ncu_number("1,517.3") == pytest.approx(1517.3)
+    assert psc.ncu_number("", blank=0.0) == 0.0 and psc.ncu_number("nan", blank=0.0) == 0.0
+    with pytest.raises(ValueError):
+        psc.ncu_number("")
