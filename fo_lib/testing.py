@@ -39,18 +39,24 @@ def median(samples) -> float:
 
 
 def bench_interleaved(fns: Mapping[str, Callable[[int], object]], *, rounds: int = 30,
-                      inner: int = 5, warmup: int = 3, stream=None, graph: bool = False) -> dict[str, list[float]]:
+                      inner: int = 5, warmup: int = 3, stream=None, graph: bool = False,
+                      order: str = "alternate", seed: int = 0) -> dict[str, list[float]]:
     """Time ``fns`` (each called as ``fn(i)``, ``i`` the call index for input rotation).
 
     Each round runs every variant ``inner`` times back to back between two CUDA events and records
-    the mean per call in ms; variants alternate within a round (and the order flips every round).
+    the mean per call in ms. ``order``: ``"alternate"`` runs the variants in their given order, reversed
+    every other round; ``"shuffle"`` in a fresh random order per round (``seed``), so that no
+    variant keeps one place in the round (on a power-capped GPU the clock drifts within a round).
     With ``graph=True`` each variant's ``inner`` calls are captured once in a CUDA graph and the
     rounds replay it, so host launch overhead is excluded. Returns ``{name: [ms per round]}``.
     """
     import torch
 
+    if order not in ("alternate", "shuffle"):
+        raise ValueError(f"order must be 'alternate' or 'shuffle', got {order!r}")
     stream = stream or torch.cuda.current_stream()
     names = list(fns)
+    rng = np.random.default_rng(seed)
     calls = 0
     for _ in range(warmup):
         for name in names:
@@ -70,8 +76,11 @@ def bench_interleaved(fns: Mapping[str, Callable[[int], object]], *, rounds: int
         torch.cuda.synchronize()
     out: dict[str, list[float]] = {n: [] for n in names}
     for r in range(rounds):
-        order = names if r % 2 == 0 else names[::-1]  # alternate who goes first
-        for name in order:
+        if order == "shuffle":
+            round_order = [names[j] for j in rng.permutation(len(names))]
+        else:
+            round_order = names if r % 2 == 0 else names[::-1]  # alternate who goes first
+        for name in round_order:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record(stream)
             if graph:

@@ -65,18 +65,20 @@ def add_config_variants(fns, family, configs_by_name, names, sets, M):
         fns[f"cfg:{name}"] = (lambda c: lambda i: family.gemm_nt(*sets[i % len(sets)], config=c))(c)
 
 
-def check_and_time(fns, family, cfg, sets, M, N, K, rounds, inner, graph):
+def check_and_time(fns, family, cfg, sets, M, N, K, rounds, inner, graph, order="alternate"):
     """A correctness smoke check against cuBLAS (the tests compare with float64), then interleaved
     medians: returns ``(cfg, rel. error, {variant: (ms, TFLOP/s)})``."""
     a, b, _ = sets[0]
     want = torch.matmul(a, b.T).float()
     err = ((family.gemm_nt(a, b, config=cfg).float() - want).norm() / want.norm()).item()
-    med = summarize(bench_interleaved(fns, rounds=rounds, inner=inner, warmup=2, graph=graph))
+    med = summarize(bench_interleaved(fns, rounds=rounds, inner=inner, warmup=2, graph=graph, order=order,
+                                      seed=M * 7919 + N * 31 + K))
     flop = 2.0 * M * N * K
     return cfg, err, {k: (v, flop / (v * 1e-3) / 1e12) for k, v in med.items()}
 
 
-def bench_shape(M, N, K, dtype, rounds, inner, configs, ablation=False, graph=False):
+def bench_shape(M, N, K, dtype, rounds, inner, configs, ablation=False, graph=False, control=False,
+                order="alternate"):
     sets = input_sets(M, N, K, dtype)
     n_sets = len(sets)
     sms = gemm.sm_count()
@@ -124,8 +126,13 @@ def bench_shape(M, N, K, dtype, rounds, inner, configs, ablation=False, graph=Fa
                                                                tile_place=place)
         fns["signal_rows_no_group"] = lambda i: gemm.gemm_nt_signal(sets[i % n_sets][0], sets[i % n_sets][1],
                                                                     comm[i % 2], None, tg_none, cnt, config=cfg)
+    if control:
+        # The plain kernel once more, as its own variant: its difference from "ours" is what the
+        # measurement itself gives two identical kernels (the noise floor of every "vs plain").
+        fns["ours_again"] = lambda i: gemm.gemm_nt(sets[i % n_sets][0], sets[i % n_sets][1], sets[i % n_sets][2],
+                                                   config=cfg)
     add_config_variants(fns, gemm.PORTABLE, gemm.CONFIGS, configs, sets, M)
-    return check_and_time(fns, gemm.PORTABLE, cfg, sets, M, N, K, rounds, inner, graph)
+    return check_and_time(fns, gemm.PORTABLE, cfg, sets, M, N, K, rounds, inner, graph, order)
 
 
 def main(argv=None):
@@ -142,6 +149,11 @@ def main(argv=None):
                    help="also time the table store with a row-major table (layout vs table cost)")
     p.add_argument("--graph", action="store_true", help="time CUDA-graph replays (no host overhead)")
     p.add_argument("--rounds", type=int, help="interleaved rounds (default 15, quick 6)")
+    p.add_argument("--control", action="store_true",
+                   help="also time the plain kernel a second time ('ours_again': the noise floor)")
+    p.add_argument("--order", default="alternate", choices=("alternate", "shuffle"),
+                   help="variant order in a round: the given one reversed every other round, or a "
+                        "random one per round (seeded by the shape)")
     args = p.parse_args(argv)
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[args.dtype]
     configs = list(gemm.CONFIGS) if args.configs == ["all"] else args.configs
@@ -155,7 +167,8 @@ def main(argv=None):
     for M in args.M:
         for N in args.N:
             for K in args.K:
-                cfg, err, res = bench_shape(M, N, K, dtype, rounds, inner, configs, args.ablation, args.graph)
+                cfg, err, res = bench_shape(M, N, K, dtype, rounds, inner, configs, args.ablation, args.graph,
+                                            args.control, args.order)
                 t, o, s = res["torch"][1], res["ours"][1], res["signal"][1]
                 overhead = (res["signal"][0] / res["ours"][0] - 1) * 100
                 scat = (res["scatter"][0] / res["ours"][0] - 1) * 100
@@ -171,7 +184,8 @@ def main(argv=None):
                 del res
                 torch.cuda.empty_cache()
     df = pd.DataFrame(rows)
-    write_result(df, args.out, link="none", dtype=args.dtype, rounds=rounds, inner=inner, graph=args.graph)
+    write_result(df, args.out, link="none", dtype=args.dtype, rounds=rounds, inner=inner, graph=args.graph,
+                 order=args.order)
     wide = df.pivot_table(index=["M", "N", "K"], columns="variant", values="median_ms", aggfunc="first")
     wide = wide.astype(float)
     ratio = wide["torch"] / wide["ours"]
@@ -189,7 +203,7 @@ def main(argv=None):
           f"signal through the row table: median {table_sig.median():+.2f}%; scatter vs plain: median "
           f"{scat.median():+.2f}%; signal_rows (no table) vs plain: median "
           f"{rows_sig.median():+.2f}% (min {rows_sig.min():+.2f}, max {rows_sig.max():+.2f})  -> {args.out}")
-    for name in ("signal_no_group", "signal_rows_no_group", "plain_into_comm"):
+    for name in ("ours_again", "signal_no_group", "signal_rows_no_group", "plain_into_comm"):
         if name in wide:
             x = (wide[name] / wide["ours"] - 1) * 100
             print(f"{name} vs plain: median {x.median():+.2f}% (min {x.min():+.2f}, max {x.max():+.2f})")
