@@ -7,7 +7,9 @@ group per wave, each tile stored at its place, fo_lib.reorder.TileReorder.tile_p
 and without signalling ("scatter");
 the signal with C stored row-major ("signal_rows", the AllReduce rows layout); and
 ``torch.matmul(a, b.T)``; optionally every big config as its own variant (``--configs``). Inputs are
-random and rotate over enough sets that one round's operands exceed the 60 MB L2. Median TFLOP/s per
+random and rotate over enough sets that one round's operands exceed the 60 MB L2. The variants run in
+a fresh random order each round (``--order``); ``--control`` adds the plain kernel a second time, whose
+difference from the first is the measurement's own noise. Median TFLOP/s per
 variant goes to ``--out`` (CSV) and a short table is printed.
 
     python scripts/bench_gemm.py --out bench.csv            # full grid
@@ -151,9 +153,12 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, help="interleaved rounds (default 15, quick 6)")
     p.add_argument("--control", action="store_true",
                    help="also time the plain kernel a second time ('ours_again': the noise floor)")
-    p.add_argument("--order", default="alternate", choices=("alternate", "shuffle"),
-                   help="variant order in a round: the given one reversed every other round, or a "
-                        "random one per round (seeded by the shape)")
+    # NOTES: shuffled by default. In the alternating order each variant keeps its neighbours, and on
+    # this power-capped GPU the signal variants of the long (>= 1 ms) shapes then read 1-2 % slower
+    # than plain where a random order reads ~0 (same call, docs/perf-log.md, session 10).
+    p.add_argument("--order", default="shuffle", choices=("alternate", "shuffle"),
+                   help="variant order in a round: a random one per round (seeded by the shape; the "
+                        "default), or the given one reversed every other round")
     args = p.parse_args(argv)
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[args.dtype]
     configs = list(gemm.CONFIGS) if args.configs == ["all"] else args.configs

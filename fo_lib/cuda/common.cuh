@@ -63,11 +63,7 @@ __device__ __forceinline__ u32 ld_acquire_gpu(const u32* p) {
 __device__ __forceinline__ void red_release_gpu_add(u32* p, u32 v) {
     asm volatile("red.release.gpu.global.add.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
 }
-// Without the release: only for a counter whose consumer is ordered by the kernel's completion.
-__device__ __forceinline__ void red_relaxed_gpu_add(u32* p, u32 v) {
-    asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
-}
-// The same as red_release_gpu_add, predicated inside the asm (no branch around it: straight-line code for the caller).
+// The same, predicated inside the asm (no branch around it: straight-line code for the caller).
 __device__ __forceinline__ void red_release_gpu_add_if(bool pred, u32* p, u32 v) {
     asm volatile("{ .reg .pred q; setp.ne.b32 q, %2, 0; @q red.release.gpu.global.add.u32 [%0], %1; }"
                  :: "l"(p), "r"(v), "r"(int(pred)) : "memory");

@@ -374,10 +374,6 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         }
 
         // --- epilogue: registers -> smem C (16-byte chunks swizzled by row & 7) -> global ----------
-#ifdef FO_EXP_RASTER_FIRST
-        int next_tm, next_tn;
-        raster.tile(s + gridDim.x, next_tm, next_tn);  // past the last tile: unused
-#endif
         // The row offsets (or the place) were committed with k-tile (first + STAGES-1) of this tile;
         // the main loop's last wait and barrier covered k-tiles up to (first + KT-1).
         if ((kTableStore || placed) && KT < STAGES) {
@@ -405,9 +401,6 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                 }
             }
         }
-#ifdef FO_EXP_RASTER_FIRST
-        asm volatile("" : "+r"(next_tm), "+r"(next_tn));  // pin it among the staging stores
-#endif
         __syncthreads();
 
         const int rows = min(BM, M - tm * BM);
@@ -501,20 +494,11 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                 probe[tile_id * 4 + 3] = blockIdx.x;
             }
         }
-#ifdef FO_EXP_RASTER_FIRST
-        tm = next_tm;
-        tn = next_tn;
-#else
         raster.tile(s + gridDim.x, tm, tn);  // past the last tile: unused
-#endif
     }
     if (kSignal) {
         __syncthreads();
-#ifdef FO_EXP_RELAXED_FINAL
-        if (pending_group >= 0) red_relaxed_gpu_add(group_counter + pending_group, 1u);
-#else
         publish();
-#endif
     }
     cp_async_wait<0>();
 }
