@@ -40,7 +40,7 @@ def median(samples) -> float:
 
 def bench_interleaved(fns: Mapping[str, Callable[[int], object]], *, rounds: int = 30,
                       inner: int = 5, warmup: int = 3, stream=None, graph: bool = False,
-                      order: str = "alternate", seed: int = 0) -> dict[str, list[float]]:
+                      order: str = "alternate", seed: int = 0, record: list | None = None) -> dict[str, list[float]]:
     """Time ``fns`` (each called as ``fn(i)``, ``i`` the call index for input rotation).
 
     Each round runs every variant ``inner`` times back to back between two CUDA events and records
@@ -48,7 +48,8 @@ def bench_interleaved(fns: Mapping[str, Callable[[int], object]], *, rounds: int
     every other round; ``"shuffle"`` in a fresh random order per round (``seed``), so that no
     variant keeps one place in the round (on a power-capped GPU the clock drifts within a round).
     With ``graph=True`` each variant's ``inner`` calls are captured once in a CUDA graph and the
-    rounds replay it, so host launch overhead is excluded. Returns ``{name: [ms per round]}``.
+    rounds replay it, so host launch overhead is excluded. Returns ``{name: [ms per round]}``;
+    ``record``, a list, also receives ``(round, place in the round, name, ms)`` per measurement.
     """
     import torch
 
@@ -80,7 +81,7 @@ def bench_interleaved(fns: Mapping[str, Callable[[int], object]], *, rounds: int
             round_order = [names[j] for j in rng.permutation(len(names))]
         else:
             round_order = names if r % 2 == 0 else names[::-1]  # alternate who goes first
-        for name in round_order:
+        for place, name in enumerate(round_order):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record(stream)
             if graph:
@@ -92,6 +93,8 @@ def bench_interleaved(fns: Mapping[str, Callable[[int], object]], *, rounds: int
             end.record(stream)
             end.synchronize()
             out[name].append(start.elapsed_time(end) / inner)
+            if record is not None:
+                record.append((r, place, name, out[name][-1]))
     return out
 
 

@@ -67,20 +67,21 @@ def add_config_variants(fns, family, configs_by_name, names, sets, M):
         fns[f"cfg:{name}"] = (lambda c: lambda i: family.gemm_nt(*sets[i % len(sets)], config=c))(c)
 
 
-def check_and_time(fns, family, cfg, sets, M, N, K, rounds, inner, graph, order="alternate"):
+def check_and_time(fns, family, cfg, sets, M, N, K, rounds, inner, graph, order="alternate", record=None):
     """A correctness smoke check against cuBLAS (the tests compare with float64), then interleaved
-    medians: returns ``(cfg, rel. error, {variant: (ms, TFLOP/s)})``."""
+    medians: returns ``(cfg, rel. error, {variant: (ms, TFLOP/s)})``. ``record``: a list that receives
+    every round's measurements (``bench_interleaved``)."""
     a, b, _ = sets[0]
     want = torch.matmul(a, b.T).float()
     err = ((family.gemm_nt(a, b, config=cfg).float() - want).norm() / want.norm()).item()
     med = summarize(bench_interleaved(fns, rounds=rounds, inner=inner, warmup=2, graph=graph, order=order,
-                                      seed=M * 7919 + N * 31 + K))
+                                      seed=M * 7919 + N * 31 + K, record=record))
     flop = 2.0 * M * N * K
     return cfg, err, {k: (v, flop / (v * 1e-3) / 1e12) for k, v in med.items()}
 
 
 def bench_shape(M, N, K, dtype, rounds, inner, configs, ablation=False, graph=False, control=False,
-                order="alternate"):
+                order="alternate", record=None):
     sets = input_sets(M, N, K, dtype)
     n_sets = len(sets)
     sms = gemm.sm_count()
@@ -134,7 +135,7 @@ def bench_shape(M, N, K, dtype, rounds, inner, configs, ablation=False, graph=Fa
         fns["ours_again"] = lambda i: gemm.gemm_nt(sets[i % n_sets][0], sets[i % n_sets][1], sets[i % n_sets][2],
                                                    config=cfg)
     add_config_variants(fns, gemm.PORTABLE, gemm.CONFIGS, configs, sets, M)
-    return check_and_time(fns, gemm.PORTABLE, cfg, sets, M, N, K, rounds, inner, graph, order)
+    return check_and_time(fns, gemm.PORTABLE, cfg, sets, M, N, K, rounds, inner, graph, order, record)
 
 
 def main(argv=None):
@@ -159,6 +160,8 @@ def main(argv=None):
     p.add_argument("--order", default="shuffle", choices=("alternate", "shuffle"),
                    help="variant order in a round: a random one per round (seeded by the shape; the "
                         "default), or the given one reversed every other round")
+    p.add_argument("--samples", help="also write every round's time per variant, with its place in the "
+                                     "round, to this CSV (how the order affects a variant)")
     args = p.parse_args(argv)
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[args.dtype]
     configs = list(gemm.CONFIGS) if args.configs == ["all"] else args.configs
@@ -166,14 +169,17 @@ def main(argv=None):
     rounds = args.rounds or rounds
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
 
-    rows = []
+    rows, samples = [], []
     print(f"{'M':>6} {'N':>6} {'K':>6} {'config':>24} {'torch':>7} {'ours':>7} {'x':>5} {'signal':>7} "
           f"{'scat%':>6} {'sig%':>6}  vs_torch " + " ".join(f"{c:>11}" for c in configs), flush=True)
     for M in args.M:
         for N in args.N:
             for K in args.K:
+                record = [] if args.samples else None
                 cfg, err, res = bench_shape(M, N, K, dtype, rounds, inner, configs, args.ablation, args.graph,
-                                            args.control, args.order)
+                                            args.control, args.order, record)
+                samples += [dict(M=M, N=N, K=K, round=r, place=q, variant=v, ms=round(ms, 5))
+                            for r, q, v, ms in record or ()]
                 t, o, s = res["torch"][1], res["ours"][1], res["signal"][1]
                 overhead = (res["signal"][0] / res["ours"][0] - 1) * 100
                 scat = (res["scatter"][0] / res["ours"][0] - 1) * 100
@@ -191,6 +197,9 @@ def main(argv=None):
     df = pd.DataFrame(rows)
     write_result(df, args.out, link="none", dtype=args.dtype, rounds=rounds, inner=inner, graph=args.graph,
                  order=args.order)
+    if args.samples:
+        write_result(pd.DataFrame(samples), args.samples, link="none", dtype=args.dtype, rounds=rounds,
+                     inner=inner, graph=args.graph, order=args.order)
     wide = df.pivot_table(index=["M", "N", "K"], columns="variant", values="median_ms", aggfunc="first")
     wide = wide.astype(float)
     ratio = wide["torch"] / wide["ours"]
