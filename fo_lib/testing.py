@@ -40,12 +40,13 @@ def median(samples) -> float:
 
 def bench_interleaved(fns: Mapping[str, Callable[[int], object]], *, rounds: int = 30,
                       inner: int = 5, warmup: int = 3, stream=None, graph: bool = False,
-                      order: str = "alternate", seed: int = 0, record: list | None = None) -> dict[str, list[float]]:
+                      order: str = "alternate", seed=0, record: list | None = None) -> dict[str, list[float]]:
     """Time ``fns`` (each called as ``fn(i)``, ``i`` the call index for input rotation).
 
     Each round runs every variant ``inner`` times back to back between two CUDA events and records
     the mean per call in ms. ``order``: ``"alternate"`` runs the variants in their given order, reversed
-    every other round; ``"shuffle"`` in a fresh random order per round (``seed``), so that no
+    every other round; ``"shuffle"`` in a fresh random order per round (``seed``: anything
+    ``numpy.random.default_rng`` takes, e.g. a tuple of ints), so that no
     variant keeps one place in the round (on a power-capped GPU the clock drifts within a round).
     With ``graph=True`` each variant's ``inner`` calls are captured once in a CUDA graph and the
     rounds replay it, so host launch overhead is excluded. Returns ``{name: [ms per round]}``;

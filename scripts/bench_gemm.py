@@ -67,7 +67,8 @@ def add_config_variants(fns, family, configs_by_name, names, sets, M):
         fns[f"cfg:{name}"] = (lambda c: lambda i: family.gemm_nt(*sets[i % len(sets)], config=c))(c)
 
 
-def check_and_time(fns, family, cfg, sets, M, N, K, rounds, inner, graph, order="alternate", record=None):
+def check_and_time(fns, family, cfg, sets, M, N, K, rounds, inner, graph, order="alternate", record=None,
+                   seed=0):
     """A correctness smoke check against cuBLAS (the tests compare with float64), then interleaved
     medians: returns ``(cfg, rel. error, {variant: (ms, TFLOP/s)})``. ``record``: a list that receives
     every round's measurements (``bench_interleaved``)."""
@@ -75,13 +76,13 @@ def check_and_time(fns, family, cfg, sets, M, N, K, rounds, inner, graph, order=
     want = torch.matmul(a, b.T).float()
     err = ((family.gemm_nt(a, b, config=cfg).float() - want).norm() / want.norm()).item()
     med = summarize(bench_interleaved(fns, rounds=rounds, inner=inner, warmup=2, graph=graph, order=order,
-                                      seed=M * 7919 + N * 31 + K, record=record))
+                                      seed=(seed, M, N, K), record=record))
     flop = 2.0 * M * N * K
     return cfg, err, {k: (v, flop / (v * 1e-3) / 1e12) for k, v in med.items()}
 
 
 def bench_shape(M, N, K, dtype, rounds, inner, configs, ablation=False, graph=False, control=False,
-                order="alternate", record=None):
+                order="alternate", record=None, seed=0):
     sets = input_sets(M, N, K, dtype)
     n_sets = len(sets)
     sms = gemm.sm_count()
@@ -135,7 +136,7 @@ def bench_shape(M, N, K, dtype, rounds, inner, configs, ablation=False, graph=Fa
         fns["ours_again"] = lambda i: gemm.gemm_nt(sets[i % n_sets][0], sets[i % n_sets][1], sets[i % n_sets][2],
                                                    config=cfg)
     add_config_variants(fns, gemm.PORTABLE, gemm.CONFIGS, configs, sets, M)
-    return check_and_time(fns, gemm.PORTABLE, cfg, sets, M, N, K, rounds, inner, graph, order, record)
+    return check_and_time(fns, gemm.PORTABLE, cfg, sets, M, N, K, rounds, inner, graph, order, record, seed)
 
 
 def main(argv=None):
@@ -160,6 +161,8 @@ def main(argv=None):
     p.add_argument("--order", default="shuffle", choices=("alternate", "shuffle"),
                    help="variant order in a round: a random one per round (seeded by the shape; the "
                         "default), or the given one reversed every other round")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the shuffled orders (with the shape); give repeats different seeds")
     p.add_argument("--samples", help="also write every round's time per variant, with its place in the "
                                      "round, to this CSV (how the order affects a variant)")
     args = p.parse_args(argv)
@@ -177,7 +180,7 @@ def main(argv=None):
             for K in args.K:
                 record = [] if args.samples else None
                 cfg, err, res = bench_shape(M, N, K, dtype, rounds, inner, configs, args.ablation, args.graph,
-                                            args.control, args.order, record)
+                                            args.control, args.order, record, args.seed)
                 samples += [dict(M=M, N=N, K=K, round=r, place=q, variant=v, ms=round(ms, 5))
                             for r, q, v, ms in record or ()]
                 t, o, s = res["torch"][1], res["ours"][1], res["signal"][1]
@@ -196,10 +199,10 @@ def main(argv=None):
                 torch.cuda.empty_cache()
     df = pd.DataFrame(rows)
     write_result(df, args.out, link="none", dtype=args.dtype, rounds=rounds, inner=inner, graph=args.graph,
-                 order=args.order)
+                 order=args.order, seed=args.seed)
     if args.samples:
         write_result(pd.DataFrame(samples), args.samples, link="none", dtype=args.dtype, rounds=rounds,
-                     inner=inner, graph=args.graph, order=args.order)
+                     inner=inner, graph=args.graph, order=args.order, seed=args.seed)
     wide = df.pivot_table(index=["M", "N", "K"], columns="variant", values="median_ms", aggfunc="first")
     wide = wide.astype(float)
     ratio = wide["torch"] / wide["ours"]
