@@ -380,37 +380,6 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
             cp_async_wait<0>();
             __syncthreads();
         }
-#ifdef FO_EXP_DST_FIRST
-        // signal_store: where the tile goes (row-major C, or its place, read from shared memory) is
-        // worked out before the C staging and held there (the empty asm after it), so its latency
-        // hides among the staging stores. NOTES: left to the compiler it came after the staging
-        // barrier: ~40 serial instructions a tile with two constant loads, which plain's store does
-        // not wait for (~0.5 % of a K = 1024 GEMM in stall samples, docs/perf-log.md, session 10).
-        i64 place_at = 0, sub_stride = 0;
-        int shift = 0;
-        bits16* dst_first = C;  // the thread's first chunk, when dst_mode is 0
-        i64 dst_step = 0;
-        int dst_mode = 0;  // 0: every chunk whole and aligned (store_whole), 1: store_rows, 2: subtiles
-        if (EPILOGUE == 4) {
-            if (placed) {
-                place_at = ld_shared_s64(smem_ro);
-                sub_stride = ld_shared_s64(smem_ro + 8);
-                shift = int(ld_shared_s64(smem_ro + 16));
-            }
-            // The thread's first row and chunk and the tile's width, as the store below has them.
-            const int r0 = warp * (BM / (WARPS_M * WARPS_N)) + lane / S::C_CPR;
-            const int ch = lane % S::C_CPR;
-            const int width = min(BN, N - tn * BN);
-            const i64 stride = placed ? i64(width) : ldc;
-            // r0 * width < 2^16 (a 32-bit product); r0 * ldc is the same for every tile.
-            dst_first = (placed ? comm_buf + place_at + r0 * width : C + i64(tm * BM) * ldc + tn * BN + i64(r0) * ldc) +
-                        ch * 8;
-            dst_step = i64(S::C_ROW_STEP) * stride;
-            const bool whole = width - ch * 8 >= 8 &&
-                               ((reinterpret_cast<unsigned long long>(dst_first) | u64(stride) * 2) & 15) == 0;
-            dst_mode = placed && (BM - 1) >> shift != 0 ? 2 : whole ? 0 : 1;
-        }
-#else
         // A placed tile's place is read before the C staging, which hides its latency.
         i64 place_at = 0, sub_stride = 0;
         int shift = 0;
@@ -419,7 +388,6 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
             sub_stride = ld_shared_s64(smem_ro + 8);
             shift = int(ld_shared_s64(smem_ro + 16));
         }
-#endif
 #pragma unroll
         for (int mi = 0; mi < S::MI; ++mi) {
 #pragma unroll
@@ -433,9 +401,6 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
                 }
             }
         }
-#ifdef FO_EXP_DST_FIRST
-        if (EPILOGUE == 4) asm volatile("" : "+l"(dst_first), "+l"(dst_step), "+r"(dst_mode));
-#endif
         __syncthreads();
 
         const int rows = min(BM, M - tm * BM);
@@ -478,38 +443,25 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         // of the thread is a whole aligned chunk, a store is its row guard, the smem load and the
         // 16-byte store (address: one add); the per-store address and checks of store_rows were ~20
         // instructions a store, a large share of a tile at K = 1024 (docs/perf-log.md, session 8).
-        // Every row of the thread a whole aligned chunk: from p (its first), step rows apart.
-        auto store_whole = [&](bits16* p, i64 step) {
-#pragma unroll
-            for (int i = 0; i < S::C_STORES; ++i) {
-                if (st_row(i) < rows) {
-                    u32 v[4];
-                    ld_shared_v4(st_smem_at(i), v);
-                    st_global_v4(p, v);
-                }
-                p += step;
-            }
-        };
         auto store_strided = [&](bits16* base, i64 stride) {
             bits16* p = base + i64(st_r0) * stride + st_ch * 8;
             if (st_n >= 8 && ((reinterpret_cast<unsigned long long>(p) | u64(stride) * 2) & 15) == 0) {
-                store_whole(p, i64(S::C_ROW_STEP) * stride);
+                const i64 step = i64(S::C_ROW_STEP) * stride;
+#pragma unroll
+                for (int i = 0; i < S::C_STORES; ++i) {
+                    if (st_row(i) < rows) {
+                        u32 v[4];
+                        ld_shared_v4(st_smem_at(i), v);
+                        st_global_v4(p, v);
+                    }
+                    p += step;
+                }
             } else {
                 store_rows([&](int r) { return base + i64(r) * stride; });
             }
         };
         if (kTableStore) {
             store_rows([&](int r) { return comm_buf + ld_shared_s64(smem_ro + r * 8); });
-#ifdef FO_EXP_DST_FIRST
-        } else if (EPILOGUE == 4) {
-            bits16* const place = comm_buf + place_at;
-            if (dst_mode == 0) {
-                store_whole(dst_first, dst_step);  // row-major C, or a tile with no subtiles
-            } else if (dst_mode == 1) {
-                bits16* const base = placed ? place : C + i64(tm * BM) * ldc + tn * BN;
-                const i64 stride = placed ? i64(cols) : ldc;
-                store_rows([&](int r) { return base + i64(r) * stride; });
-#else
         } else if (EPILOGUE == 4) {
             bits16* const place = comm_buf + place_at;
             const bool subtiles = placed && (BM - 1) >> shift != 0;
@@ -517,7 +469,6 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
             const i64 stride = placed ? i64(cols) : ldc;
             if (!subtiles) {
                 store_strided(base, stride);  // row-major C, or a tile with no subtiles
-#endif
             } else {
                 store_rows([&](int r) {
                     return place + i64(r >> shift) * sub_stride + i64(u32(r) & ((1u << shift) - 1u)) * cols;
