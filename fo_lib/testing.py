@@ -38,27 +38,39 @@ def median(samples) -> float:
     return float(statistics.median(samples))
 
 
+def round_orders(names, rounds: int, order: str = "alternate", seed=0) -> list[list]:
+    """The order of ``names`` in each of ``rounds`` rounds: ``"alternate"``, the given order reversed
+    every other round; ``"shuffle"``, a random permutation per round drawn from
+    ``numpy.random.default_rng(seed)`` (``seed``: anything it takes, e.g. a tuple of ints)."""
+    names = list(names)
+    if order == "alternate":
+        return [names if r % 2 == 0 else names[::-1] for r in range(rounds)]
+    if order == "shuffle":
+        rng = np.random.default_rng(seed)
+        return [[names[j] for j in rng.permutation(len(names))] for _ in range(rounds)]
+    raise ValueError(f"order must be 'alternate' or 'shuffle', got {order!r}")
+
+
 def bench_interleaved(fns: Mapping[str, Callable[[int], object]], *, rounds: int = 30,
                       inner: int = 5, warmup: int = 3, stream=None, graph: bool = False,
                       order: str = "alternate", seed=0, record: list | None = None) -> dict[str, list[float]]:
     """Time ``fns`` (each called as ``fn(i)``, ``i`` the call index for input rotation).
 
     Each round runs every variant ``inner`` times back to back between two CUDA events and records
-    the mean per call in ms. ``order``: ``"alternate"`` runs the variants in their given order, reversed
-    every other round; ``"shuffle"`` in a fresh random order per round (``seed``: anything
-    ``numpy.random.default_rng`` takes, e.g. a tuple of ints), so that no
-    variant keeps one place in the round (on a power-capped GPU the clock drifts within a round).
+    the mean per call in ms, the variants in the order :func:`round_orders` gives (``order``,
+    ``seed``). ``"shuffle"`` (a random order per round) keeps any variant from holding one place and
+    one neighbour in every round: on a power-capped GPU the clock drifts within a round, and in the
+    alternating order the same kernel timed twice differed by 2-4 % on long shapes
+    (docs/perf-log.md, session 10).
     With ``graph=True`` each variant's ``inner`` calls are captured once in a CUDA graph and the
     rounds replay it, so host launch overhead is excluded. Returns ``{name: [ms per round]}``;
     ``record``, a list, also receives ``(round, place in the round, name, ms)`` per measurement.
     """
     import torch
 
-    if order not in ("alternate", "shuffle"):
-        raise ValueError(f"order must be 'alternate' or 'shuffle', got {order!r}")
-    stream = stream or torch.cuda.current_stream()
     names = list(fns)
-    rng = np.random.default_rng(seed)
+    orders = round_orders(names, rounds, order, seed)
+    stream = stream or torch.cuda.current_stream()
     calls = 0
     for _ in range(warmup):
         for name in names:
@@ -77,11 +89,7 @@ def bench_interleaved(fns: Mapping[str, Callable[[int], object]], *, rounds: int
             graphs[name] = g
         torch.cuda.synchronize()
     out: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds):
-        if order == "shuffle":
-            round_order = [names[j] for j in rng.permutation(len(names))]
-        else:
-            round_order = names if r % 2 == 0 else names[::-1]  # alternate who goes first
+    for r, round_order in enumerate(orders):
         for place, name in enumerate(round_order):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record(stream)
