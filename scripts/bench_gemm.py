@@ -67,7 +67,7 @@ def add_config_variants(fns, family, configs_by_name, names, sets, M):
         fns[f"cfg:{name}"] = (lambda c: lambda i: family.gemm_nt(*sets[i % len(sets)], config=c))(c)
 
 
-def check_and_time(fns, family, cfg, sets, M, N, K, rounds, inner, graph, order="alternate", record=None,
+def check_and_time(fns, family, cfg, sets, M, N, K, rounds, inner, graph, order="shuffle", record=None,
                    seed=0):
     """A correctness smoke check against cuBLAS (the tests compare with float64), then interleaved
     medians: returns ``(cfg, rel. error, {variant: (ms, TFLOP/s)})``. ``record``: a list that receives
@@ -82,7 +82,7 @@ def check_and_time(fns, family, cfg, sets, M, N, K, rounds, inner, graph, order=
 
 
 def bench_shape(M, N, K, dtype, rounds, inner, configs, ablation=False, graph=False, control=False,
-                order="alternate", record=None, seed=0):
+                order="shuffle", record=None, seed=0):
     sets = input_sets(M, N, K, dtype)
     n_sets = len(sets)
     sms = gemm.sm_count()
@@ -155,9 +155,9 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, help="interleaved rounds (default 15, quick 6)")
     p.add_argument("--control", action="store_true",
                    help="also time the plain kernel a second time ('ours_again': the noise floor)")
-    # NOTES: shuffled by default. In the alternating order each variant keeps its neighbours, and on
-    # this power-capped GPU the signal variants of the long (>= 1 ms) shapes then read 1-2 % slower
-    # than plain where a random order reads ~0 (same call, docs/perf-log.md, session 10).
+    # NOTES: shuffled by default. In the alternating order each variant keeps its place and its
+    # neighbours, and on this power-capped GPU the plain kernel timed twice then differed by 2-4 % on
+    # long (>= 1 ms) shapes; in a random order by ~1 % at most (docs/perf-log.md, session 10).
     p.add_argument("--order", default="shuffle", choices=("alternate", "shuffle"),
                    help="variant order in a round: a random one per round (seeded by the shape; the "
                         "default), or the given one reversed every other round")
@@ -220,6 +220,8 @@ def main(argv=None):
           f"signal through the row table: median {table_sig.median():+.2f}%; scatter vs plain: median "
           f"{scat.median():+.2f}%; signal_rows (no table) vs plain: median "
           f"{rows_sig.median():+.2f}% (min {rows_sig.min():+.2f}, max {rows_sig.max():+.2f})  -> {args.out}")
+    by_k = sig.groupby(level="K").median()
+    print("signal (tile places) vs plain by K: " + ", ".join(f"K={k} {v:+.2f}%" for k, v in by_k.items()))
     for name in ("ours_again", "signal_no_group", "signal_rows_no_group", "plain_into_comm"):
         if name in wide:
             x = (wide[name] / wide["ours"] - 1) * 100

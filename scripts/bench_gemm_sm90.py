@@ -1,6 +1,7 @@
 """Benchmark the sm_90a GEMM (fo_lib.gemm_sm90) against torch.matmul (cuBLAS) on one Hopper GPU.
 
-Per (M, N, K), in the same interleaved rounds (fo_lib.testing.bench_interleaved): ``sm90`` (plain,
+Per (M, N, K), in the same interleaved rounds (fo_lib.testing.bench_interleaved, a random variant
+order per round as in scripts/bench_gemm.py): ``sm90`` (plain,
 default config), ``sm90_signal`` (the full signal protocol as the engine runs it for AllReduce
 tiles, one group per wave: through the row table, ``SM90.place_store`` being False),
 ``sm90_signal_tiles`` (the same with each tile at its place), ``sm90_signal_rows`` (C row-major),
