@@ -44,6 +44,15 @@ def test_overheads_summary_has_paper_and_ours():
     assert len(s) == 3 and s.gpu.str.contains("ours").any()
 
 
+def test_gemm_overheads_read_the_record_and_its_control():
+    g, meta = ex.overheads.gemm_overheads("h200")
+    assert len(g) == 30 and meta.get("gpu")
+    # The record holds the plain kernel timed twice (bench_gemm.py --control): the noise floor.
+    assert "control_pct" in g and g.control_pct.abs().max() < 5
+    expect = (g.signal / g.ours - 1) * 100
+    assert (g.signal_pct - expect).abs().max() < 1e-9
+
+
 def test_missing_record_is_a_clear_error():
     with pytest.raises(FileNotFoundError, match="measure mode"):
         ex.load("h200", "no_such_experiment")
