@@ -33,6 +33,11 @@ from fo_lib.provenance import write_result  # noqa: E402
 from fo_lib.testing import bench_interleaved, summarize  # noqa: E402
 
 L2_BYTES = 60 * 2**20
+# Variants in a random order per round (fo_lib.testing.round_orders). NOTES: in the alternating order
+# each variant keeps its place and its neighbours, and on this power-capped GPU the plain kernel timed
+# twice then differed by 2-4 % on long (>= 1 ms) shapes; in a random order by ~1 % at most
+# (docs/perf-log.md, session 10).
+ORDER = "shuffle"
 
 
 def tile_tables(M, N, cfg, ctas, groups=None):
@@ -67,7 +72,7 @@ def add_config_variants(fns, family, configs_by_name, names, sets, M):
         fns[f"cfg:{name}"] = (lambda c: lambda i: family.gemm_nt(*sets[i % len(sets)], config=c))(c)
 
 
-def check_and_time(fns, family, cfg, sets, M, N, K, rounds, inner, graph, order="shuffle", record=None,
+def check_and_time(fns, family, cfg, sets, M, N, K, rounds, inner, graph, order=ORDER, record=None,
                    seed=0):
     """A correctness smoke check against cuBLAS (the tests compare with float64), then interleaved
     medians: returns ``(cfg, rel. error, {variant: (ms, TFLOP/s)})``. ``record``: a list that receives
@@ -82,7 +87,7 @@ def check_and_time(fns, family, cfg, sets, M, N, K, rounds, inner, graph, order=
 
 
 def bench_shape(M, N, K, dtype, rounds, inner, configs, ablation=False, graph=False, control=False,
-                order="shuffle", record=None, seed=0):
+                order=ORDER, record=None, seed=0):
     sets = input_sets(M, N, K, dtype)
     n_sets = len(sets)
     sms = gemm.sm_count()
@@ -155,10 +160,7 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, help="interleaved rounds (default 15, quick 6)")
     p.add_argument("--control", action="store_true",
                    help="also time the plain kernel a second time ('ours_again': the noise floor)")
-    # NOTES: shuffled by default. In the alternating order each variant keeps its place and its
-    # neighbours, and on this power-capped GPU the plain kernel timed twice then differed by 2-4 % on
-    # long (>= 1 ms) shapes; in a random order by ~1 % at most (docs/perf-log.md, session 10).
-    p.add_argument("--order", default="shuffle", choices=("alternate", "shuffle"),
+    p.add_argument("--order", default=ORDER, choices=("alternate", "shuffle"),
                    help="variant order in a round: a random one per round (seeded by the shape; the "
                         "default), or the given one reversed every other round")
     p.add_argument("--seed", type=int, default=0,

@@ -6,8 +6,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-pd = pytest.importorskip("pandas")
-
 from gemm_log_tables import read_log_tables  # noqa: E402
 
 LOG = """=== build (limit 120s): python3 -m fo_lib build

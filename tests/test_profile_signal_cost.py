@@ -9,7 +9,6 @@ _spec = importlib.util.spec_from_file_location(
 psc = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(psc)
 
-pytest.importorskip("pandas")
 
 HEADER = '"ID","Process ID","Kernel Name","gpu__time_duration.sum","smsp__inst_executed.sum"'
 

@@ -4,7 +4,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("pandas")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 import profile_stall_sites as pss  # noqa: E402
