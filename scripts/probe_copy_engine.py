@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import faulthandler
 import json
 import os
 import statistics
@@ -194,32 +195,6 @@ def main(argv=None) -> int:
         log(row)
     report["curves"] = results
 
-    @step("graph_capture")
-    def capture():
-        n = 16 * (1 << 20) // 2
-        s, r = bufs["send"].t[:n], bufs["recv"].t[: W * n]
-        g = groups["ce"]
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.stream(comm_stream):
-            dist.all_gather_into_tensor(r, s, group=g)
-        torch.cuda.synchronize()
-        with torch.cuda.graph(graph, stream=comm_stream):
-            dist.all_gather_into_tensor(r, s, group=g)
-        torch.cuda.synchronize()
-        s.fill_(rank + 11)
-        r.zero_()
-        torch.cuda.synchronize()
-        dist.barrier()
-        graph.replay()
-        torch.cuda.synchronize()
-        got = r.view(W, n)
-        want = torch.arange(W, device=dev, dtype=torch.bfloat16).view(W, 1) + 11
-        ms = timed(graph.replay, torch.cuda.current_stream())
-        return {"correct": bool((got == want).all().item()), "replay_ms": ms}
-
-    if "send" in bufs:
-        capture()
-
     @step("beside_gemm")
     def beside():
         M = N = K = 8192
@@ -264,6 +239,39 @@ def main(argv=None) -> int:
         return out
 
     beside()
+
+    @step("graph_capture")
+    def capture():
+        n = 16 * (1 << 20) // 2
+        s, r = bufs["send"].t[:n], bufs["recv"].t[: W * n]
+        g = groups["ce"]
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(comm_stream):
+            dist.all_gather_into_tensor(r, s, group=g)
+        torch.cuda.synchronize()
+        print(f"rank {rank}: capturing", flush=True)
+        # A hang here or in the replay dumps every thread's stack and ends the process.
+        faulthandler.dump_traceback_later(45, exit=True)
+        with torch.cuda.graph(graph, stream=comm_stream):
+            dist.all_gather_into_tensor(r, s, group=g)
+        torch.cuda.synchronize()
+        print(f"rank {rank}: captured", flush=True)
+        s.fill_(rank + 11)
+        r.zero_()
+        torch.cuda.synchronize()
+        dist.barrier()
+        graph.replay()
+        torch.cuda.synchronize()
+        print(f"rank {rank}: replayed", flush=True)
+        faulthandler.cancel_dump_traceback_later()
+        got = r.view(W, n)
+        want = torch.arange(W, device=dev, dtype=torch.bfloat16).view(W, 1) + 11
+        ms = timed(graph.replay, torch.cuda.current_stream())
+        return {"correct": bool((got == want).all().item()), "replay_ms": ms}
+
+    if "send" in bufs:
+        capture()
+
     dist.barrier()
     if rank == 0:
         print(json.dumps({k: v for k, v in report.items() if k != "steps"}, indent=1)[:4000])
