@@ -188,6 +188,13 @@ def main(argv=None) -> int:
                 g = groups["ce"]
                 row["all_gather_ce_ms"] = timed(lambda: dist.all_gather_into_tensor(r, s, group=g), comm_stream)
                 row["all_gather_ce_ok"] = check_gather(bufs["recv"].t, n)
+                # in place: this rank's chunk already sits at its place in the receive buffer
+                r.zero_()
+                mine = r[rank * n:(rank + 1) * n]
+                mine.fill_(rank + 1)
+                row["all_gather_ce_inplace_ms"] = timed(lambda: dist.all_gather_into_tensor(r, mine, group=g),
+                                                        comm_stream)
+                row["all_gather_ce_inplace_ok"] = check_gather(bufs["recv"].t, n)
                 # the same group on ordinary buffers (no window): which path does NCCL take then?
                 row["all_gather_cegroup_plain_ms"] = timed(
                     lambda: dist.all_gather_into_tensor(pr, ps, group=g), comm_stream)
