@@ -32,12 +32,15 @@ def make_cases(world_size: int, seed: int, count: int) -> list[dict]:
     cases = []
     for i in range(count):
         prim = ("all_reduce", "reduce_scatter", "all_to_all")[i % 3]
-        # Every primitive meets every post-op; AllReduce alternates its two layouts.
-        layout = ("tiles", "rows")[(i // 3) % 2] if prim == "all_reduce" else "tiles"
+        # Every primitive meets every post-op; AllReduce takes turns: tiles, rows, and tiles reduced
+        # by the post-reorder (an AllGather per group).
+        variant = ("tiles", "rows", "gathered")[(i // 3) % 3] if prim == "all_reduce" else "tiles"
+        layout = "rows" if variant == "rows" else "tiles"
         cases.append(dict(primitive=prim, M=int(rng.integers(20, 300)), N=int(rng.integers(8, 260)),
                           K=int(8 * rng.integers(1, 9)), sms=int(rng.integers(2, 7)), seed=int(rng.integers(2**31)),
                           ops=(i + i // 3) % len(OPS_CHOICES), skew=float(rng.uniform(0.2, 3.0)),
-                          empty_dest=bool(i % 2), layout=layout))
+                          empty_dest=bool(i % 2), layout=layout,
+                          reduction="post_reorder" if variant == "gathered" else "collective"))
     return cases
 
 
@@ -50,11 +53,16 @@ def _routing(rng, W, M, skew, empty_dest):
     return Routing.from_destinations(dest, shuffle_seed=int(rng.integers(2**31)))
 
 
-def run_case(comm, case: dict, device: str) -> list[str]:
-    """Run one case on this rank; returns failure messages (empty when it passed)."""
+def run_case(comm, case: dict, device: str, gather_comm=None) -> list[str]:
+    """Run one case on this rank; returns failure messages (empty when it passed). ``gather_comm``:
+    the communicator of the cases reduced by the post-reorder (default ``comm``)."""
     import torch
 
     from . import gemm
+
+    reduction = case.get("reduction", "collective")
+    if reduction == "post_reorder" and gather_comm is not None:
+        comm = gather_comm
 
     W, rank = comm.world_size, comm.rank
     M, N, K = case["M"], case["N"], case["K"]
@@ -76,7 +84,8 @@ def run_case(comm, case: dict, device: str) -> list[str]:
 
     C = [a.double() @ b.double().T for a, b in zip(A, B)]
     dense = sum(C)  # the reduction every rank would see (AllReduce / ReduceScatter)
-    plan_kw = dict(dtype="bf16", device=device, config=cfg, ctas=case["sms"], routing=routing, layout=layout)
+    plan_kw = dict(dtype="bf16", device=device, config=cfg, ctas=case["sms"], routing=routing, layout=layout,
+                   reduction=reduction)
     if case["primitive"] == "reduce_scatter" and cfg.BM % W:
         # Subtiles need BM % W == 0: the plan must refuse clearly (and identically on every rank).
         try:
@@ -104,7 +113,7 @@ def run_case(comm, case: dict, device: str) -> list[str]:
     failures = []
     tol = 3e-2
     label = (f"{case['primitive']} M={M} N={N} K={K} T={plan.grid.num_waves} partition={list(plan.partition)} "
-             f"layout={layout} ops={ops}")
+             f"layout={layout} reduction={reduction} ops={ops}")
     variants = [("overlap", lambda: plan.run(a, b, ops=ops, **on_dev)),
                 ("overlap again", lambda: plan.run(a, b, ops=ops, **on_dev))]
     if device == "cuda":  # the whole call captured as a CUDA graph (NCCL collectives inside), replayed twice
@@ -229,14 +238,18 @@ def main(argv=None) -> int:
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--cases", type=int, default=12)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--copy-engine", action="store_true",
+                    help="run the AllReduce cases reduced by the post-reorder on a communicator with NCCL's "
+                         "zero-CTA policy (copy-engine AllGather, buffers in symmetric windows)")
     args = ap.parse_args(argv)
-    from .comm.torch_dist import init_from_env
+    from .comm.torch_dist import TorchDistCommunicator, init_from_env
     comm = init_from_env("gloo" if args.device == "cpu" else "nccl")
+    gather_comm = TorchDistCommunicator(copy_engine=True) if args.copy_engine else None
     failures = []
     cases = make_cases(comm.world_size, args.seed, args.cases)
     for case in cases:
         try:
-            failures += run_case(comm, case, args.device)
+            failures += run_case(comm, case, args.device, gather_comm)
         except Exception:  # noqa: BLE001 - report and keep the ranks in step
             failures.append(f"{case}: {traceback.format_exc(limit=6)}")
             print(f"rank {comm.rank}: EXC {failures[-1]}", flush=True)
@@ -262,7 +275,8 @@ def main(argv=None) -> int:
     status = torch.tensor([len(failures)], dtype=torch.int64, device=flag.device)
     dist.all_reduce(status)
     if comm.rank == 0:
-        print(f"distributed_check: {len(cases)} cases x {comm.world_size} ranks ({comm.link}, {args.device}): "
+        ce = ", copy engine" if args.copy_engine else ""
+        print(f"distributed_check: {len(cases)} cases x {comm.world_size} ranks ({comm.link}, {args.device}{ce}): "
               f"{'ok' if int(status) == 0 else f'{int(status)} failures'}", flush=True)
     from .comm.torch_dist import shutdown
     shutdown()

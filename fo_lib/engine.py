@@ -44,6 +44,7 @@ PRIMITIVES = ("all_reduce", "reduce_scatter", "all_to_all")
 DEVICES = ("cuda", "cpu")
 SCHEDULES = ("persistent", "per_tile")
 LAYOUTS = ("tiles", "rows")
+REDUCTIONS = ("collective", "post_reorder")
 
 
 def layout_config(config, layout: str):
@@ -122,13 +123,20 @@ class OverlapPlan:
     cuts). With no element-wise op and no ``out``, a call runs no post-reorder at all and returns
     the plan's buffer as ``[M, N]``, which any later call of the plan overwrites (eager or a
     captured replay, whose output is that same buffer); the modules copy it out.
+    ``reduction`` (all_reduce, tiles layout): ``"collective"`` (default) sums in the collective
+    (``comm.all_reduce`` per group); ``"post_reorder"`` runs an in-place ``comm.all_gather`` per
+    group instead, into a buffer of ``W`` copies (:func:`fo_lib.reorder.gather_reorder`), and the
+    post-reorder sums the copies (fp32) while it restores the layout. On 2 ranks the link carries
+    the same bytes either way, and NCCL runs an AllGather on the copy engines, with no SM, when the
+    communicator asks for it (``TorchDistCommunicator(copy_engine=True)``, which also allocates the
+    plan's buffer in a symmetric window).
     """
 
     def __init__(self, primitive: str, M: int, N: int, K: int, comm, *, dtype: str = "bf16",
                  device: str = "cuda", partition=None, config=None, ctas: int | None = None,
                  comm_sms: int | None = None, routing: Routing | None = None, max_groups: int = 8,
                  timeout_ms: float = 10_000.0, sm_count: int | None = None, comm_graph: bool = True,
-                 schedule: str = "persistent", layout: str = "tiles"):
+                 schedule: str = "persistent", layout: str = "tiles", reduction: str = "collective"):
         if primitive not in PRIMITIVES:
             raise PlanError(f"primitive must be one of {PRIMITIVES}, got {primitive!r}")
         if device not in DEVICES:
@@ -146,7 +154,13 @@ class OverlapPlan:
             raise PlanError(f"layout must be one of {LAYOUTS}, got {layout!r}")
         if layout == "rows" and primitive != "all_reduce":
             raise PlanError(f"the rows layout is for all_reduce (whole rows per group), not {primitive}")
+        if reduction not in REDUCTIONS:
+            raise PlanError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+        if reduction == "post_reorder" and (primitive != "all_reduce" or layout != "tiles"):
+            raise PlanError(f"reduction='post_reorder' is for all_reduce in the tiles layout, not {primitive} "
+                            f"in the {layout} layout")
         self.layout = layout
+        self.reduction = reduction
         self.primitive, self.M, self.N, self.K = primitive, int(M), int(N), int(K)
         self.comm, self.device, self.dtype = comm, device, dtype
         self.world_size, self.rank = int(comm.world_size), int(comm.rank)
@@ -189,7 +203,14 @@ class OverlapPlan:
             partition = (size,) * (T // size) + ((T % size,) if T % size else ())
         self.partition = validate_partition(partition, T)
 
-        if primitive == "all_reduce":
+        # Copies the post-reorder sums per element: W when the collective only gathers.
+        self.sources = self.world_size if reduction == "post_reorder" else 1
+        if primitive == "all_reduce" and reduction == "post_reorder":
+            self.tables = reorder.gather_reorder(self.grid, self.partition, self.world_size, self.rank)
+            self.out_rows = self.M
+            self.post_table = self.tables.post_table
+            self.recv_elements = 0
+        elif primitive == "all_reduce":
             self.tables = (reorder.row_reorder if layout == "rows" else reorder.tile_reorder)(self.grid, self.partition)
             self.out_rows = self.M
             self.post_table = self.tables.post_table
@@ -245,7 +266,13 @@ class OverlapPlan:
         self._tdtype = tdtype
         buf_elems = self.tables.buffer_elements
         # Zeroed once: padding of tail subtiles is never written but does take part in reductions.
-        self.send = torch.zeros(buf_elems, dtype=tdtype, device=dev)
+        # A communicator may place it where its collectives run best (NCCL's symmetric windows).
+        empty = getattr(self.comm, "empty", None) if self.device == "cuda" else None
+        if empty is None:
+            self.send = torch.zeros(buf_elems, dtype=tdtype, device=dev)
+        else:
+            self.send = empty(buf_elems, tdtype, dev)
+            self.send.zero_()
         self.recv = (torch.zeros(self.recv_elements, dtype=tdtype, device=dev)
                      if self.primitive != "all_reduce" else None)
         self.slices = self._group_slices()
@@ -263,6 +290,7 @@ class OverlapPlan:
         self._store_table = None if (self.layout == "rows" or self._tile_place is not None) else self.row_offset
         self.tile_group = torch.from_numpy(self.tables.tile_group).to(dev)
         self.post_table_dev = torch.from_numpy(np.ascontiguousarray(self.post_table)).to(dev)
+        self.post_stride_dev = (torch.from_numpy(self.tables.peer_stride).to(dev) if self.sources > 1 else None)
         self.counters = torch.zeros(self.num_groups, dtype=torch.int32, device=dev)
         self.epoch_word = torch.zeros(1, dtype=torch.int32, device=dev)  # calls completed, mod 2^32
         self.error = torch.zeros(1, dtype=torch.int32, device=dev)
@@ -286,7 +314,10 @@ class OverlapPlan:
         """Per group, the buffer slices and counts its collective works on."""
         t, out = self.tables, []
         for g in range(self.num_groups):
-            if self.primitive == "all_reduce":
+            if self.sources > 1:  # in-place AllGather: this rank's copy inside the group's W copies
+                out.append(dict(send=tuple(int(v) for v in t.own_slices[g]),
+                                recv=tuple(int(v) for v in t.group_slices[g])))
+            elif self.primitive == "all_reduce":
                 s, e = (int(v) for v in t.group_slices[g])
                 out.append(dict(send=(s, e)))
             elif self.primitive == "reduce_scatter":
@@ -307,7 +338,7 @@ class OverlapPlan:
         restored as soon as that group's collective has finished, while later groups still
         communicate. Rows stay in order (whole rows: RMSNorm needs them) and the last stage ends
         at the last row."""
-        key = "send" if self.primitive == "all_reduce" else "recv"
+        key = "send" if (self.primitive == "all_reduce" and self.sources == 1) else "recv"
         spans = [(g, *self.slices[g][key]) for g in range(self.num_groups)]
         spans = sorted((lo, hi, g) for g, lo, hi in spans if hi > lo)
         starts = np.array([lo for lo, _, _ in spans], dtype=np.int64)
@@ -352,7 +383,8 @@ class OverlapPlan:
         self.epoch_word.fill_(-1)  # epoch 2^32 - 1: the next target is 0, so these waits pass at once
         counting.wait_epoch(self.counters, 0, 1, self.epoch_word, self.error, self.timeout_ns)
         src = self.send if self.primitive == "all_reduce" else self.recv
-        postops.post_reorder(src, self.post_table_dev, (self.out_rows, self.N), self.grid.BN)
+        postops.post_reorder(src, self.post_table_dev, (self.out_rows, self.N), self.grid.BN,
+                             sources=self.sources, peer_stride=self.post_stride_dev)
         self._collectives(torch.cuda.current_stream(self._dev), wait=False)
         torch.cuda.synchronize(self._dev)
         self.counters.zero_()
@@ -443,7 +475,10 @@ class OverlapPlan:
 
     def _collective(self, g: int, sl: dict) -> None:
         s, e = sl["send"]
-        if self.primitive == "all_reduce":
+        if self.sources > 1:
+            r0, r1 = sl["recv"]
+            self.comm.all_gather(self.send[s:e], self.send[r0:r1])
+        elif self.primitive == "all_reduce":
             self.comm.all_reduce(self.send[s:e])
         elif self.primitive == "reduce_scatter":
             r0, r1 = sl["recv"]
@@ -591,9 +626,10 @@ class OverlapPlan:
         launches = []
         for g, r0, r1 in stages:
             part = {k: (None if t is None else t[r0:r1]) for k, t in rows.items()}
+            stride = None if self.post_stride_dev is None else self.post_stride_dev[r0:r1]
             launches.append((g, postops.post_reorder_launcher(
                 src, self.post_table_dev[r0:r1], (r1 - r0, self.N), self.grid.BN, ops, bias=operands.get("bias"),
-                weight=operands.get("weight"), **part)))
+                weight=operands.get("weight"), sources=self.sources, peer_stride=stride, **part)))
         out = rows["out"] if rows["out"] is not None else launches[0][1].out
         return launches, out
 
@@ -668,9 +704,10 @@ class OverlapPlan:
         src = self.send if self.primitive == "all_reduce" else self.recv
         np_ = (lambda t: None if t is None else t.double().numpy())
         res_out = None if residual_out is None else np.empty((self.out_rows, self.N))
+        stride = self.tables.peer_stride if self.sources > 1 else None
         y = post_reorder_reference(src.double().numpy(), self.post_table, (self.out_rows, self.N), self.grid.BN,
                                    ops, bias=np_(bias), residual=np_(residual), residual_out=res_out,
-                                   weight=np_(weight))
+                                   weight=np_(weight), sources=self.sources, peer_stride=stride)
         if residual_out is not None:
             residual_out.copy_(torch.from_numpy(res_out))
         return torch.from_numpy(y).to(self._tdtype)
@@ -702,6 +739,8 @@ class OverlapPlan:
     def describe(self) -> str:
         groups = ("" if self.layout == "tiles" else
                   f", layout rows (row cuts {self.tables.row_cuts.tolist()})")
+        if self.sources > 1:
+            groups += ", reduced in the post-reorder (AllGather per group)"
         return (f"{self.primitive} {self.M}x{self.N}x{self.K} {self.dtype} on {self.device}, world "
                 f"{self.world_size} ({self.comm.link}), {self.grid.describe()}, partition {list(self.partition)}"
                 + groups)

@@ -10,7 +10,10 @@
       residual_out[r, j] = v            (PostOps.residual_out; may alias residual)
       out[r, j] = v * rsqrt(mean_j(v^2) + eps) * weight[j]   if PostOps.rmsnorm else v
 
-The same kernel restores the ReduceScatter -> AllGather layout: only the table differs.
+The same kernel restores the ReduceScatter -> AllGather layout: only the table differs. With
+``sources = W > 1`` it also finishes an AllReduce whose collective was an AllGather: every table
+entry then has ``W`` copies in the buffer, copy ``s`` at ``src_offset + s * peer_stride`` (a second
+table of the same shape), and ``v`` is their fp32 sum.
 
 GPU entry points take torch CUDA tensors and launch through CuPy on the given torch stream. The
 pure NumPy :func:`post_reorder_reference` computes the same math in float64 (tests, CPU engine).
@@ -37,6 +40,7 @@ MAX_THREADS_PER_ROW = 1024
 NORM_ITEMS = 4            # chunks per thread held in registers by the RMSNorm variant
 MAX_NORM_N = MAX_THREADS_PER_ROW * NORM_ITEMS * CHUNK  # 32768: the row must fit in registers
 MAX_N = 2**31 - 2**16     # int32 column indices in the kernel (with room for the last stripe)
+MAX_SOURCES = 8           # copies summed per element (the world size of a gathered AllReduce)
 _NONNORM_MAX_THREADS_PER_ROW = 512
 
 
@@ -119,31 +123,40 @@ def _nvrtc_has_maxnreg() -> bool:
         return True
 
 
-def generate_source(ops: PostOps, dtype: str, vectorized: bool) -> tuple[str, str]:
-    """The NVRTC source of one post-reorder specialization and its ``extern "C"`` kernel name."""
+def _check_sources(sources) -> int:
+    if isinstance(sources, bool) or not isinstance(sources, (int, np.integer)) or not 1 <= sources <= MAX_SOURCES:
+        raise ValueError(f"sources must be an integer in [1, {MAX_SOURCES}], got {sources!r}")
+    return int(sources)
+
+
+def generate_source(ops: PostOps, dtype: str, vectorized: bool, sources: int = 1) -> tuple[str, str]:
+    """The NVRTC source of one post-reorder specialization and its ``extern "C"`` kernel name
+    (``sources``: copies summed per element, see the module doc)."""
     if not isinstance(ops, PostOps):
         raise TypeError(f"ops must be a PostOps, got {type(ops).__name__}")
     _check_dtype_name(dtype)
+    sources = _check_sources(sources)
     vectorized = bool(vectorized)
     items = kernel_items(ops)
     b = lambda flag: "true" if flag else "false"  # noqa: E731
     name = (f"fo_post_reorder_{dtype}_{'v' if vectorized else 's'}{items}_{ops.activation}"
-            f"_b{int(ops.bias)}r{int(ops.residual)}o{int(ops.residual_out)}n{int(ops.rmsnorm)}")
+            f"_b{int(ops.bias)}r{int(ops.residual)}o{int(ops.residual_out)}n{int(ops.rmsnorm)}"
+            + (f"_w{sources}" if sources > 1 else ""))
     # NORM may need a 1024-thread row (the others stay <= 512): at most 64 registers. A plain
     # RMSNorm keeps its row as 16-bit values and fits 48 without spilling: 5 CTAs of 256 threads
     # per SM instead of 4 (post_reorder.cuh, kKeepRaw).
     plain_norm = (ops.rmsnorm and vectorized and not (ops.bias or ops.residual or ops.residual_out)
-                  and ops.activation == "none")
+                  and ops.activation == "none" and sources == 1)
     bounds = ("__maxnreg__(48)" if plain_norm and _nvrtc_has_maxnreg()
               else f"__launch_bounds__({MAX_THREADS_PER_ROW})")
     source = f"""#include "post_reorder.cuh"
 extern "C" __global__ void {bounds} {name}(
-    const fo::bits16* buf, const fo::i64* src_offset, fo::bits16* out, const fo::bits16* bias,
-    const fo::bits16* residual, fo::bits16* residual_out, const fo::bits16* weight,
+    const fo::bits16* buf, const fo::i64* src_offset, const fo::i64* peer_stride, fo::bits16* out,
+    const fo::bits16* bias, const fo::bits16* residual, fo::bits16* residual_out, const fo::bits16* weight,
     int R, int N, int BN, int tiles_n, long long ldo, float eps) {{
   fo::post_reorder<{_DTYPE_TAG[dtype]}, {_ACT_CODE[ops.activation]}, {b(ops.bias)}, {b(ops.residual)},
-                   {b(ops.residual_out)}, {b(ops.rmsnorm)}, {b(vectorized)}, {items}>(
-      buf, src_offset, out, bias, residual, residual_out, weight, R, N, BN, tiles_n, ldo, eps);
+                   {b(ops.residual_out)}, {b(ops.rmsnorm)}, {b(vectorized)}, {items}, {sources}>(
+      buf, src_offset, peer_stride, out, bias, residual, residual_out, weight, R, N, BN, tiles_n, ldo, eps);
 }}
 """
     return source, name
@@ -162,6 +175,12 @@ def compile_check_ops() -> list[tuple[str, PostOps]]:
     return sets
 
 
+# (label, ops, sources) of the summing variants the compile check builds besides compile_check_ops.
+SUMMED_CHECKS = (("sum2", PostOps(), 2), ("sum2_rmsnorm", PostOps(rmsnorm=True), 2),
+                 ("sum8_all", PostOps(bias=True, activation="silu", residual=True, residual_out=True,
+                                      rmsnorm=True), 8))
+
+
 @kernels.register_compile_check
 def _compile_checks():
     full = {"gather", "add_rmsnorm", "all_gelu_erf", "all_nonorm"}
@@ -172,6 +191,10 @@ def _compile_checks():
             combos = [(DTYPES[i % 2], bool((i // 2) % 2 == 0)), (DTYPES[(i + 1) % 2], bool((i // 2) % 2 == 1))]
         for dtype, vec in combos:
             source, _ = generate_source(ops, dtype, vec)
+            yield f"post_reorder[{label},{dtype},{'vec' if vec else 'scalar'}]", source
+    for label, ops, sources in SUMMED_CHECKS:
+        for dtype, vec in ((d, v) for d in DTYPES for v in (True, False)):
+            source, _ = generate_source(ops, dtype, vec, sources)
             yield f"post_reorder[{label},{dtype},{'vec' if vec else 'scalar'}]", source
 
 
@@ -247,26 +270,40 @@ def activation_reference(x: np.ndarray, activation: str) -> np.ndarray:
     return 0.5 * x * (1.0 + _erf_vec(x / math.sqrt(2.0)).astype(np.float64))
 
 
-def gather_reference(buf: np.ndarray, src_offset: np.ndarray, out_shape: tuple[int, int], BN: int) -> np.ndarray:
-    """``out[r, j] = buf[src_offset[r, j // BN] + j % BN]`` (any dtype; float64 result)."""
+def gather_reference(buf: np.ndarray, src_offset: np.ndarray, out_shape: tuple[int, int], BN: int,
+                     sources: int = 1, peer_stride: np.ndarray | None = None) -> np.ndarray:
+    """``out[r, j] = sum_s buf[src_offset[r, j // BN] + s * peer_stride[r, j // BN] + j % BN]`` over
+    ``s < sources`` (any dtype; float64 result; ``peer_stride`` only with ``sources > 1``)."""
     from .reorder import element_index
 
     R, N = (int(v) for v in out_shape)
+    sources = _check_sources(sources)
+    if (peer_stride is None) != (sources == 1):
+        raise ValueError("peer_stride goes with sources > 1 (and only then)")
     buf = np.asarray(buf).reshape(-1)
+    shape = (R, _ceil_div(N, BN))
     table = np.asarray(src_offset, dtype=np.int64)
-    if table.size != R * _ceil_div(N, BN):
-        raise ValueError(f"table has {table.size} entries, expected R * ceil(N/BN) = {R} x {_ceil_div(N, BN)}")
-    idx = element_index(table.reshape(R, _ceil_div(N, BN)), N, BN)
-    if idx.size and (idx.min() < 0 or idx.max() >= buf.size):
-        raise IndexError(f"table addresses [{idx.min()}, {idx.max()}] outside buf of {buf.size} elements")
-    return buf[idx].astype(np.float64)
+    if table.size != R * shape[1]:
+        raise ValueError(f"table has {table.size} entries, expected R * ceil(N/BN) = {R} x {shape[1]}")
+    stride = np.zeros(shape, np.int64) if peer_stride is None else np.asarray(peer_stride, np.int64)
+    if stride.size != table.size:
+        raise ValueError(f"peer_stride has {stride.size} entries, the table {table.size}")
+    out = np.zeros((R, N))
+    for s in range(sources):
+        idx = element_index(table.reshape(shape) + s * stride.reshape(shape), N, BN)
+        if idx.size and (idx.min() < 0 or idx.max() >= buf.size):
+            raise IndexError(f"table addresses [{idx.min()}, {idx.max()}] outside buf of {buf.size} elements")
+        out += buf[idx].astype(np.float64)
+    return out
 
 
 def post_reorder_reference(buf: np.ndarray, src_offset: np.ndarray, out_shape: tuple[int, int], BN: int,
                            ops: PostOps = PostOps(), *, bias: np.ndarray | None = None,
                            residual: np.ndarray | None = None, weight: np.ndarray | None = None,
-                           residual_out: np.ndarray | None = None) -> np.ndarray:
+                           residual_out: np.ndarray | None = None, sources: int = 1,
+                           peer_stride: np.ndarray | None = None) -> np.ndarray:
     """The post-reorder math in float64 (no rounding). Returns ``out`` [R, N].
+    ``sources``/``peer_stride``: the copies summed per element (:func:`gather_reference`).
 
     When ``ops.residual_out`` is set, ``residual_out`` (an [R, N] array) receives the pre-norm
     values, as on the GPU; it may be omitted in the reference.
@@ -275,7 +312,7 @@ def post_reorder_reference(buf: np.ndarray, src_offset: np.ndarray, out_shape: t
     _require(ops.bias, bias, "bias")
     _require(ops.residual, residual, "residual")
     _require(ops.rmsnorm, weight, "weight")
-    v = gather_reference(buf, src_offset, (R, N), BN)
+    v = gather_reference(buf, src_offset, (R, N), BN, sources, peer_stride)
     if ops.bias:
         v = v + _as_f64(bias, (N,), "bias")[None, :]
     v = activation_reference(v, ops.activation)
@@ -351,13 +388,15 @@ _ptr = kernels.ptr
 
 def post_reorder(buf, src_offset, out_shape, BN: int, ops: PostOps = PostOps(), *, bias=None, residual=None,
                  residual_out=None, weight=None, out=None, stream=None, vectorized: bool | None = None,
-                 check_table: bool = False, threads_per_row: int | None = None):
+                 check_table: bool = False, threads_per_row: int | None = None, sources: int = 1,
+                 peer_stride=None):
     """Gather ``buf`` through ``src_offset`` into row-major ``out`` [R, N], fused with ``ops``; see
     :func:`post_reorder_launcher` for the arguments. Validates, launches on ``stream`` (default: the
     current torch stream) and returns ``out``."""
     launch = post_reorder_launcher(buf, src_offset, out_shape, BN, ops, bias=bias, residual=residual,
                                    residual_out=residual_out, weight=weight, out=out, stream=stream,
-                                   vectorized=vectorized, check_table=check_table, threads_per_row=threads_per_row)
+                                   vectorized=vectorized, check_table=check_table, threads_per_row=threads_per_row,
+                                   sources=sources, peer_stride=peer_stride)
     launch()
     return launch.out
 
@@ -387,7 +426,8 @@ _LAUNCHES = kernels.LaunchMemo()
 def post_reorder_launcher(buf, src_offset, out_shape, BN: int, ops: PostOps = PostOps(), *, bias=None,
                           residual=None, residual_out=None, weight=None, out=None, stream=None,
                           vectorized: bool | None = None, check_table: bool = False,
-                          threads_per_row: int | None = None) -> PostReorderLaunch:
+                          threads_per_row: int | None = None, sources: int = 1,
+                          peer_stride=None) -> PostReorderLaunch:
     """Validate a post-reorder and return it as a callable launch (nothing is enqueued yet).
 
     Gather ``buf`` through ``src_offset`` into row-major ``out`` [R, N], fused with ``ops``.
@@ -398,8 +438,10 @@ def post_reorder_launcher(buf, src_offset, out_shape, BN: int, ops: PostOps = Po
     None. ``vectorized``: None picks the 16-byte path when BN, N, ldo are multiples of 8 and every
     pointer is 16-byte aligned; True demands it, False forces the scalar path. ``check_table`` also
     checks (with a device sync) that every table run lies inside ``buf``. ``threads_per_row``
-    overrides the block width (a multiple of 32; tuning). The launch keeps references to every
-    operand, so they stay allocated while it lives.
+    overrides the block width (a multiple of 32; tuning). ``sources > 1`` sums that many copies
+    per element, copy ``s`` at ``src_offset + s * peer_stride`` (``peer_stride``: int64, the
+    table's shape). The launch keeps references to every operand, so they stay allocated while it
+    lives.
     """
     torch = _torch()
     if not isinstance(ops, PostOps):
@@ -419,19 +461,21 @@ def post_reorder_launcher(buf, src_offset, out_shape, BN: int, ops: PostOps = Po
         raise ValueError(f"RMSNorm supports N <= {MAX_NORM_N} (the row is kept in registers), got N={N}")
     if out is None and isinstance(buf, torch.Tensor) and buf.is_cuda:
         out = torch.empty((R, N), dtype=buf.dtype, device=buf.device)
-    operands = (buf, src_offset, bias, residual, residual_out, weight)
-    key = None if check_table else kernels.memo_key((ops, R, N, BN, vectorized, threads_per_row), *operands, out)
+    sources = _check_sources(sources)
+    operands = (buf, src_offset, bias, residual, residual_out, weight, peer_stride)
+    key = None if check_table else kernels.memo_key((ops, R, N, BN, vectorized, threads_per_row, sources),
+                                                    *operands, out)
     hit = _LAUNCHES.get(key)
     if hit is None:
         hit = _checked_launch(buf, src_offset, R, N, BN, ops, bias, residual, residual_out, weight, out,
-                              vectorized, check_table, threads_per_row)
+                              vectorized, check_table, threads_per_row, sources, peer_stride)
         _LAUNCHES.put(key, hit)
     prepared, vectorized, cfg = hit
     return PostReorderLaunch(prepared, stream, out.device.index, out, vectorized, cfg, keep=operands)
 
 
 def _checked_launch(buf, src_offset, R, N, BN, ops, bias, residual, residual_out, weight, out, vectorized,
-                    check_table, threads_per_row):
+                    check_table, threads_per_row, sources=1, peer_stride=None):
     """Check every operand of :func:`post_reorder_launcher` and pack the launch:
     ``(PreparedLaunch or None, vectorized, LaunchConfig or None)``."""
     torch = _torch()
@@ -449,6 +493,14 @@ def _checked_launch(buf, src_offset, R, N, BN, ops, bias, residual, residual_out
         raise ValueError(f"src_offset must have shape (R, ceil(N/BN)) = {(R, tiles_n)}, got {tuple(src_offset.shape)}")
     if not src_offset.is_contiguous():
         raise ValueError("src_offset must be contiguous")
+    if (peer_stride is None) != (sources == 1):
+        raise ValueError("peer_stride goes with sources > 1 (and only then)")
+    if peer_stride is not None:
+        _check_cuda(peer_stride, "peer_stride", device)
+        if peer_stride.dtype != torch.int64 or tuple(peer_stride.shape) != (R, tiles_n) \
+                or not peer_stride.is_contiguous():
+            raise ValueError(f"peer_stride must be a contiguous int64 tensor of shape {(R, tiles_n)}, got "
+                             f"{peer_stride.dtype} {tuple(peer_stride.shape)}")
 
     # operands present iff enabled
     def operand(flag, t, name, shape):
@@ -487,6 +539,7 @@ def _checked_launch(buf, src_offset, R, N, BN, ops, bias, residual, residual_out
     # aliasing: out is written by other threads than those reading the inputs
     out_span = _span(out, (R - 1) * ldo + N)
     inputs = [("buf", buf, buf.numel()), ("src_offset", src_offset, src_offset.numel()),
+              ("peer_stride", peer_stride, src_offset.numel()),
               ("bias", bias, N), ("residual", residual, R * N), ("weight", weight, N)]
     for name, t, n in inputs:
         if t is not None and _overlap(out_span, _span(t, n)):
@@ -515,13 +568,14 @@ def _checked_launch(buf, src_offset, R, N, BN, ops, bias, residual, residual_out
     vectorized = bool(vectorized)
 
     if check_table:
-        check_table_bounds(src_offset, N, BN, buf.numel())
+        for s in range(sources):
+            check_table_bounds(src_offset if s == 0 else src_offset + s * peer_stride, N, BN, buf.numel())
 
     cfg = launch_config(R, N, ops, sm_count=_sm_count(device.index), threads_per_row=threads_per_row)
-    source, name = generate_source(ops, dtype, vectorized)
+    source, name = generate_source(ops, dtype, vectorized, sources)
     with _cupy().cuda.Device(device.index):
         kernel = kernels.get_kernel(source, name)
-    args = (_ptr(buf), _ptr(src_offset), _ptr(out), _ptr(bias), _ptr(residual), _ptr(residual_out), _ptr(weight),
+    args = (_ptr(buf), _ptr(src_offset), _ptr(peer_stride), _ptr(out), _ptr(bias), _ptr(residual), _ptr(residual_out), _ptr(weight),
             np.int32(R), np.int32(N), np.int32(BN), np.int32(tiles_n), np.int64(ldo), np.float32(ops.eps))
     return kernels.PreparedLaunch(kernel, cfg.grid, cfg.block, args, device_index=device.index), vectorized, cfg
 

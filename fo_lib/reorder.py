@@ -211,6 +211,54 @@ def row_reorder(grid: TileGrid, partition) -> RowReorder:
     return RowReorder(grid, part, tile_group, group_tiles, np.ascontiguousarray(row_offset), slices, row_cuts)
 
 
+# --- AllReduce as AllGather + sum: tile unit, one copy per rank ---------------------------------
+@dataclass(frozen=True)
+class GatherReorder(_GroupedTiles):
+    """An AllReduce whose collective is an in-place AllGather per group and whose sum is the
+    post-reorder's: the tile layout of :func:`tile_reorder`, with each group's slice (``L`` elements)
+    widened to ``W`` copies, one per rank, back to back. Rank ``k`` stores its tiles into copy ``k``
+    (``row_offset``: this rank's store table), the AllGather fills the other copies, and the
+    post-reorder sums copy ``s`` at ``post_table + s * peer_stride`` over ``s < W``.
+
+    On 2 ranks the AllGather moves as many bytes over the link as an AllReduce, and NCCL can run it
+    on the copy engines (no SM); for ``W`` ranks it moves ``W / 2`` times as many."""
+
+    world_size: int
+    rank: int
+    row_offset: np.ndarray      # int64 [M, TN]: this rank's GEMM store table
+    group_slices: np.ndarray    # int64 [groups, 2]: each group's W copies (the AllGather's receive span)
+    own_slices: np.ndarray      # int64 [groups, 2]: this rank's copy in each (the AllGather's send span)
+    post_table: np.ndarray      # int64 [M, TN]: copy 0 of every entry
+    peer_stride: np.ndarray     # int64 [M, TN]: elements from one copy to the next (the group's length)
+
+    @property
+    def buffer_elements(self) -> int:
+        return self.world_size * self.grid.M * self.grid.N
+
+    @cached_property
+    def tile_place(self) -> np.ndarray | None:
+        """The store table as one place per tile (see :attr:`TileReorder.tile_place`)."""
+        return _tile_places(self.grid, self.row_offset, self.grid.BM, 0)
+
+
+def gather_reorder(grid: TileGrid, partition, world_size: int, rank: int) -> GatherReorder:
+    _check_world(world_size)
+    if not 0 <= rank < world_size:
+        raise ReorderError(f"rank {rank} outside a world of {world_size}")
+    base = tile_reorder(grid, partition)
+    W = int(world_size)
+    start, stop = base.group_slices[:, 0], base.group_slices[:, 1]
+    length = stop - start
+    tile, _, _, _ = _row_coords(grid)
+    group = base.tile_group[tile]  # group of every (row, tile column) entry
+    post = base.row_offset + (W - 1) * start[group]  # a group's copies start at W * start
+    stride = np.ascontiguousarray(length[group], dtype=np.int64)
+    own = np.stack([W * start + rank * length, W * start + (rank + 1) * length], axis=1)
+    return GatherReorder(grid, base.partition, base.tile_group, base.group_tiles, W, int(rank),
+                         np.ascontiguousarray(post + rank * stride), np.stack([W * start, W * stop], axis=1),
+                         own, np.ascontiguousarray(post), stride)
+
+
 # --- ReduceScatter: subtile unit ---------------------------------------------------------------
 def _check_world(world_size: int) -> None:
     if not isinstance(world_size, (int, np.integer)) or world_size < 1:

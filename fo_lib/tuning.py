@@ -101,12 +101,21 @@ def measure_curve(comm, primitive: str, sizes_bytes, *, dtype: str = "bf16", rep
 
 def collective_fn(comm, primitive: str, nbytes: int, dtype: str = "bf16"):
     """A closure running ``primitive`` on ``comm`` over a message of about ``nbytes`` (equal splits);
-    returns ``(fn, bytes actually moved per call)``."""
+    returns ``(fn, bytes actually moved per call)``. ``"all_gather"`` is the in-place AllGather of
+    ``OverlapPlan(reduction="post_reorder")``: ``nbytes`` from every rank, in a buffer from
+    ``comm.empty`` where the communicator has one (NCCL's symmetric windows)."""
     torch = _torch()
     tdtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
     elem = torch.finfo(tdtype).bits // 8
     W = comm.world_size
     n = max(W, int(nbytes) // elem // W * W)
+    if primitive == "all_gather":
+        empty = getattr(comm, "empty", None)
+        recv = (torch.empty(W * n, dtype=tdtype, device="cuda") if empty is None
+                else empty(W * n, tdtype, torch.device("cuda", torch.cuda.current_device())))
+        recv.normal_()
+        mine = recv[comm.rank * n:(comm.rank + 1) * n]
+        return (lambda: comm.all_gather(mine, recv)), n * elem
     send = torch.randn(n, device="cuda").to(tdtype)
     if primitive == "all_reduce":
         fn = lambda: comm.all_reduce(send)  # noqa: E731

@@ -98,6 +98,11 @@ def main(argv=None) -> int:
                     help="the AllReduce plans' layout (fo_lib.engine.OverlapPlan): tile slots gathered back by "
                          "the post-reorder, or groups of whole tile rows stored in place")
     ap.add_argument("--primitives", nargs="+", default=list(PRIMITIVES), choices=PRIMITIVES)
+    ap.add_argument("--copy-engine", action="store_true",
+                    help="after the budgets, one more AllReduce sweep: plans with reduction='post_reorder' (an "
+                         "in-place AllGather per group, summed by the post-reorder) on a communicator with NCCL's "
+                         "zero-CTA policy (copy engines, buffers in symmetric windows), the GEMM on every SM but "
+                         "the wait kernel's; baselines on NCCL's default communicator")
     args = ap.parse_args(argv)
 
     import pandas as pd
@@ -149,6 +154,18 @@ def main(argv=None) -> int:
             cand_frames.append(cands)
             saved_all[str(budget)] = saved
         if root:  # after every budget, so that a run cut short keeps what it measured
+            write_all(out, meta, curves, footprints, summaries, cand_frames, saved_all, W, link)
+    if args.copy_engine and "sweep" not in args.skip and "all_reduce" in args.primitives:
+        c = TorchDistCommunicator(copy_engine=True)
+        say("[copy engine] AllReduce as AllGather + post-reorder sum, GEMM leaves 1 SM")
+        summary, cands, saved = measure(c, quick=args.quick, shapes=sweep_shapes(args.quick),
+                                        primitives=["all_reduce"], candidates_limit=args.candidates,
+                                        comm_sms={"all_reduce": c.sm_footprint}, model_kw=model_kw,
+                                        schedule=args.schedule, reduction="post_reorder", baseline_comm=comm)
+        summaries.append(summary)
+        cand_frames.append(cands)
+        saved_all["copy_engine"] = saved
+        if root:
             write_all(out, meta, curves, footprints, summaries, cand_frames, saved_all, W, link)
     if root and summaries:
         report(pd.concat(summaries, ignore_index=True))

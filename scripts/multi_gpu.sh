@@ -2,7 +2,8 @@
 # Multi-GPU job (NCCL, one process per GPU under torchrun). NVLink multicast stays off.
 #   scripts/multi_gpu.sh [--dry-run] [--world W] [--quick] [--steps check,host,bench,timeline]
 # 1. check: the correctness check of every primitive (fo_lib.distributed_check) at world size W
-#    (default: all visible GPUs), against a dense float64 reference;
+#    (default: all visible GPUs), against a dense float64 reference, then again with the AllReduce
+#    cases that the post-reorder reduces on a copy-engine communicator (--copy-engine);
 # 2. host: where an eager call's host time goes, per wave group (scripts/profile_host_path.py);
 # 3. bench: NCCL curves, SM footprint and the speedup sweep (scripts/bench_nccl.py, extra arguments
 #    in $FO_BENCH_NCCL_ARGS) into
@@ -36,6 +37,8 @@ run="$py -m torch.distributed.run --standalone --nproc_per_node $world"
 cmds=()
 # Each command has its own time limit, so that a hang in one cannot take the next one's time.
 [[ ",$steps," == *",check,"* ]] && cmds+=("timeout 300 $run -m fo_lib.distributed_check --device cuda --cases 24")
+# The same with the AllReduce cases reduced by the post-reorder on NCCL's copy engines.
+[[ ",$steps," == *",check,"* ]] && cmds+=("timeout 300 $run -m fo_lib.distributed_check --device cuda --cases 24 --copy-engine")
 [[ ",$steps," == *",host,"* ]] && cmds+=("timeout 150 $run scripts/profile_host_path.py")
 [[ ",$steps," == *",bench,"* ]] && cmds+=("timeout 1800 $run scripts/bench_nccl.py --out $data $quick ${FO_BENCH_NCCL_ARGS:-}")
 [[ ",$steps," == *",timeline,"* ]] && cmds+=("timeout 300 $run scripts/record_timeline.py --out $data")

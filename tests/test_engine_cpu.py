@@ -68,6 +68,16 @@ def test_plan_rejects_bad_input():
         OverlapPlan("all_reduce", 128, 64, 16, comm, device="cpu", config=CFG, sm_count=2, partition=(1, 1, 1, 1, 1))
 
 
+def test_plan_checks_the_reduction():
+    comm = _NoComm(2)
+    kw = dict(device="cpu", config=CFG, sm_count=2)
+    with pytest.raises(PlanError, match="reduction must be one of"):
+        OverlapPlan("all_reduce", 128, 64, 16, comm, reduction="gather", **kw)
+    for prim, layout in (("reduce_scatter", "tiles"), ("all_reduce", "rows")):
+        with pytest.raises(PlanError, match="reduction='post_reorder' is for all_reduce in the tiles layout"):
+            OverlapPlan(prim, 128, 64, 16, comm, layout=layout, reduction="post_reorder", **kw)
+
+
 def test_run_rejects_mismatched_inputs():
     plan = OverlapPlan("all_reduce", 100, 70, 16, _NoComm(1), device="cpu", config=CFG, sm_count=2)
     a = torch.randn(100, 16).bfloat16()

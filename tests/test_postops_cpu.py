@@ -48,6 +48,30 @@ def test_generate_source_names_unique():
         postops.generate_source("rmsnorm", "bf16", True)
 
 
+def test_summing_sources_name_and_reference():
+    src1, name1 = postops.generate_source(PostOps(), "bf16", True)
+    src2, name2 = postops.generate_source(PostOps(), "bf16", True, 2)
+    assert name2 == name1 + "_w2" and ", 2>(" in src2 and ", 1>(" in src1
+    for bad in (0, postops.MAX_SOURCES + 1, True, 1.5):
+        with pytest.raises(ValueError, match="sources must be"):
+            postops.generate_source(PostOps(), "bf16", True, bad)
+    # Two copies, the second one entry-dependent steps away, summed; a single copy is a gather.
+    R, N, BN = 3, 10, 4
+    table = (np.arange(R * 3).reshape(R, 3) * BN).astype(np.int64)
+    stride = np.where(np.arange(R * 3).reshape(R, 3) % 2, 100, 50).astype(np.int64)
+    buf = np.arange(200, dtype=np.float64)
+    got = postops.gather_reference(buf, table, (R, N), BN, 2, stride)
+    j = np.arange(N)
+    want = (buf[table[:, j // BN] + j % BN] + buf[table[:, j // BN] + stride[:, j // BN] + j % BN])
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(postops.post_reorder_reference(buf, table, (R, N), BN, sources=2, peer_stride=stride),
+                                  want)
+    with pytest.raises(ValueError, match="peer_stride goes with"):
+        postops.gather_reference(buf, table, (R, N), BN, 2)
+    with pytest.raises(IndexError, match="outside buf"):
+        postops.gather_reference(buf, table, (R, N), BN, 2, stride * 3)
+
+
 # --- PostOps validation ------------------------------------------------------------------------
 def test_postops_defaults_and_normalisation():
     ops = PostOps()

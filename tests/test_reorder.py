@@ -95,6 +95,47 @@ def test_rows_layout_groups_are_row_ranges_no_later_than_their_waves(gp):
         assert c - band < e <= c and e % band == 0
 
 
+@given(grid_and_partition(), st.integers(1, 5), st.integers(0, 2**31 - 1))
+def test_gather_reorder_sums_every_ranks_copy(gp, W, seed):
+    """AllReduce as an in-place AllGather per group + a summing post-reorder, simulated for W ranks."""
+    from fo_lib.postops import gather_reference
+
+    g, part = gp
+    base = R.tile_reorder(g, part)
+    plans = [R.gather_reorder(g, part, W, k) for k in range(W)]
+    p0 = plans[0]
+    assert p0.buffer_elements == W * g.M * g.N
+    assert np.array_equal(p0.group_slices, W * base.group_slices)
+    assert np.array_equal(p0.tile_group, base.tile_group) and np.array_equal(p0.group_tiles, base.group_tiles)
+    rng = np.random.default_rng(seed)
+    Cs = [rng.standard_normal((g.M, g.N)) for _ in range(W)]
+    buf = np.full(p0.buffer_elements, np.nan)
+    for k, plan in enumerate(plans):
+        # Rank k's copy of each group is its AllGather send span, inside the group's receive span.
+        assert np.array_equal(plan.post_table, p0.post_table) and np.array_equal(plan.peer_stride, p0.peer_stride)
+        span = plan.own_slices[:, 1] - plan.own_slices[:, 0]
+        assert np.array_equal(span, base.group_slices[:, 1] - base.group_slices[:, 0])
+        assert np.array_equal(plan.own_slices[:, 0], W * base.group_slices[:, 0] + k * span)
+        _check_groups_contiguous(plan, plan.row_offset, g.N, g.BN, plan.own_slices)
+        idx = R.element_index(plan.row_offset, g.N, g.BN)
+        assert np.isnan(buf[idx]).all()  # the ranks' copies never overlap
+        buf[idx] = Cs[k]  # the AllGather: every rank ends with every copy
+    assert not np.isnan(buf).any()
+    np.testing.assert_allclose(gather_reference(buf, p0.post_table, (g.M, g.N), g.BN, W,
+                                                p0.peer_stride if W > 1 else None), sum(Cs),
+                               rtol=1e-12, atol=1e-12)
+    if p0.tile_place is not None:  # the GEMM's per-tile places describe the same store table
+        assert p0.tile_place.shape == (g.num_tiles, 4)
+
+
+def test_gather_reorder_errors():
+    g = TileGrid(100, 100, BM=16, BN=16, sm_count=4)
+    with pytest.raises(R.ReorderError, match="rank 2 outside"):
+        R.gather_reorder(g, (g.num_waves,), 2, 2)
+    with pytest.raises(R.ReorderError, match="world size"):
+        R.gather_reorder(g, (g.num_waves,), 0, 0)
+
+
 @st.composite
 def rs_case(draw):
     g, part = draw(grid_and_partition())

@@ -201,12 +201,18 @@ class LoopbackCommunicator:
             self._repeat(mine, recv)
 
     def _repeat(self, src, dst) -> None:
-        """``dst`` = ``src`` repeated ``world_size`` times. In copy-engine mode as ``world_size``
+        """``dst`` = ``src`` repeated ``world_size`` times (``src`` may be ``dst``'s row ``rank``: an
+        in-place AllGather). In copy-engine mode as ``world_size``
         contiguous device copies, which torch hands to ``cudaMemcpyAsync`` (copy engines): one
         broadcast kernel instead got only the SMs a GEMM beside it left free, and its stride-0
         source made it slow there (docs/perf-log.md, session 6). In SM-copy mode the link's SMs do it."""
-        if self.mode == "copy_engine":
-            for row in dst.view(self.world_size, -1):
+        rows = dst.view(self.world_size, -1)
+        if src.data_ptr() == rows[self.rank].data_ptr():  # in place: src already is this rank's row
+            for r, row in enumerate(rows):
+                if r != self.rank:
+                    row.copy_(src.reshape(-1))
+        elif self.mode == "copy_engine":
+            for row in rows:
                 row.copy_(src.reshape(-1))
         else:
             torch_repeat(src, dst, self.world_size)

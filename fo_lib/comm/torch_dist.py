@@ -12,9 +12,16 @@ class TorchDistCommunicator:
 
     NCCL collectives are enqueued behind the work already on the current stream, so a wait kernel
     launched on that stream gates them. gloo runs synchronously on the CPU (the CI path).
+
+    ``max_ctas``: a communicator of its own whose kernels use at most that many CTAs.
+    ``copy_engine``: a communicator of its own with NCCL's zero-CTA policy (NCCL >= 2.28): its
+    AllGather and All-to-All then run on the copy engines, with no SM, when both buffers lie in
+    symmetric windows, which :meth:`empty` allocates (the engine asks for its buffer there). Its
+    ``sm_footprint`` is 1, the SM of the engine's wait kernel. AllReduce and ReduceScatter still
+    run NCCL's kernels (they reduce); see ``OverlapPlan(reduction="post_reorder")``.
     """
 
-    def __init__(self, group=None, *, max_ctas: int | None = None):
+    def __init__(self, group=None, *, max_ctas: int | None = None, copy_engine: bool = False):
         import torch.distributed as dist
 
         if not dist.is_available() or not dist.is_initialized():
@@ -22,7 +29,23 @@ class TorchDistCommunicator:
                                "(torchrun sets the environment; see fo_lib.comm.torch_dist.init_from_env)")
         self._dist = dist
         self.max_ctas = max_ctas
-        if max_ctas is not None:
+        self.copy_engine = bool(copy_engine)
+        self._windows = []  # (pool, tensor, window) of every symmetric buffer, alive with the communicator
+        if self.copy_engine:
+            if dist.get_backend(group) != "nccl":
+                raise ValueError("copy_engine applies to NCCL process groups only")
+            if max_ctas is not None:
+                raise ValueError("copy_engine and max_ctas exclude each other (the copy engines take no CTA)")
+            policy = getattr(dist.ProcessGroupNCCL, "NCCL_CTA_POLICY_ZERO", None)
+            if policy is None:
+                raise RuntimeError("this torch has no NCCL CTA policy (copy_engine needs torch >= 2.9, NCCL >= 2.28)")
+            opts = dist.ProcessGroupNCCL.Options()
+            opts.is_high_priority_stream = True
+            opts.config.cta_policy = policy
+            opts.config.cga_cluster_size = int(os.environ.get("NCCL_CGA_CLUSTER_SIZE", 1))
+            ranks = None if group is None else dist.get_process_group_ranks(group)
+            group = dist.new_group(ranks, pg_options=opts, timeout=datetime.timedelta(seconds=120))
+        elif max_ctas is not None:
             # A communicator of its own whose kernels use at most max_ctas CTAs (= SMs), so a GEMM can
             # leave exactly that many SMs free (ncclConfig_t.maxCTAs/minCTAs, NCCL >= 2.17).
             if dist.get_backend(group) != "nccl":
@@ -46,8 +69,26 @@ class TorchDistCommunicator:
         # Override with OverlapPlan(comm_sms=...).
         if self.link == "gloo":
             self.sm_footprint = 0
+        elif self.copy_engine:
+            self.sm_footprint = 1
         else:
             self.sm_footprint = int(max_ctas or os.environ.get("NCCL_MAX_CTAS", 32))
+
+    def empty(self, numel: int, dtype, device):
+        """A CUDA tensor in an NCCL symmetric window of this communicator (copy_engine), else a plain
+        one. Collective: every rank must allocate the same sizes in the same order."""
+        import torch
+
+        if not self.copy_engine:
+            return torch.empty(numel, dtype=dtype, device=device)
+        backend = self.group._get_backend(torch.device(device))  # copy_engine: always a group of its own
+        pool = torch.cuda.MemPool(backend.mem_allocator)  # ncclMemAlloc: what symmetric windows need
+        with torch.cuda.use_mem_pool(pool):
+            t = torch.empty(numel, dtype=dtype, device=device)
+        torch.cuda.synchronize(device)
+        window = _register_window(backend._comm_ptr(), t.data_ptr(), t.numel() * t.element_size())
+        self._windows.append((pool, t, window))
+        return t
 
     def all_reduce(self, buf) -> None:
         self._dist.all_reduce(buf, group=self.group)
@@ -96,6 +137,37 @@ class TorchDistCommunicator:
         out = torch.empty(self.world_size * t.numel(), dtype=t.dtype, device=t.device)
         self._dist.all_gather_into_tensor(out, t, group=self.group)
         return out.cpu().reshape(self.world_size, *local.shape)
+
+
+NCCL_WIN_COLL_SYMMETRIC = 0x01
+
+
+def _libnccl():
+    """The libnccl torch loaded, opened again by its path (the same library, the same handle)."""
+    import ctypes
+
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            if "libnccl" in line:
+                return ctypes.CDLL(line.split()[-1])
+    return ctypes.CDLL("libnccl.so.2")
+
+
+def _register_window(comm_ptr: int, ptr: int, nbytes: int) -> int:
+    """``ncclCommWindowRegister(comm, ptr, nbytes, &win, NCCL_WIN_COLL_SYMMETRIC)`` (collective);
+    torch has no Python binding for it. The window lives as long as the communicator."""
+    import ctypes
+
+    lib = _libnccl()
+    fn = lib.ncclCommWindowRegister
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
+    fn.restype = ctypes.c_int
+    win = ctypes.c_void_p()
+    rc = fn(ctypes.c_void_p(comm_ptr), ctypes.c_void_p(ptr), ctypes.c_size_t(nbytes), ctypes.byref(win),
+            ctypes.c_int(NCCL_WIN_COLL_SYMMETRIC))
+    if rc != 0:
+        raise RuntimeError(f"ncclCommWindowRegister failed with ncclResult {rc}")
+    return int(win.value or 0)
 
 
 def init_from_env(backend: str | None = None, timeout_s: float = 120.0) -> TorchDistCommunicator:

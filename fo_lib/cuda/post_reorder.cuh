@@ -6,8 +6,12 @@
 // element (r, j) comes from buf[src_offset[r * tiles_n + j / BN] + j % BN]; the BN (or fewer, at
 // the row's end) elements of one table entry are contiguous in buf.
 //
+// SOURCES > 1 (an AllReduce whose collective was an AllGather): every table entry has SOURCES
+// copies in buf, copy s at src_offset[...] + s * peer_stride[...] (same [R, tiles_n] format), and
+// v is their sum in fp32, before anything else.
+//
 // Per element, in this order (fp32 throughout, every 16-bit result rounded once):
-//   v = buf[...]; v += bias[j]; v = act(v); v += residual[r, j]; residual_out[r, j] = v;
+//   v = buf[...] (summed over the copies); v += bias[j]; v = act(v); v += residual[r, j]; residual_out[r, j] = v;
 //   out[r, j] = NORM ? v * rsqrt(mean_j(v^2) + eps) * weight[j] : v
 // (residual_out may alias residual: each element is read and written by the same thread.)
 //
@@ -148,9 +152,20 @@ __device__ __forceinline__ float row_sum(float x) {
     return total;
 }
 
-template <class T, int ACT, bool BIAS, bool RES, bool RES_OUT, bool NORM, bool VEC, int ITEMS>
+// 8 consecutive elements of buf from offset off: one 16-byte load when off is a multiple of 8, else
+// eight 2-byte loads (same values; any table is correct, aligned ones are fast).
+__device__ __forceinline__ v4u32 ld_nc_chunk(const bits16* p, i64 off) {
+    if ((off & 7) == 0) return ld_nc_v4(p + off);
+    bits16 h[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) h[e] = ld_nc_u16(p + off + e);
+    return {u32(h[0]) | (u32(h[1]) << 16), u32(h[2]) | (u32(h[3]) << 16), u32(h[4]) | (u32(h[5]) << 16),
+            u32(h[6]) | (u32(h[7]) << 16)};
+}
+
+template <class T, int ACT, bool BIAS, bool RES, bool RES_OUT, bool NORM, bool VEC, int ITEMS, int SOURCES = 1>
 __device__ __forceinline__ void post_reorder(const bits16* __restrict__ buf, const i64* __restrict__ src_offset,
-                                             bits16* __restrict__ out, const bits16* __restrict__ bias,
+                                             const i64* __restrict__ peer_stride, bits16* __restrict__ out, const bits16* __restrict__ bias,
                                              const bits16* residual, bits16* residual_out,
                                              const bits16* __restrict__ weight, int R, int N, int BN, int tiles_n,
                                              i64 ldo, float eps) {
@@ -161,6 +176,7 @@ __device__ __forceinline__ void post_reorder(const bits16* __restrict__ buf, con
     const bool row_ok = r < R;
     const int rr = row_ok ? r : 0;  // keeps every address formed below inside the tensors
     const i64* table = src_offset + i64(rr) * tiles_n;
+    const i64* stride_row = peer_stride + i64(rr) * tiles_n;  // read only when SOURCES > 1
     const bits16* res_row = residual + i64(rr) * N;
     bits16* rout_row = residual_out + i64(rr) * N;
     bits16* out_row = out + i64(rr) * ldo;
@@ -177,7 +193,7 @@ __device__ __forceinline__ void post_reorder(const bits16* __restrict__ buf, con
     // (exact, half the registers of fp32, so more rows fit on an SM: the host caps it at 48
     // registers) and loads the weight chunks with the row, so no load waits behind the reduction.
     // (The fused variants have no registers to spare for either.)
-    constexpr bool kKeepRaw = NORM && VEC && !BIAS && !RES && !RES_OUT && ACT == ACT_NONE;
+    constexpr bool kKeepRaw = NORM && VEC && !BIAS && !RES && !RES_OUT && ACT == ACT_NONE && SOURCES == 1;
     v4u32 raw[kKeepRaw ? ITEMS : 1];
     v4u32 wr[kKeepRaw ? ITEMS : 1];
 
@@ -199,27 +215,25 @@ __device__ __forceinline__ void post_reorder(const bits16* __restrict__ buf, con
 
         if constexpr (VEC) {
             v4u32 xr[ITEMS], br[ITEMS], rsr[ITEMS];
-            i64 off[ITEMS];
+            v4u32 peer[ITEMS][SOURCES > 1 ? SOURCES - 1 : 1];
+            i64 off[ITEMS], step[ITEMS];
 #pragma unroll
             for (int i = 0; i < ITEMS; ++i) {
                 if (ok[i]) {
                     const u32 j0 = u32(unit[i]) * W;
                     const u32 t = j0 / ubn;
                     off[i] = ld_nc_s64(table + t) + i64(j0 - t * ubn);
+                    if constexpr (SOURCES > 1) step[i] = ld_nc_s64(stride_row + t);
                 }
             }
 #pragma unroll
             for (int i = 0; i < ITEMS; ++i) {
                 if (ok[i]) {
                     const int j0 = unit[i] * W;
-                    if ((off[i] & (W - 1)) == 0) {
-                        xr[i] = ld_nc_v4(buf + off[i]);
-                    } else {  // unaligned table entry: same values, 2-byte loads
-                        bits16 h[W];
+                    xr[i] = ld_nc_chunk(buf, off[i]);
+                    if constexpr (SOURCES > 1) {
 #pragma unroll
-                        for (int e = 0; e < W; ++e) h[e] = ld_nc_u16(buf + off[i] + e);
-                        xr[i] = {u32(h[0]) | (u32(h[1]) << 16), u32(h[2]) | (u32(h[3]) << 16),
-                                 u32(h[4]) | (u32(h[5]) << 16), u32(h[6]) | (u32(h[7]) << 16)};
+                        for (int s = 1; s < SOURCES; ++s) peer[i][s - 1] = ld_nc_chunk(buf, off[i] + s * step[i]);
                     }
                     if constexpr (BIAS) br[i] = ld_nc_v4(bias + j0);
                     if constexpr (RES) rsr[i] = ld_v4(res_row + j0);
@@ -232,6 +246,15 @@ __device__ __forceinline__ void post_reorder(const bits16* __restrict__ buf, con
                     const int j0 = unit[i] * W;
                     float f[W];
                     unpack8(T{}, xr[i], f);
+                    if constexpr (SOURCES > 1) {
+#pragma unroll
+                        for (int s = 1; s < SOURCES; ++s) {
+                            float q[W];
+                            unpack8(T{}, peer[i][s - 1], q);
+#pragma unroll
+                            for (int e = 0; e < W; ++e) f[e] += q[e];
+                        }
+                    }
                     if constexpr (BIAS) {
                         float b[W];
                         unpack8(T{}, br[i], b);
@@ -267,12 +290,20 @@ __device__ __forceinline__ void post_reorder(const bits16* __restrict__ buf, con
 #pragma unroll
             for (int i = 0; i < ITEMS; ++i) {
                 bits16 xr[W], br[W], rsr[W];
+                float xs[W];  // the sum of the other copies (SOURCES > 1)
 #pragma unroll
                 for (int e = 0; e < W; ++e) {
                     const int j = (unit[i] * W + e) * G + tx;
                     if (ok[i] && j < N) {
                         const u32 t = u32(j) / ubn;
-                        xr[e] = ld_nc_u16(buf + ld_nc_s64(table + t) + i64(u32(j) - t * ubn));
+                        const i64 o = ld_nc_s64(table + t) + i64(u32(j) - t * ubn);
+                        xr[e] = ld_nc_u16(buf + o);
+                        if constexpr (SOURCES > 1) {
+                            const i64 st = ld_nc_s64(stride_row + t);
+                            xs[e] = 0.f;
+#pragma unroll
+                            for (int s = 1; s < SOURCES; ++s) xs[e] += to_float(T{}, ld_nc_u16(buf + o + s * st));
+                        }
                         if constexpr (BIAS) br[e] = ld_nc_u16(bias + j);
                         if constexpr (RES) rsr[e] = ld_u16(res_row + j);
                     }
@@ -283,6 +314,7 @@ __device__ __forceinline__ void post_reorder(const bits16* __restrict__ buf, con
                     float f = 0.f;
                     if (ok[i] && j < N) {
                         f = to_float(T{}, xr[e]);
+                        if constexpr (SOURCES > 1) f += xs[e];
                         if constexpr (BIAS) f += to_float(T{}, br[e]);
                         f = activate<ACT>(f);
                         if constexpr (RES) f += to_float(T{}, rsr[e]);

@@ -225,7 +225,7 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
             primitives=("all_reduce", "reduce_scatter", "all_to_all"), candidates_limit: int = 12,
             comm_sms: int | None = None, shapes=None, rounds: int | None = None, inner: int | None = None,
             model_kw: dict | None = None, graphs: bool = True, schedule: str = "persistent",
-            layout: str = "tiles"):
+            layout: str = "tiles", reduction: str = "collective", baseline_comm=None):
     """Overlapped vs sequential vs decomposition, and every candidate partition's latency next to the
     refined model's prediction.
 
@@ -240,7 +240,11 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
     mode without host work per group. ``schedule``: the GEMM's CTA schedule
     (:class:`fo_lib.engine.OverlapPlan`; ``"per_tile"`` ignores ``comm_sms``). ``layout``: the
     AllReduce plans' layout (``"rows"``: groups of whole tile rows, the GEMM in a row-major raster,
-    no post-reorder; the other primitives keep ``"tiles"``).
+    no post-reorder; the other primitives keep ``"tiles"``). ``reduction``: the AllReduce plans'
+    (``"post_reorder"``: an in-place AllGather per group, summed by the post-reorder; the model then
+    uses the AllGather's curve). ``baseline_comm``: the communicator of the non-overlapped
+    baselines' collectives (``comm_ms``, ``cublas_then_comm_ms``, ``ours_sequential_ms``; default
+    ``comm``), e.g. NCCL's default communicator when ``comm`` is a copy-engine one.
 
     Returns ``(summary, candidates, saved)``: one row per (primitive, shape), one row per measured
     partition, and the GEMM profiles and link curves as JSON-ready dicts.
@@ -257,6 +261,7 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
         from ..comm.loopback import LoopbackCommunicator
         comm = LoopbackCommunicator(world)
     world, root = comm.world_size, comm.rank == 0
+    baseline_comm = baseline_comm or comm
     if comm_sms is None:
         comm_sms = int(getattr(comm, "sm_footprint", 0))
     sms_free = comm_sms if isinstance(comm_sms, dict) else {p: int(comm_sms) for p in primitives}
@@ -272,6 +277,8 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
     for prim in primitives:
         for M, N, K in tqdm(per_prim.get(prim, []), desc=prim, disable=not root):
             plan_layout = layout if prim == "all_reduce" else "tiles"
+            plan_reduction = reduction if prim == "all_reduce" else "collective"
+            curve_prim = "all_gather" if plan_reduction == "post_reorder" else prim
             cfg = layout_config(gemm.auto_config(M, N, K, sms), plan_layout)
             run_gemm = gemm.kernels_for(cfg)
             a = torch.randn(M, K, device="cuda").bfloat16()
@@ -280,13 +287,15 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
             ctas = sms - sms_free[prim] if schedule == "persistent" else sms
             profile = measured_profile(comm, M, N, K, cfg, ctas, routing)
             if prim not in curves:
-                curves[prim] = _agree(comm, tuning.measure_curve(comm, prim, tuning.default_sizes(2 * 8192 * 16384)))
+                curves[prim] = _agree(comm, tuning.measure_curve(comm, curve_prim,
+                                                                 tuning.default_sizes(2 * 8192 * 16384)))
             model = OverlapModel(profile, curves[prim], "refined", **((model_kw or {}).get(prim) or {"launch_ms": 0.01}))
             res = model.tune()
             T = profile.num_waves
             cands = candidate_partitions(T, res.best.partition, rng, candidates_limit)
             plans = {c: OverlapPlan(prim, M, N, K, comm, config=cfg, ctas=ctas, partition=c, routing=routing,
-                                    schedule=schedule, layout=plan_layout) for c in cands}
+                                    schedule=schedule, layout=plan_layout, reduction=plan_reduction)
+                     for c in cands}
             any_plan = plans[cands[0]]
             out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
             full = torch.randn(M * N, device="cuda").bfloat16()
@@ -297,14 +306,14 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
             fns = {
                 "gemm": lambda i: run_gemm.gemm_nt(a, b, out, config=cfg),
                 "cublas": lambda i: torch.matmul(a, b.T, out=out),
-                "comm": lambda i: full_collective(comm, prim, full, recv_full, split),
+                "comm": lambda i: full_collective(baseline_comm, prim, full, recv_full, split),
                 "sequential": lambda i: baselines.sequential(any_plan, a, b),
                 # The paper's non-overlapped baseline at its leanest: cuBLAS, then the collective on
                 # the whole output in place (no row bookkeeping, no post-ops).
                 "cublas_then_comm": lambda i: (torch.matmul(a, b.T, out=out),
-                                               full_collective(comm, prim, out.view(-1), recv_full, split)),
+                                               full_collective(baseline_comm, prim, out.view(-1), recv_full, split)),
                 "ours_sequential": lambda i: (run_gemm.gemm_nt(a, b, out, config=cfg),
-                                              full_collective(comm, prim, full, recv_full, split)),
+                                              full_collective(baseline_comm, prim, full, recv_full, split)),
                 "decomp2": lambda i: baselines.decomposition(any_plan, a, b, chunks=2),
                 "decomp4": lambda i: baselines.decomposition(any_plan, a, b, chunks=4),
             }
@@ -350,7 +359,8 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
             t_oseq = med["ours_sequential"]
             eff_ours = (t_oseq - t_pred) / (t_oseq - max(t_gemm, t_comm))
             row = dict(primitive=prim, M=M, N=N, K=K, world=world, link=link_label(comm),
-                       waves=T, config=cfg.tile_name, schedule=schedule, layout=plan_layout, gemm_ms=t_gemm, cublas_ms=med["cublas"], comm_ms=t_comm,
+                       waves=T, config=cfg.tile_name, schedule=schedule, layout=plan_layout,
+                       reduction=plan_reduction, copy_engine=bool(getattr(comm, "copy_engine", False)), gemm_ms=t_gemm, cublas_ms=med["cublas"], comm_ms=t_comm,
                        comm_over_gemm=t_comm / t_gemm, comm_over_cublas=t_comm / med["cublas"],
                        sequential_ms=t_seq, cublas_then_comm_ms=med["cublas_then_comm"], ours_sequential_ms=t_oseq, comm_sms=sms_free[prim],
                        nccl_max_ctas=getattr(comm, "max_ctas", None) or 0, decomp2_ms=med["decomp2"],

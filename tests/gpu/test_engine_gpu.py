@@ -483,3 +483,45 @@ def test_bad_post_operand_raises_with_the_streams_joined():
     torch.cuda.synchronize()
     plan.check()
     assert calc_diff(y, _expected(plan, C, W)) < TOL
+
+
+@pytest.mark.parametrize("hopper", [False, True])
+@pytest.mark.parametrize("W", [2, 3])
+def test_all_reduce_reduced_by_the_post_reorder(hopper, W):
+    """reduction='post_reorder': an in-place AllGather per group into W copies, summed by the
+    post-reorder. Matches the dense reference with fused post-ops (eager with and without the
+    communication graph, captured replays), with the buffer poisoned before every call; the GEMM
+    writes only this rank's copy, so the emulated AllGather must fill the others."""
+    from fo_lib import gemm_sm90
+    if hopper and not gemm_sm90.is_supported():
+        pytest.skip("needs a compute capability 9.0 GPU")
+    M, N, K = 1500, 1100, 128
+    cfg = gemm_sm90.CONFIGS["128x128x64"] if hopper else gemm.CONFIGS["128x128x32"].with_raster("row", 2)
+    a, b, C = _inputs(M, N, K, seed=43 + W)
+    ops = PostOps(bias=True, residual=True, rmsnorm=True)
+    bias, weight = (torch.randn(N, device="cuda").bfloat16() for _ in range(2))
+    residual = torch.randn(M, N, device="cuda").bfloat16()
+    want = baselines.torch_post_ops(W * C, ops, bias=bias.double(), residual=residual.double(),
+                                    weight=weight.double())
+    for comm_graph in (True, False):
+        plan = OverlapPlan("all_reduce", M, N, K, LoopbackCommunicator(W), config=cfg, ctas=20,
+                           comm_graph=comm_graph, reduction="post_reorder")
+        assert plan.num_groups > 1 and plan.sources == W and plan.send.numel() == W * M * N
+        assert len(plan.post_stages) == 2  # the early rows beside the last group's AllGather
+        for call in range(3):
+            plan.send.fill_(float("nan"))
+            got = plan.run(a, b) if call else plan.run(a, b, ops=ops, bias=bias, residual=residual, weight=weight)
+            torch.cuda.synchronize()
+            plan.check()
+            assert calc_diff(got, W * C if call else want) < TOL, (call, plan.describe())
+    graphed = plan.capture(a, b, ops=ops, bias=bias, residual=residual, weight=weight)
+    for _ in range(2):
+        plan.send.fill_(float("nan"))
+        y = graphed()
+        torch.cuda.synchronize()
+        plan.check()
+        assert calc_diff(y, want) < TOL
+    collective = OverlapPlan("all_reduce", M, N, K, LoopbackCommunicator(W), config=cfg, ctas=20,
+                             partition=plan.partition)
+    assert calc_diff(collective.run(a, b), plan.run(a, b)) < 1e-2
+

@@ -157,6 +157,71 @@ def test_post_reorder_matches_reference(opname, N, dtype, path):
              vectorized=None if path == "auto" else False)
 
 
+@pytest.mark.parametrize("path", ["auto", "scalar"])
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("W", [2, 3])
+@pytest.mark.parametrize("N", [64, 1000, 8192])
+@pytest.mark.parametrize("opname", ["gather", "rmsnorm", "all", "all_silu_nonorm"])
+def test_summed_copies_match_reference(opname, N, W, dtype, path):
+    """sources = W: the copies of a gathered AllReduce, copy s at table + s * peer_stride, with a
+    stride that differs per entry (groups of different lengths); every other slot is NaN."""
+    R, BM, BN = SHAPES[N]
+    rng = np.random.default_rng(N + 7 * W)
+    table, size = tile_layout(R, N, BM, BN, rng)
+    # stride size * (1 + k), k in {0, 1} per entry: copy s of an entry lies at table + s (1 + k) size,
+    # injective over (entry, s) because the table is injective and its offsets lie below size.
+    stride = (size * (1 + rng.integers(0, 2, table.shape))).astype(np.int64)
+    full = size * (1 + 2 * (W - 1))
+    tdt = DTYPES[dtype]
+    buf = torch.full((full,), float("nan"), dtype=tdt, device="cuda")
+    idx = np.concatenate([element_index(table + s * stride, N, BN).reshape(-1) for s in range(W)])
+    assert np.unique(idx).size == idx.size
+    g = torch.Generator(device="cuda").manual_seed(N + W)
+    buf[torch.from_numpy(idx).cuda()] = torch.randn(idx.size, device="cuda", generator=g).to(tdt)
+    ops = OPS[opname]
+    bias = (0.5 * torch.randn(N, device="cuda", generator=g)).to(tdt) if ops.bias else None
+    residual = torch.randn(R, N, device="cuda", generator=g).to(tdt) if ops.residual else None
+    weight = (0.5 + torch.rand(N, device="cuda", generator=g)).to(tdt) if ops.rmsnorm else None
+    residual_out = torch.full((R, N), float("nan"), dtype=tdt, device="cuda") if ops.residual_out else None
+    frame, out, mask = guarded_out(R, N, dtype)
+    np_ = (lambda t: None if t is None else to_np(t))
+    ref_pre = np.full((R, N), np.nan) if ops.residual_out else None
+    ref = postops.post_reorder_reference(to_np(buf), table, (R, N), BN, ops, bias=np_(bias), residual=np_(residual),
+                                         weight=np_(weight), residual_out=ref_pre, sources=W, peer_stride=stride)
+    postops.post_reorder(buf, torch.from_numpy(table).cuda(), (R, N), BN, ops, bias=bias, residual=residual,
+                         residual_out=residual_out, weight=weight, out=out, check_table=True,
+                         vectorized=None if path == "auto" else False, sources=W,
+                         peer_stride=torch.from_numpy(stride).cuda())
+    torch.cuda.synchronize()
+    what = f"{ops.describe()} sum of {W} {dtype} R={R} N={N} path={path}"
+    assert_close(out, ref, dtype, what)
+    assert_guard(frame, mask, what)
+    if ops.residual_out:
+        assert_close(residual_out, ref_pre, dtype, what + " residual_out")
+    # A single copy of the same table reads NaN-free values too, but they differ: the sum matters.
+    single = postops.post_reorder(buf, torch.from_numpy(table).cuda(), (R, N), BN, PostOps())
+    assert not np.allclose(to_np(single), postops.gather_reference(to_np(buf), table, (R, N), BN, W, stride))
+
+
+def test_summed_copies_validation():
+    R, N, BN = 8, 256, 64
+    table, size = tile_layout(R, N, 4, BN, np.random.default_rng(2))
+    buf = make_buf(table, 2 * size, R, N, BN, "bf16", 2)
+    t = torch.from_numpy(table).cuda()
+    stride = torch.full_like(t, size)
+    pr = postops.post_reorder
+    with pytest.raises(ValueError, match="peer_stride goes with"):
+        pr(buf, t, (R, N), BN, sources=2)
+    with pytest.raises(ValueError, match="peer_stride goes with"):
+        pr(buf, t, (R, N), BN, peer_stride=stride)
+    with pytest.raises(ValueError, match="sources must be"):
+        pr(buf, t, (R, N), BN, sources=postops.MAX_SOURCES + 1, peer_stride=stride)
+    with pytest.raises(ValueError, match="peer_stride must be"):
+        pr(buf, t, (R, N), BN, sources=2, peer_stride=stride.int())
+    with pytest.raises(ValueError, match="outside buf"):
+        pr(buf, t, (R, N), BN, sources=2, peer_stride=stride * 4, check_table=True)
+
+
 def test_auto_path_choice():
     """The vectorized path is taken for aligned shapes (the timing-relevant one)."""
     R, N, BN = 8, 4096, 128
