@@ -104,12 +104,47 @@ class Windowed:
             raise RuntimeError(f"ncclCommWindowRegister returned {rc}")
 
 
+def library_sizes() -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from fo_lib.comm.torch_dist import TorchDistCommunicator, init_from_env
+
+    comm = init_from_env("nccl")
+    ce = TorchDistCommunicator(copy_engine=True)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    W, rank = comm.world_size, comm.rank
+    if os.environ.get("FO_PROBE_WARM"):
+        t = torch.ones(8, device=dev)
+        ce.all_reduce(t)
+        print(f"rank {rank}: warmed the communicator with an AllReduce: {t[0].item()}", flush=True)
+    for nbytes in (64 << 20, 4 << 20, 1 << 20, 256 << 10, 64 << 10, 16 << 10, 4 << 10, 1 << 10, 4 * 21 * 39, 2 * 87):
+        n = nbytes // 2
+        try:
+            recv = ce.empty(W * n, torch.bfloat16, dev)
+            recv.zero_()
+            mine = recv[rank * n:(rank + 1) * n]
+            mine.fill_(rank + 1)
+            ce.all_gather(mine, recv)
+            torch.cuda.synchronize()
+            ok = bool((recv.view(W, n) == torch.arange(1, W + 1, device=dev).view(W, 1)).all().item())
+            print(f"rank {rank}: {nbytes} B per rank in place: ok={ok} ptr%4096={recv.data_ptr() % 4096}", flush=True)
+        except Exception as exc:  # noqa: BLE001
+            print(f"rank {rank}: {nbytes} B per rank FAILED: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+            os._exit(1)
+    dist.destroy_process_group()
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=None)
     ap.add_argument("--mb", type=int, nargs="+", default=[4, 16, 64, 128], help="bytes per rank (MiB) of the AllGather")
+    ap.add_argument("--library", action="store_true",
+                    help="instead: fo_lib's copy-engine communicator, in-place AllGather from large to small "
+                         "sizes until one fails (a failed NCCL call ends the communicator)")
     args = ap.parse_args(argv)
 
+    if args.library:
+        return library_sizes()
     rank = int(os.environ["RANK"])
     local = int(os.environ.get("LOCAL_RANK", rank))
     torch.cuda.set_device(local)

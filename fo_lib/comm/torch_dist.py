@@ -31,6 +31,7 @@ class TorchDistCommunicator:
         self.max_ctas = max_ctas
         self.copy_engine = bool(copy_engine)
         self._windows = []  # (pool, tensor, window) of every symmetric buffer, alive with the communicator
+        self._side_streams = {}  # device -> stream (_off_null_stream)
         if self.copy_engine:
             if dist.get_backend(group) != "nccl":
                 raise ValueError("copy_engine applies to NCCL process groups only")
@@ -103,12 +104,35 @@ class TorchDistCommunicator:
         if recv.numel() != send.numel() * self.world_size:
             raise ValueError(f"all_gather: recv has {recv.numel()} elements, expected "
                              f"{self.world_size} x {send.numel()}")
-        self._dist.all_gather_into_tensor(recv, send, group=self.group)
+        self._off_null_stream(lambda: self._dist.all_gather_into_tensor(recv, send, group=self.group))
 
     def all_to_all(self, send, send_counts, recv, recv_counts) -> None:
         sc = check_counts(send_counts, self.world_size, send.numel(), "all_to_all send")
         rc = check_counts(recv_counts, self.world_size, recv.numel(), "all_to_all recv")
-        self._dist.all_to_all_single(recv, send, output_split_sizes=rc, input_split_sizes=sc, group=self.group)
+        self._off_null_stream(lambda: self._dist.all_to_all_single(recv, send, output_split_sizes=rc,
+                                                                   input_split_sizes=sc, group=self.group))
+
+    def _off_null_stream(self, collective) -> None:
+        """Run ``collective``; a copy-engine one not on the legacy default stream. torch enqueues a
+        synchronous NCCL call on the current stream, and NCCL's copy-engine path
+        (``cudaMemcpyBatchAsync``) rejects the legacy stream ('invalid argument'), so from there
+        it runs on a side stream, ordered after and before the current stream's work by events."""
+        import torch
+
+        if not self.copy_engine or self.link != "nccl":
+            collective()
+            return
+        current = torch.cuda.current_stream()
+        if current.cuda_stream != 0:
+            collective()
+            return
+        side = self._side_streams.get(current.device)
+        if side is None:
+            side = self._side_streams[current.device] = torch.cuda.Stream(device=current.device)
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            collective()
+        current.wait_stream(side)
 
     def broadcast_object(self, obj, src: int = 0):
         """``obj`` as rank ``src`` has it (picklable), on every rank: measurements that decide what
