@@ -379,6 +379,36 @@ ex.stamp(fig, meta, "best graph-replayed candidate per shape")
 ex.save(fig, "08_time_breakdown", figures_dir)"""),
         ("code", """shares = ar[["gemm_gap_ms", "sm_share_ms", "exposed_ms"]].div(ar.reference_ms, axis=0)
 shares.assign(nccl_max_ctas=ar.nccl_max_ctas).groupby("nccl_max_ctas").median().round(3)"""),
+        ("md", """**Communication without SMs: NCCL's copy engines.** The breakdown above shows what the SMs
+left to NCCL cost the GEMM. NCCL 2.28 runs AllGather on the copy engines, with no CTA at all, when
+the communicator asks for it (`NCCL_CTA_POLICY_ZERO`) and the buffers lie in symmetric windows. An
+AllReduce needs a sum, so here each group's collective becomes an in-place AllGather of its tiles
+(every rank ends with every rank's copy), and the post-reorder, which reads the buffer anyway, sums
+the `W` copies while it restores the layout (`OverlapPlan(reduction="post_reorder")`,
+`TorchDistCommunicator(copy_engine=True)`). On 2 GPUs the link carries the same bytes as an
+AllReduce; the GEMM keeps every SM but the wait kernel's. Both paths were measured in the same call
+(`data/<set>/copy_engine/`, `bench_nccl.py --copy-engine`); the reference is the same cuBLAS then
+NCCL AllReduce. Starred shapes are those whose communication takes at least 30% of the GEMM."""),
+        ("code", """ce = ex.multi_gpu.copy_engine_sweep(ds)
+if ce is None:
+    print(f"{ds}: no copy-engine sweep recorded (scripts/bench_nccl.py --copy-engine)")
+else:
+    ce_sweep, ce_meta = ce
+    cmp_ = ex.multi_gpu.copy_engine_comparison(ce_sweep)
+    fig, ax = plt.subplots(figsize=(11, 4))
+    x = np.arange(len(cmp_))
+    ax.bar(x - 0.2, cmp_.nccl_graph_speedup, 0.4, label="NCCL's kernels: AllReduce per group (24 SMs)")
+    ax.bar(x + 0.2, cmp_.copy_engine_graph_speedup, 0.4, label="copy engines: AllGather per group, sum in the post-reorder")
+    ax.axhline(1, color="k", lw=0.8)
+    ax.axhline(1.2, color="r", ls="--", lw=0.8, label="1.2x")
+    ax.set_xticks(x, [f"{'*' if c >= 0.3 else ''}{m}x{n}x{k}" for m, n, k, c in
+                      zip(cmp_.M, cmp_.N, cmp_.K, cmp_.comm_over_cublas)], rotation=60, fontsize=7)
+    ax.set(ylabel="speedup over cuBLAS then NCCL", title="AllReduce, predicted partition, one CUDA graph per call")
+    ax.legend(fontsize=7)
+    ex.stamp(fig, ce_meta, "both paths measured in the same call")
+    ex.save(fig, "08_copy_engine", figures_dir)
+    ce_picked = ex.multi_gpu.tuner_pick(ce_sweep)
+    display(pd.DataFrame({m: ex.multi_gpu.bar_summary(ce_picked, mode=m) for m in ("checked", "graph", "eager")}).T)"""),
     ],
 }
 

@@ -247,3 +247,41 @@ def test_recorded_sweep_with_both_layouts_feeds_the_checked_tuner():
     assert set(picked.checked_layout) <= {"", "tiles", "rows"}
     fell_back = ~picked.tuner_keeps_overlap
     assert (picked.tuned_checked_ms[fell_back] == picked.reference_ms[fell_back]).all()
+
+
+def test_copy_engine_comparison_and_record():
+    import pandas as pd
+
+    mg = ex.multi_gpu
+    base = dict(primitive="all_reduce", M=64, N=64, K=64, comm_over_cublas=0.5, cublas_ms=1.0, comm_ms=0.5)
+    summary = pd.DataFrame([
+        dict(base, copy_engine=False, nccl_max_ctas=0, cublas_then_comm_ms=1.6, overlap_predicted_graph_ms=1.4),
+        dict(base, copy_engine=True, nccl_max_ctas=0, cublas_then_comm_ms=1.5, overlap_predicted_graph_ms=1.2),
+        dict(base, copy_engine=False, nccl_max_ctas=8, cublas_then_comm_ms=1.9, overlap_predicted_graph_ms=1.0),
+        dict(base, M=128, copy_engine=False, nccl_max_ctas=0, cublas_then_comm_ms=2.0, overlap_predicted_graph_ms=2.0),
+    ])
+    got = mg.copy_engine_comparison(summary)
+    assert len(got) == 1  # the shape without a copy-engine row is left out
+    row = got.iloc[0]
+    assert row.reference_ms == 1.5  # the faster reference of the shape's rows
+    assert row.nccl_graph_ms == 1.4  # NCCL's own CTA budget, not the budget-8 row
+    assert np.isclose(row.copy_engine_graph_speedup, 1.25) and np.isclose(row.nccl_graph_speedup, 1.5 / 1.4)
+    assert mg.copy_engine_sweep("no-such-set") is None
+    rec = mg.copy_engine_sweep("h200x2")  # the recorded sweep: both paths for every AllReduce shape
+    assert rec is not None
+    ce, meta = rec
+    shapes = ce[ce.primitive == "all_reduce"].groupby(["M", "N", "K"]).ngroups
+    assert len(mg.copy_engine_comparison(ce)) == shapes > 0 and meta["world_size"] == 2
+    from fo_lib.provenance import DATA_DIR
+    profiles, curves = overlap.profiles_and_curves(DATA_DIR / "h200x2" / mg.COPY_ENGINE, "overlap_nccl")
+    assert {k[0] for k in profiles} == {0, "copy_engine"}
+    assert curves[("copy_engine", "all_reduce")].primitive == "all_gather"  # the in-place AllGather's curve
+
+
+def test_budget_key_of_sweep_rows():
+    import pandas as pd
+
+    rows = pd.DataFrame([dict(nccl_max_ctas=8, copy_engine=False), dict(nccl_max_ctas=0, copy_engine=True),
+                         dict(nccl_max_ctas=16, copy_engine=float("nan"))])
+    assert [overlap.budget_key(r) for r in rows.itertuples()] == [8, "copy_engine", 16]
+    assert overlap.budget_key(pd.DataFrame([dict(nccl_max_ctas=4)]).itertuples().__next__()) == 4

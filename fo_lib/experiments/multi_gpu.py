@@ -81,6 +81,39 @@ def sweep_both_layouts(data_set: str) -> pd.DataFrame:
     return df
 
 
+COPY_ENGINE = "copy_engine"  # sub-folder of a data set: the sweep of bench_nccl.py --copy-engine
+
+
+def copy_engine_sweep(data_set: str):
+    """The AllReduce sweep of ``bench_nccl.py --copy-engine`` recorded in ``data/<set>/copy_engine/``
+    (NCCL's default communicator and the copy-engine one, measured in the same call), as
+    ``(summary, meta)``; None where it was not recorded."""
+    if not (DATA_DIR / data_set / COPY_ENGINE / "overlap_nccl.csv").exists():
+        return None
+    return load(f"{data_set}/{COPY_ENGINE}", "overlap_nccl")
+
+
+def copy_engine_comparison(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per AllReduce shape of a copy-engine record: the predicted partition replayed as one CUDA
+    graph on NCCL's kernels (``nccl_graph_speedup``) and on the copy engines with the sum in the
+    post-reorder (``copy_engine_graph_speedup``), both over the shape's cuBLAS then NCCL
+    (``reference_ms``, the faster of the two rows' measurements), and the share of the GEMM time
+    that communication takes."""
+    ar = summary[summary.primitive == "all_reduce"].assign(reference_ms=reference_ms(summary))
+    rows = []
+    for (M, N, K), g in ar.groupby(["M", "N", "K"], sort=False):
+        ce, nccl = g[g.copy_engine.astype(bool)], g[~g.copy_engine.astype(bool) & (g.nccl_max_ctas == 0)]
+        if ce.empty or nccl.empty:
+            continue
+        ref = g.reference_ms.min()
+        rows.append(dict(M=M, N=N, K=K, comm_over_cublas=float(nccl.comm_over_cublas.iloc[0]), reference_ms=ref,
+                         nccl_graph_ms=float(nccl.overlap_predicted_graph_ms.iloc[0]),
+                         copy_engine_graph_ms=float(ce.overlap_predicted_graph_ms.iloc[0]),
+                         nccl_graph_speedup=ref / float(nccl.overlap_predicted_graph_ms.iloc[0]),
+                         copy_engine_graph_speedup=ref / float(ce.overlap_predicted_graph_ms.iloc[0])))
+    return pd.DataFrame(rows)
+
+
 def reference_ms(summary: pd.DataFrame) -> pd.Series:
     """The non-overlapped baseline per row: cuBLAS then the collective on the whole output, measured
     back to back (``cublas_then_comm_ms``), or, in records made before that variant existed, the sum
@@ -154,7 +187,7 @@ def time_breakdown(data_set: str) -> pd.DataFrame:
     post-reorder. (The profile times the GEMM on all SMs once, so on short GEMMs ``gemm_gap_ms`` and
     ``sm_share_ms`` carry its noise in opposite directions.)"""
     from ..provenance import DATA_DIR
-    from .overlap import profiles_and_curves
+    from .overlap import budget_key, profiles_and_curves
 
     summary, _ = sweep(data_set)
     if "best_graph_ms" not in summary:
@@ -162,7 +195,7 @@ def time_breakdown(data_set: str) -> pd.DataFrame:
     profiles, _ = profiles_and_curves(DATA_DIR / data_set, "overlap_nccl")
     rows = []
     for r in summary.assign(reference_ms=reference_ms(summary)).itertuples():
-        prof = profiles.get((int(r.nccl_max_ctas), r.primitive, r.M, r.N, r.K))
+        prof = profiles.get((budget_key(r), r.primitive, r.M, r.N, r.K))
         if prof is None or r.best_graph_ms != r.best_graph_ms:
             continue
         reduced = float(sum(prof.wave_ms))

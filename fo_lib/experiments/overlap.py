@@ -43,7 +43,8 @@ def candidates(data_set: str = "h200"):
 def profiles_and_curves(data_dir, record: str) -> tuple[dict, dict]:
     """The GEMM profiles and link curves a sweep recorded in ``<data_dir>/<record>_profiles.json``:
     ``{(budget, primitive, M, N, K): GemmProfile}`` and ``{(budget, primitive): BandwidthCurve}``.
-    A record without NCCL CTA budgets (one GPU) counts as budget 0."""
+    A record without NCCL CTA budgets (one GPU) counts as budget 0; the copy-engine sweep of
+    ``bench_nccl.py --copy-engine`` has the budget ``"copy_engine"`` (see :func:`budget_key`)."""
     from pathlib import Path
 
     from ..profiles import BandwidthCurve, GemmProfile
@@ -52,13 +53,21 @@ def profiles_and_curves(data_dir, record: str) -> tuple[dict, dict]:
     per_budget = saved if "curves" not in saved else {"0": saved}
     profiles, curves = {}, {}
     for budget, sv in per_budget.items():
+        budget = int(budget) if budget.lstrip("-").isdigit() else budget
         for k, v in sv["curves"].items():
-            curves[(int(budget), k)] = BandwidthCurve.from_dict(v)
+            curves[(budget, k)] = BandwidthCurve.from_dict(v)
         for d in sv["profiles"]:
             d = dict(d)
             prim = d.pop("primitive")
-            profiles[(int(budget), prim, d["M"], d["N"], d["K"])] = GemmProfile.from_dict(d)
+            profiles[(budget, prim, d["M"], d["N"], d["K"])] = GemmProfile.from_dict(d)
     return profiles, curves
+
+
+def budget_key(row) -> int | str:
+    """The key of a sweep row's profiles in :func:`profiles_and_curves`: its NCCL CTA budget, or
+    ``"copy_engine"`` for a row of the copy-engine sweep (``copy_engine`` column true)."""
+    ce = getattr(row, "copy_engine", False)  # NaN in rows of records made before the column existed
+    return "copy_engine" if isinstance(ce, (bool, np.bool_)) and ce else int(row.nccl_max_ctas)
 
 
 def finest_statistic(df: pd.DataFrame, measured: str = "measured_ms") -> pd.DataFrame:
@@ -385,6 +394,7 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
             rows.append(row)
             for c in cands:
                 cand_rows.append(dict(primitive=prim, M=M, N=N, K=K, nccl_max_ctas=getattr(comm, "max_ctas", None) or 0,
+                                      copy_engine=bool(getattr(comm, "copy_engine", False)),
                                       partition=str(list(c)), groups=len(c),
                                       groups_run=str(plans[c].tables.group_tiles.tolist()),
                                       measured_ms=ovl[c], measured_graph_ms=ovl_graph[c], model_ms=model.predict(c).total_ms,
