@@ -4,6 +4,7 @@ timeline for the same partition (fo_lib.experiments.timeline).
 
     python scripts/record_timeline.py                                  # one GPU, loopback -> data/<gpu>/
     torchrun --nproc_per_node 2 scripts/record_timeline.py --out data/h200x2   # NCCL
+    torchrun --nproc_per_node 2 scripts/record_timeline.py --copy-engine --out data/h200x2/copy_engine
 
 Under torchrun the shapes are one GEMM-heavy and one communication-heavy AllReduce; rank 0 writes.
 """
@@ -21,6 +22,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=None, help="data folder (default data/<gpu>/, or data/<gpu>x<W>/ under torchrun)")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--copy-engine", action="store_true",
+                    help="NCCL only: the AllReduce as an in-place AllGather per group on the copy engines "
+                         "(TorchDistCommunicator(copy_engine=True)), summed by the post-reorder")
     args = ap.parse_args(argv)
 
     from fo_lib.experiments import measured_set, timeline
@@ -29,9 +33,15 @@ def main(argv=None) -> int:
     if "RANK" in os.environ:
         from fo_lib.comm.torch_dist import init_from_env, shutdown
         comm = init_from_env("nccl")
-        df = timeline.measure(comm, shapes=timeline.NCCL_SHAPES, repeats=args.repeats)
+        if args.copy_engine:
+            from fo_lib.comm.torch_dist import TorchDistCommunicator
+            comm = TorchDistCommunicator(copy_engine=True)
+        df = timeline.measure(comm, shapes=timeline.NCCL_SHAPES, repeats=args.repeats,
+                              reduction="post_reorder" if args.copy_engine else "collective")
         out = Path(args.out) if args.out else DATA_DIR / measured_set(world=comm.world_size)
     else:
+        if args.copy_engine:
+            ap.error("--copy-engine needs NCCL (run under torchrun)")
         comm, shutdown = None, None
         df = timeline.measure(shapes=timeline.LOOPBACK_SHAPES, repeats=args.repeats)
         out = Path(args.out) if args.out else DATA_DIR / measured_set()

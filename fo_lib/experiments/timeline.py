@@ -19,12 +19,15 @@ LOOPBACK_SHAPES = (("all_reduce", 4096, 8192, 8192), ("reduce_scatter", 4096, 81
 NCCL_SHAPES = (("all_reduce", 8192, 8192, 8192), ("all_reduce", 8192, 8192, 1024))
 
 
-def measure(comm=None, *, shapes=LOOPBACK_SHAPES, repeats: int = 5, world: int = 2) -> pd.DataFrame:
+def measure(comm=None, *, shapes=LOOPBACK_SHAPES, repeats: int = 5, world: int = 2,
+            reduction: str = "collective") -> pd.DataFrame:
     """Rows ``(primitive, M, N, K, partition, source, span, group, start_ms, end_ms)``, ``source``
     "measured" or "model"; spans ``gemm`` / ``group`` / ``post`` (model: ``gemm`` per group's waves,
     ``group`` per collective). ``comm``: the loopback of ``world`` virtual ranks by default, or a
     torch.distributed communicator (every rank calls this; rank 0's profile and curve decide).
-    All-to-All shapes use the benchmarks' routing (:func:`~fo_lib.experiments.overlap.benchmark_routing`)."""
+    All-to-All shapes use the benchmarks' routing (:func:`~fo_lib.experiments.overlap.benchmark_routing`).
+    ``reduction``: the AllReduce plans' (``"post_reorder"``: an in-place AllGather per group summed by
+    the post-reorder, modelled with the AllGather's curve; a ``reduction`` column says which)."""
     import torch
 
     from .. import gemm, tuning
@@ -42,15 +45,19 @@ def measure(comm=None, *, shapes=LOOPBACK_SHAPES, repeats: int = 5, world: int =
         cfg = gemm.auto_config(M, N, K, sms)
         routing = benchmark_routing(M, N, K, comm.world_size) if prim == "all_to_all" else None
         profile = measured_profile(comm, M, N, K, cfg, ctas, routing)
-        curve = _agree(comm, tuning.measure_curve(comm, prim, tuning.default_sizes(sum(profile.wave_bytes))))
+        red = reduction if prim == "all_reduce" else "collective"
+        curve = _agree(comm, tuning.measure_curve(comm, "all_gather" if red == "post_reorder" else prim,
+                                                  tuning.default_sizes(sum(profile.wave_bytes))))
         choice = OverlapModel(profile, curve, "refined").tune().best
-        plan = OverlapPlan(prim, M, N, K, comm, config=cfg, ctas=ctas, partition=choice.partition, routing=routing)
+        plan = OverlapPlan(prim, M, N, K, comm, config=cfg, ctas=ctas, partition=choice.partition, routing=routing,
+                           reduction=red)
         a = torch.randn(M, K, device="cuda").bfloat16()
         b = torch.randn(N, K, device="cuda").bfloat16()
         plan.timed_run(a, b)  # warm-up
         calls = [plan.timed_run(a, b)[1] for _ in range(repeats)]
         calls.sort(key=lambda spans: spans[-1]["end_ms"])
-        key = dict(primitive=prim, M=M, N=N, K=K, partition=str(list(choice.partition)), link=link_label(comm))
+        key = dict(primitive=prim, M=M, N=N, K=K, partition=str(list(choice.partition)), link=link_label(comm),
+                   reduction=red)
         rows += [key | dict(source="measured") | r for r in calls[len(calls) // 2]]
         for g in choice.groups:
             rows.append(key | dict(source="model", span="gemm", group=g.group, start_ms=g.compute_start,
