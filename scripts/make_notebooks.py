@@ -257,9 +257,11 @@ the post-reorder in its stages (the rows the early groups complete, restored as 
 collective is done, then the last group's rows). The whole call is enqueued behind a GPU sleep, so
 the spans are the device's, free of the host's launch time (without it, the first wait returned
 only when the host had launched it, ~0.2 ms late). Under each, the model's timeline for the same
-partition. Recorded by `scripts/record_timeline.py` (one GPU: loopback; under torchrun: NCCL),
-measured here when a GPU is present."""),
+partition. Recorded by `scripts/record_timeline.py` (one GPU: loopback; under torchrun: NCCL;
+`--copy-engine`: the AllReduce as an AllGather per group on NCCL's copy engines, summed by the
+post-reorder, in `data/<set>/copy_engine/`), measured here when a GPU is present."""),
         ("code", """sets = [data_set] + [s for s in ex.multi_gpu.data_sets() if s != data_set]
+sets += [f"{s}/{ex.multi_gpu.COPY_ENGINE}" for s in ex.multi_gpu.data_sets()]
 if ex.resolve_mode(mode) == "measure":
     ex.timeline.run(mode, data_set, quick)
     sets.insert(0, ex.measured_set(quick))
@@ -271,9 +273,12 @@ for ds, tl, tmeta in timelines:
     fig, axes = plt.subplots(len(shapes), 1, figsize=(12, 3.0 * len(shapes)), squeeze=False, layout="constrained")
     for ax, ((prim, M, N, K, part), g) in zip(axes[:, 0], shapes):
         ex.timeline.plot(ax, g)
-        ax.set_title(f"{prim} {M}x{N}x{K}, partition {part}", fontsize=9)
+        gathered = "reduction" in g and (g.reduction == "post_reorder").any()
+        ax.set_title(f"{prim} {M}x{N}x{K}, partition {part}"
+                     + (", AllGather per group on the copy engines, summed by the post-reorder" if gathered else ""),
+                     fontsize=9)
     ex.stamp(fig, tmeta, ds)
-    ex.save(fig, f"07_timeline_measured_{ds}", figures_dir)"""),
+    ex.save(fig, f"07_timeline_measured_{ds.replace('/', '_')}", figures_dir)"""),
         ("md", """Measured beside modelled, per shape: the GEMM's end, the first group's wait return, the
 last collective's end, and what the post-reorder adds after it (the model stops at the last
 collective). On the H200s the modelled GEMM ends within 4% of the measured one and the first
