@@ -263,9 +263,9 @@ def test_copy_engine_comparison_and_record():
     got = mg.copy_engine_comparison(summary)
     assert len(got) == 1  # the shape without a copy-engine row is left out
     row = got.iloc[0]
-    assert row.reference_ms == 1.5  # the faster reference of the shape's rows
+    assert (row.nccl_reference_ms, row.copy_engine_reference_ms) == (1.6, 1.5)  # each path's own rounds
     assert row.nccl_graph_ms == 1.4  # NCCL's own CTA budget, not the budget-8 row
-    assert np.isclose(row.copy_engine_graph_speedup, 1.25) and np.isclose(row.nccl_graph_speedup, 1.5 / 1.4)
+    assert np.isclose(row.copy_engine_graph_speedup, 1.25) and np.isclose(row.nccl_graph_speedup, 1.6 / 1.4)
     assert mg.copy_engine_sweep("no-such-set") is None
     rec = mg.copy_engine_sweep("h200x2")  # the recorded sweep: both paths for every AllReduce shape
     assert rec is not None
@@ -285,3 +285,27 @@ def test_budget_key_of_sweep_rows():
                          dict(nccl_max_ctas=16, copy_engine=float("nan"))])
     assert [overlap.budget_key(r) for r in rows.itertuples()] == [8, "copy_engine", 16]
     assert overlap.budget_key(pd.DataFrame([dict(nccl_max_ctas=4)]).itertuples().__next__()) == 4
+
+
+def test_tuner_pick_reference_is_the_chosen_rows_own_baseline_on_default_nccl():
+    """The reference of a shape is the cuBLAS-then-NCCL time of the chosen row's own rounds when that
+    baseline ran on NCCL's default communicator (budget 0, or the copy-engine sweep); a bounded
+    budget's baseline ran on its slower NCCL, so such a choice is compared with the default rows'."""
+    import pandas as pd
+
+    from fo_lib.experiments import multi_gpu
+
+    base = dict(primitive="all_reduce", N=1024, K=1024, cublas_ms=1.0, comm_ms=0.5, comm_over_cublas=0.5,
+                predicted_sequential_ms=1.5, tuner_overlaps=True, overlap_predicted_ms=1.3,
+                overlap_predicted_graph_ms=1.2, best_ms=1.25, decomp2_ms=2.0, decomp4_ms=2.0,
+                symm_mem_fused_ms=float("nan"), predicted_vs_best=1.0, predicted_vs_best_graph=1.0)
+    df = pd.DataFrame([
+        base | dict(M=1, nccl_max_ctas=0, copy_engine=False, cublas_then_comm_ms=1.50, predicted_model_ms=1.4),
+        base | dict(M=1, nccl_max_ctas=0, copy_engine=True, cublas_then_comm_ms=1.56, predicted_model_ms=1.1),
+        base | dict(M=2, nccl_max_ctas=0, copy_engine=False, cublas_then_comm_ms=1.50, predicted_model_ms=1.4),
+        base | dict(M=2, nccl_max_ctas=0, copy_engine=True, cublas_then_comm_ms=1.56, predicted_model_ms=1.3),
+        base | dict(M=2, nccl_max_ctas=8, copy_engine=False, cublas_then_comm_ms=1.90, predicted_model_ms=1.0)])
+    picked = multi_gpu.tuner_pick(df).set_index("M")
+    assert picked.loc[1, "copy_engine"] and picked.loc[1, "reference_ms"] == 1.56  # its own rounds
+    assert picked.loc[2, "nccl_max_ctas"] == 8 and picked.loc[2, "reference_ms"] == 1.50  # default NCCL's
+    assert np.isclose(picked.loc[1, "tuned_graph_speedup"], 1.56 / 1.2)

@@ -96,21 +96,21 @@ def copy_engine_sweep(data_set: str):
 def copy_engine_comparison(summary: pd.DataFrame) -> pd.DataFrame:
     """Per AllReduce shape of a copy-engine record: the predicted partition replayed as one CUDA
     graph on NCCL's kernels (``nccl_graph_speedup``) and on the copy engines with the sum in the
-    post-reorder (``copy_engine_graph_speedup``), both over the shape's cuBLAS then NCCL
-    (``reference_ms``, the faster of the two rows' measurements), and the share of the GEMM time
-    that communication takes."""
+    post-reorder (``copy_engine_graph_speedup``), each over cuBLAS then NCCL's default AllReduce
+    measured in the same rounds (``nccl_reference_ms``, ``copy_engine_reference_ms``), and the share
+    of the GEMM time that communication takes."""
     ar = summary[summary.primitive == "all_reduce"].assign(reference_ms=reference_ms(summary))
     rows = []
     for (M, N, K), g in ar.groupby(["M", "N", "K"], sort=False):
         ce, nccl = g[g.copy_engine.astype(bool)], g[~g.copy_engine.astype(bool) & (g.nccl_max_ctas == 0)]
         if ce.empty or nccl.empty:
             continue
-        ref = g.reference_ms.min()
-        rows.append(dict(M=M, N=N, K=K, comm_over_cublas=float(nccl.comm_over_cublas.iloc[0]), reference_ms=ref,
-                         nccl_graph_ms=float(nccl.overlap_predicted_graph_ms.iloc[0]),
-                         copy_engine_graph_ms=float(ce.overlap_predicted_graph_ms.iloc[0]),
-                         nccl_graph_speedup=ref / float(nccl.overlap_predicted_graph_ms.iloc[0]),
-                         copy_engine_graph_speedup=ref / float(ce.overlap_predicted_graph_ms.iloc[0])))
+        n_ref, c_ref = float(nccl.reference_ms.iloc[0]), float(ce.reference_ms.iloc[0])
+        n_ms, c_ms = float(nccl.overlap_predicted_graph_ms.iloc[0]), float(ce.overlap_predicted_graph_ms.iloc[0])
+        rows.append(dict(M=M, N=N, K=K, comm_over_cublas=float(nccl.comm_over_cublas.iloc[0]),
+                         nccl_reference_ms=n_ref, copy_engine_reference_ms=c_ref, nccl_graph_ms=n_ms,
+                         copy_engine_graph_ms=c_ms, nccl_graph_speedup=n_ref / n_ms,
+                         copy_engine_graph_speedup=c_ref / c_ms))
     return pd.DataFrame(rows)
 
 
@@ -128,8 +128,11 @@ def tuner_pick(summary: pd.DataFrame) -> pd.DataFrame:
     """Per (primitive, shape): the run the tuner would make without measuring candidates. Among the
     NCCL CTA budgets it takes the one whose predicted time (best partition, or the sequential
     fallback) is lowest; then it runs the predicted partition (eager, or replayed as one CUDA graph)
-    or, where the model says no partition wins, the baseline. The reference is the fastest
-    cuBLAS-then-NCCL time over the budgets (normally NCCL's own).
+    or, where the model says no partition wins, the baseline. The reference is the cuBLAS-then-NCCL
+    time measured in the same rounds as the chosen row where that row's baseline ran on NCCL's
+    default communicator (NCCL's own CTA budget, or the copy-engine sweep, whose baselines use the
+    default communicator); for a row of a bounded CTA budget, whose baseline ran on that budget's
+    slower NCCL, the fastest reference of the shape's default-communicator rows.
 
     ``tuned_checked``: the same choice, kept only if it also wins one short timing of itself
     against cuBLAS then NCCL (``check_*_ms``: separate rounds, so the reported times are not the
@@ -149,10 +152,12 @@ def tuner_pick(summary: pd.DataFrame) -> pd.DataFrame:
     checked = "check_overlap_ms" in summary
     rows = []
     for _, shape in summary.groupby(["primitive", "M", "N", "K"], sort=False):
-        ref = shape.reference_ms.min()
+        default_comm = shape[shape.nccl_max_ctas == 0]
         # One choice per layout: the budget with the lowest predicted time.
         picks = {lay: g.loc[g.predicted_choice_ms.idxmin()] for lay, g in shape.groupby("layout", sort=False)}
         row = picks.get("tiles", next(iter(picks.values()))).copy()
+        ref = (row.reference_ms if row.nccl_max_ctas == 0 or default_comm.empty
+               else default_comm.reference_ms.min())
         row["reference_ms"] = ref
         row["tuned_eager_ms"] = row.overlap_predicted_ms if row.tuner_overlaps else ref
         graph = row.overlap_predicted_graph_ms
