@@ -18,7 +18,6 @@ Writes ``DIR/copy_engine_probe.json`` (rank 0) and prints a table.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import faulthandler
 import json
 import os
@@ -34,7 +33,8 @@ os.environ.setdefault("NCCL_CGA_CLUSTER_SIZE", "1")
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-NCCL_WIN_COLL_SYMMETRIC = 0x01
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 CTA_POLICY_ZERO = 2
 report: dict = {"steps": {}}
 
@@ -75,37 +75,22 @@ def timed(fn, stream, reps=20, warm=3):
     return statistics.median(ms)
 
 
-def nccl_lib():
-    """The libnccl that torch loaded, opened again by its path (the same handle)."""
-    with open("/proc/self/maps") as f:
-        for line in f:
-            if "libnccl" in line:
-                return ctypes.CDLL(line.split()[-1])
-    return ctypes.CDLL("libnccl.so.2")
-
-
 class Windowed:
-    """A buffer from NCCL's allocator (cuMem, as symmetric windows need), window-registered on ``group``."""
+    """A buffer from NCCL's allocator (cuMem, as symmetric windows need), window-registered on ``group``
+    (the registration is fo_lib's, ``fo_lib.comm.torch_dist._register_window``)."""
 
     def __init__(self, group, numel, dtype, device):
+        from fo_lib.comm.torch_dist import _register_window
+
         backend = group._get_backend(device)
         self.pool = torch.cuda.MemPool(backend.mem_allocator)
         with torch.cuda.use_mem_pool(self.pool):
             self.t = torch.zeros(numel, dtype=dtype, device=device)
         torch.cuda.synchronize()
-        lib = nccl_lib()
-        lib.ncclCommWindowRegister.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
-                                               ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
-        self.win = ctypes.c_void_p()
-        rc = lib.ncclCommWindowRegister(ctypes.c_void_p(backend._comm_ptr()), ctypes.c_void_p(self.t.data_ptr()),
-                                        ctypes.c_size_t(self.t.numel() * self.t.element_size()),
-                                        ctypes.byref(self.win), ctypes.c_int(NCCL_WIN_COLL_SYMMETRIC))
-        if rc != 0:
-            raise RuntimeError(f"ncclCommWindowRegister returned {rc}")
+        self.win = _register_window(backend._comm_ptr(), self.t.data_ptr(), self.t.numel() * self.t.element_size())
 
 
 def library_sizes() -> int:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from fo_lib.comm.torch_dist import TorchDistCommunicator, init_from_env
 
     comm = init_from_env("nccl")
