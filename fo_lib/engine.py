@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import counting, reorder
+from . import counting, postops, reorder
 from .partition import validate_partition
 from .postops import PostOps, post_reorder_reference
 
@@ -159,6 +159,13 @@ class OverlapPlan:
         if reduction == "post_reorder" and (primitive != "all_reduce" or layout != "tiles"):
             raise PlanError(f"reduction='post_reorder' is for all_reduce in the tiles layout, not {primitive} "
                             f"in the {layout} layout")
+        if reduction == "post_reorder" and not 1 <= int(comm.world_size) <= postops.MAX_SOURCES:
+            raise PlanError(f"reduction='post_reorder' sums at most {postops.MAX_SOURCES} copies, the world has "
+                            f"{comm.world_size} ranks")
+        if getattr(comm, "copy_engine", False) and reduction != "post_reorder":
+            raise PlanError("a copy-engine communicator leaves the GEMM all SMs but one, so only the AllGather of "
+                            "reduction='post_reorder' (copy engines, no SM) can run beside it; use NCCL's default "
+                            "communicator for this plan")
         self.layout = layout
         self.reduction = reduction
         self.primitive, self.M, self.N, self.K = primitive, int(M), int(N), int(K)
@@ -374,7 +381,7 @@ class OverlapPlan:
         """Load every kernel of a call (GEMM, wait, post-reorder, the collective path) before any wait
         is enqueued behind a producer, then reset the counting table."""
         torch = _torch()
-        from . import gemm, postops
+        from . import gemm
         a = torch.zeros(self.M, self.K, dtype=self._tdtype, device=self._dev)
         b = torch.zeros(self.N, self.K, dtype=self._tdtype, device=self._dev)
         gemm.kernels_for(self.config).gemm_nt_signal(a, b, self.send, self._store_table, self.tile_group,
@@ -618,7 +625,6 @@ class OverlapPlan:
         """Post-reorder launches ``[(group, launch)]``, one per stage ``(group, r0, r1)`` (rows
         ``r0:r1`` of the output and of the row operands), and the output tensor."""
         torch = _torch()
-        from . import postops
         rows = {k: operands.get(k) for k in ("residual", "residual_out", "out")}
         if rows["out"] is None and len(stages) > 1:
             rows["out"] = torch.empty((self.out_rows, self.N), dtype=self._tdtype, device=self._dev)
@@ -731,7 +737,6 @@ class OverlapPlan:
             np_ = {k: (None if v is None else v.double().numpy()) for k, v in operands.items()}
             y = post_reorder_reference(gathered.double().numpy(), table, (self.M, self.N), self.grid.BN, ops, **np_)
             return torch.from_numpy(y).to(local.dtype)
-        from . import postops
         if not hasattr(self, "_ag_table"):
             self._ag_table = torch.from_numpy(table).to(self._dev)
         return postops.post_reorder(gathered, self._ag_table, (self.M, self.N), self.grid.BN, ops, **operands)

@@ -103,6 +103,9 @@ def main(argv=None) -> int:
                          "in-place AllGather per group, summed by the post-reorder) on a communicator with NCCL's "
                          "zero-CTA policy (copy engines, buffers in symmetric windows), the GEMM on every SM but "
                          "the wait kernel's; baselines on NCCL's default communicator")
+    ap.add_argument("--copy-engine-first", action="store_true",
+                    help="run the copy-engine sweep before the budgets' (a GPU that drifts over the call, e.g. "
+                         "at its power cap, then favours the other section: swap to see the order's effect)")
     args = ap.parse_args(argv)
 
     import pandas as pd
@@ -125,6 +128,23 @@ def main(argv=None) -> int:
     from fo_lib.comm.torch_dist import TorchDistCommunicator
 
     curves, footprints, summaries, cand_frames, saved_all = [], [], [], [], {}
+
+    def copy_engine_sweep():
+        c = TorchDistCommunicator(copy_engine=True)
+        say("[copy engine] AllReduce as AllGather + post-reorder sum, GEMM leaves 1 SM")
+        summary, cands, saved = measure(c, quick=args.quick, shapes=sweep_shapes(args.quick),
+                                        primitives=["all_reduce"], candidates_limit=args.candidates,
+                                        comm_sms={"all_reduce": c.sm_footprint}, model_kw=model_kw,
+                                        schedule=args.schedule, reduction="post_reorder", baseline_comm=comm)
+        summaries.append(summary)
+        cand_frames.append(cands)
+        saved_all["copy_engine"] = saved
+        if root:
+            write_all(out, meta, curves, footprints, summaries, cand_frames, saved_all, W, link)
+
+    copy_engine = args.copy_engine and "sweep" not in args.skip and "all_reduce" in args.primitives
+    if copy_engine and args.copy_engine_first:
+        copy_engine_sweep()
     for budget in args.ctas:
         c = comm if budget == 0 else TorchDistCommunicator(max_ctas=budget)
         tag = f"NCCL CTAs {'default' if budget == 0 else budget}"
@@ -155,18 +175,8 @@ def main(argv=None) -> int:
             saved_all[str(budget)] = saved
         if root:  # after every budget, so that a run cut short keeps what it measured
             write_all(out, meta, curves, footprints, summaries, cand_frames, saved_all, W, link)
-    if args.copy_engine and "sweep" not in args.skip and "all_reduce" in args.primitives:
-        c = TorchDistCommunicator(copy_engine=True)
-        say("[copy engine] AllReduce as AllGather + post-reorder sum, GEMM leaves 1 SM")
-        summary, cands, saved = measure(c, quick=args.quick, shapes=sweep_shapes(args.quick),
-                                        primitives=["all_reduce"], candidates_limit=args.candidates,
-                                        comm_sms={"all_reduce": c.sm_footprint}, model_kw=model_kw,
-                                        schedule=args.schedule, reduction="post_reorder", baseline_comm=comm)
-        summaries.append(summary)
-        cand_frames.append(cands)
-        saved_all["copy_engine"] = saved
-        if root:
-            write_all(out, meta, curves, footprints, summaries, cand_frames, saved_all, W, link)
+    if copy_engine and not args.copy_engine_first:
+        copy_engine_sweep()
     if root and summaries:
         report(pd.concat(summaries, ignore_index=True))
     from fo_lib.comm.torch_dist import shutdown

@@ -71,6 +71,13 @@ def test_plan_rejects_bad_input():
 def test_plan_checks_the_reduction():
     comm = _NoComm(2)
     kw = dict(device="cpu", config=CFG, sm_count=2)
+    copy_engine = _NoComm(2)
+    copy_engine.copy_engine = True  # a copy-engine communicator leaves the GEMM all SMs but one
+    for prim, extra in (("all_reduce", {}), ("reduce_scatter", {})):
+        with pytest.raises(PlanError, match="only the AllGather of reduction='post_reorder'"):
+            OverlapPlan(prim, 128, 64, 16, copy_engine, **kw, **extra)
+    with pytest.raises(PlanError, match="at most 8 copies"):
+        OverlapPlan("all_reduce", 128, 64, 16, _NoComm(9), reduction="post_reorder", **kw)
     with pytest.raises(PlanError, match="reduction must be one of"):
         OverlapPlan("all_reduce", 128, 64, 16, comm, reduction="gather", **kw)
     for prim, layout in (("reduce_scatter", "tiles"), ("all_reduce", "rows")):
@@ -296,3 +303,26 @@ def test_rows_layout_all_reduce_matches_the_tiles_layout(seed):
                     sm_count=sms, layout="rows")
     with pytest.raises(PlanError, match="layout must be one of"):
         OverlapPlan("all_reduce", M, N, K, _SelfLink(), device="cpu", config=cfg, sm_count=sms, layout="cols")
+
+
+class _SelfComm:
+    """A world of one rank: every collective leaves the data as it is."""
+
+    link, sm_footprint, world_size, rank = "self", 0, 1, 0
+
+    def all_reduce(self, buf):
+        pass
+
+    def all_gather(self, send, recv):
+        assert recv.numel() == send.numel()
+
+
+@pytest.mark.parametrize("reduction", ["collective", "post_reorder"])
+def test_one_rank_plan_matches_the_gemm(reduction):
+    plan = OverlapPlan("all_reduce", 100, 70, 16, _SelfComm(), device="cpu", config=CFG, sm_count=2,
+                       reduction=reduction)
+    assert plan.sources == 1 and plan.send.numel() == 100 * 70
+    a, b = torch.randn(100, 16).bfloat16(), torch.randn(70, 16).bfloat16()
+    got = plan.run(a, b).double()
+    want = a.double() @ b.double().T
+    assert torch.allclose(got, want, rtol=1e-2, atol=1e-2)

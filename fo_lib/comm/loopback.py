@@ -202,7 +202,7 @@ class LoopbackCommunicator:
 
     def _repeat(self, src, dst) -> None:
         """``dst`` = ``src`` repeated ``world_size`` times (``src`` may be ``dst``'s row ``rank``: an
-        in-place AllGather). In copy-engine mode as ``world_size``
+        in-place AllGather, whose other rows are device copies in either mode). In copy-engine mode as ``world_size``
         contiguous device copies, which torch hands to ``cudaMemcpyAsync`` (copy engines): one
         broadcast kernel instead got only the SMs a GEMM beside it left free, and its stride-0
         source made it slow there (docs/perf-log.md, session 6). In SM-copy mode the link's SMs do it."""

@@ -15,10 +15,13 @@ class TorchDistCommunicator:
 
     ``max_ctas``: a communicator of its own whose kernels use at most that many CTAs.
     ``copy_engine``: a communicator of its own with NCCL's zero-CTA policy (NCCL >= 2.28): its
-    AllGather and All-to-All then run on the copy engines, with no SM, when both buffers lie in
-    symmetric windows, which :meth:`empty` allocates (the engine asks for its buffer there). Its
-    ``sm_footprint`` is 1, the SM of the engine's wait kernel. AllReduce and ReduceScatter still
-    run NCCL's kernels (they reduce); see ``OverlapPlan(reduction="post_reorder")``.
+    AllGather runs on the copy engines, with no SM, when both buffers lie in symmetric windows,
+    which :meth:`empty` allocates (the engine asks for its buffer there). Its ``sm_footprint`` is 1,
+    the SM of the engine's wait kernel, so the engine accepts it only for the in-place AllGather of
+    ``OverlapPlan(reduction="post_reorder")``; AllReduce and ReduceScatter still run NCCL's kernels
+    (the baselines may call them). Buffers from :meth:`empty` stay allocated and registered as long
+    as the communicator lives (deregistering is collective, and ranks drop plans at different
+    times), so use one such communicator per experiment, not per plan.
     """
 
     def __init__(self, group=None, *, max_ctas: int | None = None, copy_engine: bool = False):
@@ -170,11 +173,14 @@ def _libnccl():
     """The libnccl torch loaded, opened again by its path (the same library, the same handle)."""
     import ctypes
 
+    import os
+
     with open("/proc/self/maps") as maps:
         for line in maps:
-            if "libnccl" in line:
-                return ctypes.CDLL(line.split()[-1])
-    return ctypes.CDLL("libnccl.so.2")
+            path = line.split()[-1]
+            if os.path.basename(path).startswith("libnccl.so"):  # not a plugin (libnccl-net.so, ...)
+                return ctypes.CDLL(path)
+    raise RuntimeError("torch's NCCL library is not loaded in this process (is torch.distributed using NCCL?)")
 
 
 def _register_window(comm_ptr: int, ptr: int, nbytes: int) -> int:

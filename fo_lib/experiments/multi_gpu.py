@@ -102,7 +102,8 @@ def copy_engine_comparison(summary: pd.DataFrame) -> pd.DataFrame:
     ar = summary[summary.primitive == "all_reduce"].assign(reference_ms=reference_ms(summary))
     rows = []
     for (M, N, K), g in ar.groupby(["M", "N", "K"], sort=False):
-        ce, nccl = g[g.copy_engine.astype(bool)], g[~g.copy_engine.astype(bool) & (g.nccl_max_ctas == 0)]
+        on_ce = g.copy_engine.fillna(False).astype(bool)
+        ce, nccl = g[on_ce], g[~on_ce & (g.nccl_max_ctas == 0)]
         if ce.empty or nccl.empty:
             continue
         n_ref, c_ref = float(nccl.reference_ms.iloc[0]), float(ce.reference_ms.iloc[0])
@@ -132,7 +133,8 @@ def tuner_pick(summary: pd.DataFrame) -> pd.DataFrame:
     time measured in the same rounds as the chosen row where that row's baseline ran on NCCL's
     default communicator (NCCL's own CTA budget, or the copy-engine sweep, whose baselines use the
     default communicator); for a row of a bounded CTA budget, whose baseline ran on that budget's
-    slower NCCL, the fastest reference of the shape's default-communicator rows.
+    slower NCCL, the reference of the same layout's NCCL-default row (the fastest default-NCCL
+    reference of the shape where there is none).
 
     ``tuned_checked``: the same choice, kept only if it also wins one short timing of itself
     against cuBLAS then NCCL (``check_*_ms``: separate rounds, so the reported times are not the
@@ -153,11 +155,16 @@ def tuner_pick(summary: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, shape in summary.groupby(["primitive", "M", "N", "K"], sort=False):
         default_comm = shape[shape.nccl_max_ctas == 0]
+        on_ce = (default_comm.copy_engine.fillna(False).astype(bool) if "copy_engine" in default_comm
+                 else pd.Series(False, index=default_comm.index))
         # One choice per layout: the budget with the lowest predicted time.
         picks = {lay: g.loc[g.predicted_choice_ms.idxmin()] for lay, g in shape.groupby("layout", sort=False)}
         row = picks.get("tiles", next(iter(picks.values()))).copy()
-        ref = (row.reference_ms if row.nccl_max_ctas == 0 or default_comm.empty
-               else default_comm.reference_ms.min())
+        if row.nccl_max_ctas == 0 or default_comm.empty:
+            ref = row.reference_ms
+        else:
+            same = default_comm[~on_ce & (default_comm.layout == row.layout)]
+            ref = same.reference_ms.iloc[0] if len(same) else default_comm.reference_ms.min()
         row["reference_ms"] = ref
         row["tuned_eager_ms"] = row.overlap_predicted_ms if row.tuner_overlaps else ref
         graph = row.overlap_predicted_graph_ms
