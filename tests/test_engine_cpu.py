@@ -40,6 +40,7 @@ class _NoComm:
 
     link = "none"
     sm_footprint = 0
+    copy_engine = False  # optional attributes the engine reads (getattr with a default)
 
     def __init__(self, world_size, rank=0):
         self.world_size, self.rank = world_size, rank
