@@ -47,6 +47,13 @@ LAYOUTS = ("tiles", "rows")
 REDUCTIONS = ("collective", "post_reorder")
 
 
+def group_collective(primitive: str, reduction: str = "collective") -> str:
+    """The collective each wave group of a plan runs (and whose link curve models it): the
+    primitive, or ``"all_gather"`` for an AllReduce reduced by the post-reorder. Other primitives
+    have no choice of reduction."""
+    return "all_gather" if primitive == "all_reduce" and reduction == "post_reorder" else primitive
+
+
 def layout_config(config, layout: str):
     """The tile config a layout runs: the rows layout walks a row-major raster (bands of one tile
     row, the finest row cuts); the tiles layout keeps ``config``."""
@@ -274,12 +281,11 @@ class OverlapPlan:
         buf_elems = self.tables.buffer_elements
         # Zeroed once: padding of tail subtiles is never written but does take part in reductions.
         # A communicator may place it where its collectives run best (NCCL's symmetric windows).
-        empty = getattr(self.comm, "empty", None) if self.device == "cuda" else None
-        if empty is None:
-            self.send = torch.zeros(buf_elems, dtype=tdtype, device=dev)
+        if self.device == "cuda":
+            from .comm import comm_buffer
+            self.send = comm_buffer(self.comm, buf_elems, tdtype, dev).zero_()
         else:
-            self.send = empty(buf_elems, tdtype, dev)
-            self.send.zero_()
+            self.send = torch.zeros(buf_elems, dtype=tdtype, device=dev)
         self.recv = (torch.zeros(self.recv_elements, dtype=tdtype, device=dev)
                      if self.primitive != "all_reduce" else None)
         self.slices = self._group_slices()
@@ -345,7 +351,7 @@ class OverlapPlan:
         restored as soon as that group's collective has finished, while later groups still
         communicate. Rows stay in order (whole rows: RMSNorm needs them) and the last stage ends
         at the last row."""
-        key = "send" if (self.primitive == "all_reduce" and self.sources == 1) else "recv"
+        key = "recv" if "recv" in self.slices[0] else "send"  # where each collective leaves its result
         spans = [(g, *self.slices[g][key]) for g in range(self.num_groups)]
         spans = sorted((lo, hi, g) for g, lo, hi in spans if hi > lo)
         starts = np.array([lo for lo, _, _ in spans], dtype=np.int64)

@@ -110,10 +110,8 @@ def collective_fn(comm, primitive: str, nbytes: int, dtype: str = "bf16"):
     W = comm.world_size
     n = max(W, int(nbytes) // elem // W * W)
     if primitive == "all_gather":
-        empty = getattr(comm, "empty", None)
-        recv = (torch.empty(W * n, dtype=tdtype, device="cuda") if empty is None
-                else empty(W * n, tdtype, torch.device("cuda", torch.cuda.current_device())))
-        recv.normal_()
+        from .comm import comm_buffer
+        recv = comm_buffer(comm, W * n, tdtype, torch.device("cuda", torch.cuda.current_device())).normal_()
         mine = recv[comm.rank * n:(comm.rank + 1) * n]
         return (lambda: comm.all_gather(mine, recv)), n * elem
     send = torch.randn(n, device="cuda").to(tdtype)

@@ -129,18 +129,22 @@ def main(argv=None) -> int:
 
     curves, footprints, summaries, cand_frames, saved_all = [], [], [], [], {}
 
+    def keep(key, measured):
+        """One sweep's records, written at once, so that a run cut short keeps what it measured."""
+        summary, cands, saved = measured
+        summaries.append(summary)
+        cand_frames.append(cands)
+        saved_all[key] = saved
+        if root:
+            write_all(out, meta, curves, footprints, summaries, cand_frames, saved_all, W, link)
+
     def copy_engine_sweep():
         c = TorchDistCommunicator(copy_engine=True)
         say("[copy engine] AllReduce as AllGather + post-reorder sum, GEMM leaves 1 SM")
-        summary, cands, saved = measure(c, quick=args.quick, shapes=sweep_shapes(args.quick),
-                                        primitives=["all_reduce"], candidates_limit=args.candidates,
-                                        comm_sms={"all_reduce": c.sm_footprint}, model_kw=model_kw,
-                                        schedule=args.schedule, reduction="post_reorder", baseline_comm=comm)
-        summaries.append(summary)
-        cand_frames.append(cands)
-        saved_all["copy_engine"] = saved
-        if root:
-            write_all(out, meta, curves, footprints, summaries, cand_frames, saved_all, W, link)
+        keep("copy_engine", measure(c, quick=args.quick, shapes=sweep_shapes(args.quick), primitives=["all_reduce"],
+                                    candidates_limit=args.candidates, comm_sms={"all_reduce": c.sm_footprint},
+                                    model_kw=model_kw, schedule=args.schedule, reduction="post_reorder",
+                                    baseline_comm=comm))
 
     copy_engine = args.copy_engine and "sweep" not in args.skip and "all_reduce" in args.primitives
     if copy_engine and args.copy_engine_first:
@@ -167,13 +171,10 @@ def main(argv=None) -> int:
                 f"GEMM CTAs delayed {r['sms_taken']} (runs {r['sms_taken_runs']}), {r['collective_ms']:.3f} ms "
                 f"for {r['message_bytes'] / 2**20:.0f} MiB -> GEMM leaves {free[prim]} SMs")
         if "sweep" not in args.skip:
-            summary, cands, saved = measure(c, quick=args.quick, shapes=sweep_shapes(args.quick), primitives=prims,
-                                            candidates_limit=args.candidates, comm_sms=free, model_kw=model_kw,
-                                            schedule=args.schedule, layout=args.layout)
-            summaries.append(summary)
-            cand_frames.append(cands)
-            saved_all[str(budget)] = saved
-        if root:  # after every budget, so that a run cut short keeps what it measured
+            keep(str(budget), measure(c, quick=args.quick, shapes=sweep_shapes(args.quick), primitives=prims,
+                                      candidates_limit=args.candidates, comm_sms=free, model_kw=model_kw,
+                                      schedule=args.schedule, layout=args.layout))
+        elif root:  # the curves and footprints of this budget
             write_all(out, meta, curves, footprints, summaries, cand_frames, saved_all, W, link)
     if copy_engine and not args.copy_engine_first:
         copy_engine_sweep()

@@ -327,3 +327,26 @@ def test_one_rank_plan_matches_the_gemm(reduction):
     got = plan.run(a, b).double()
     want = a.double() @ b.double().T
     assert torch.allclose(got, want, rtol=1e-2, atol=1e-2)
+
+
+def test_group_collective_and_comm_buffer():
+    from fo_lib.comm import comm_buffer
+    from fo_lib.engine import group_collective
+
+    assert group_collective("all_reduce") == "all_reduce"
+    assert group_collective("all_reduce", "post_reorder") == "all_gather"
+    assert group_collective("reduce_scatter", "post_reorder") == "reduce_scatter"
+
+    class Windowed:  # a communicator that places its buffers itself
+        def __init__(self):
+            self.asked = []
+
+        def empty(self, numel, dtype, device):
+            self.asked.append((numel, dtype, str(device)))
+            return torch.full((numel,), 7.0, dtype=dtype, device=device)
+
+    comm = Windowed()
+    got = comm_buffer(comm, 5, torch.bfloat16, torch.device("cpu"))
+    assert comm.asked == [(5, torch.bfloat16, "cpu")] and bool((got == 7).all())
+    plain = comm_buffer(object(), 3, torch.float16, "cpu")  # no empty(): a plain tensor
+    assert plain.shape == (3,) and plain.dtype == torch.float16

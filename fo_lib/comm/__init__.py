@@ -44,3 +44,13 @@ def check_counts(counts, world_size: int, total: int, what: str) -> list[int]:
     if sum(counts) != total:
         raise ValueError(f"{what}: counts sum to {sum(counts)}, the slice holds {total} elements")
     return counts
+
+
+def comm_buffer(comm, numel: int, dtype, device):
+    """An uninitialised 1-D CUDA tensor for ``comm``'s collectives: from the communicator's own
+    ``empty`` where it has one (NCCL symmetric windows, ``TorchDistCommunicator(copy_engine=True)``:
+    collective, every rank allocates alike), else a plain ``torch.empty``."""
+    import torch
+
+    empty = getattr(comm, "empty", None)
+    return torch.empty(numel, dtype=dtype, device=device) if empty is None else empty(numel, dtype, device)

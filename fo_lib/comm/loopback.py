@@ -201,11 +201,12 @@ class LoopbackCommunicator:
             self._repeat(mine, recv)
 
     def _repeat(self, src, dst) -> None:
-        """``dst`` = ``src`` repeated ``world_size`` times (``src`` may be ``dst``'s row ``rank``: an
-        in-place AllGather, whose other rows are device copies in either mode). In copy-engine mode as ``world_size``
+        """``dst`` = ``src`` repeated ``world_size`` times. In copy-engine mode as ``world_size``
         contiguous device copies, which torch hands to ``cudaMemcpyAsync`` (copy engines): one
         broadcast kernel instead got only the SMs a GEMM beside it left free, and its stride-0
-        source made it slow there (docs/perf-log.md, session 6). In SM-copy mode the link's SMs do it."""
+        source made it slow there (docs/perf-log.md, session 6). In SM-copy mode the link's SMs do
+        it. ``src`` may be ``dst``'s row ``rank`` (an in-place AllGather): the other rows are then
+        device copies in either mode."""
         rows = dst.view(self.world_size, -1)
         if src.data_ptr() == rows[self.rank].data_ptr():  # in place: src already is this rank's row
             for r, row in enumerate(rows):

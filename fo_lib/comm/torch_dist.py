@@ -173,8 +173,6 @@ def _libnccl():
     """The libnccl torch loaded, opened again by its path (the same library, the same handle)."""
     import ctypes
 
-    import os
-
     with open("/proc/self/maps") as maps:
         for line in maps:
             path = line.split()[-1]

@@ -84,6 +84,14 @@ def sweep_both_layouts(data_set: str) -> pd.DataFrame:
 COPY_ENGINE = "copy_engine"  # sub-folder of a data set: the sweep of bench_nccl.py --copy-engine
 
 
+def on_copy_engine(summary: pd.DataFrame) -> pd.Series:
+    """Which rows of a sweep ran on the copy-engine communicator (false in records made before the
+    ``copy_engine`` column existed, or where it is missing)."""
+    if "copy_engine" not in summary:
+        return pd.Series(False, index=summary.index)
+    return summary.copy_engine.fillna(False).astype(bool)
+
+
 def copy_engine_sweep(data_set: str):
     """The AllReduce sweep of ``bench_nccl.py --copy-engine`` recorded in ``data/<set>/copy_engine/``
     (NCCL's default communicator and the copy-engine one, measured in the same call), as
@@ -102,7 +110,7 @@ def copy_engine_comparison(summary: pd.DataFrame) -> pd.DataFrame:
     ar = summary[summary.primitive == "all_reduce"].assign(reference_ms=reference_ms(summary))
     rows = []
     for (M, N, K), g in ar.groupby(["M", "N", "K"], sort=False):
-        on_ce = g.copy_engine.fillna(False).astype(bool)
+        on_ce = on_copy_engine(g)
         ce, nccl = g[on_ce], g[~on_ce & (g.nccl_max_ctas == 0)]
         if ce.empty or nccl.empty:
             continue
@@ -155,15 +163,13 @@ def tuner_pick(summary: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, shape in summary.groupby(["primitive", "M", "N", "K"], sort=False):
         default_comm = shape[shape.nccl_max_ctas == 0]
-        on_ce = (default_comm.copy_engine.fillna(False).astype(bool) if "copy_engine" in default_comm
-                 else pd.Series(False, index=default_comm.index))
         # One choice per layout: the budget with the lowest predicted time.
         picks = {lay: g.loc[g.predicted_choice_ms.idxmin()] for lay, g in shape.groupby("layout", sort=False)}
         row = picks.get("tiles", next(iter(picks.values()))).copy()
         if row.nccl_max_ctas == 0 or default_comm.empty:
             ref = row.reference_ms
         else:
-            same = default_comm[~on_ce & (default_comm.layout == row.layout)]
+            same = default_comm[~on_copy_engine(default_comm) & (default_comm.layout == row.layout)]
             ref = same.reference_ms.iloc[0] if len(same) else default_comm.reference_ms.min()
         row["reference_ms"] = ref
         row["tuned_eager_ms"] = row.overlap_predicted_ms if row.tuner_overlaps else ref

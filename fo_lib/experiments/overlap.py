@@ -262,7 +262,7 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
     from tqdm import tqdm
 
     from .. import baselines, gemm, partition as P, tuning
-    from ..engine import OverlapPlan, layout_config
+    from ..engine import OverlapPlan, group_collective, layout_config
     from ..predictor import OverlapModel
     from ..testing import bench_interleaved, summarize
 
@@ -287,7 +287,6 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
         for M, N, K in tqdm(per_prim.get(prim, []), desc=prim, disable=not root):
             plan_layout = layout if prim == "all_reduce" else "tiles"
             plan_reduction = reduction if prim == "all_reduce" else "collective"
-            curve_prim = "all_gather" if plan_reduction == "post_reorder" else prim
             cfg = layout_config(gemm.auto_config(M, N, K, sms), plan_layout)
             run_gemm = gemm.kernels_for(cfg)
             a = torch.randn(M, K, device="cuda").bfloat16()
@@ -296,7 +295,7 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
             ctas = sms - sms_free[prim] if schedule == "persistent" else sms
             profile = measured_profile(comm, M, N, K, cfg, ctas, routing)
             if prim not in curves:
-                curves[prim] = _agree(comm, tuning.measure_curve(comm, curve_prim,
+                curves[prim] = _agree(comm, tuning.measure_curve(comm, group_collective(prim, plan_reduction),
                                                                  tuning.default_sizes(2 * 8192 * 16384)))
             model = OverlapModel(profile, curves[prim], "refined", **((model_kw or {}).get(prim) or {"launch_ms": 0.01}))
             res = model.tune()

@@ -408,22 +408,29 @@ def test_staged_post_reorder_every_path(primitive):
         plans[1].run(a, b, ops=ops, bias=bias, residual=residual[:-1], weight=weight)
 
 
+def _fused_all_reduce(M, N, K, W, seed, hopper, order, swizzle):
+    """An AllReduce case with fused bias + residual + RMSNorm on ``W`` identical loopback ranks: the
+    GEMM config (Hopper or portable, skipped where the GPU has no Hopper kernel), the inputs, the
+    post-op operands and their float64 result."""
+    from fo_lib import gemm_sm90
+    if hopper and not gemm_sm90.is_supported():
+        pytest.skip("needs a compute capability 9.0 GPU")
+    cfg = (gemm_sm90.CONFIGS["128x128x64"] if hopper else gemm.CONFIGS["128x128x32"]).with_raster(order, swizzle)
+    a, b, C = _inputs(M, N, K, seed=seed)
+    ops = PostOps(bias=True, residual=True, rmsnorm=True)
+    bias, weight = (torch.randn(N, device="cuda").bfloat16() for _ in range(2))
+    operands = dict(bias=bias, residual=torch.randn(M, N, device="cuda").bfloat16(), weight=weight)
+    want = baselines.torch_post_ops(W * C, ops, **{k: v.double() for k, v in operands.items()})
+    return cfg, a, b, C, ops, operands, want
+
+
 @pytest.mark.parametrize("hopper", [False, True])
 def test_rows_layout_all_reduce(hopper):
     """The rows layout: groups of whole tile rows, the GEMM storing C in place. With no post-op a call
     returns the plan's buffer (no post-reorder runs); with post-ops and out= it matches the tiles
     layout; eager (communication graph and group by group) and captured calls agree, over repeats."""
-    from fo_lib import gemm_sm90
-    if hopper and not gemm_sm90.is_supported():
-        pytest.skip("needs a compute capability 9.0 GPU")
     M, N, K, W = 3000, 2100, 192, 2
-    cfg = (gemm_sm90.CONFIGS["128x128x64"] if hopper else gemm.CONFIGS["128x128x32"]).with_raster("row", 1)
-    a, b, C = _inputs(M, N, K, seed=41)
-    ops = PostOps(bias=True, residual=True, rmsnorm=True)
-    bias, weight = (torch.randn(N, device="cuda").bfloat16() for _ in range(2))
-    residual = torch.randn(M, N, device="cuda").bfloat16()
-    want_ops = baselines.torch_post_ops(W * C, ops, bias=bias.double(), residual=residual.double(),
-                                        weight=weight.double())
+    cfg, a, b, C, ops, operands, want_ops = _fused_all_reduce(M, N, K, W, 41, hopper, "row", 1)
     for comm_graph in (True, False):
         plan = OverlapPlan("all_reduce", M, N, K, LoopbackCommunicator(W), config=cfg, ctas=30,
                            partition=None, comm_graph=comm_graph, layout="rows")
@@ -436,7 +443,7 @@ def test_rows_layout_all_reduce(hopper):
             plan.check()
             assert calc_diff(got, W * C) < TOL, (call, plan.describe())
         out = torch.full((M, N), float("nan"), device="cuda").bfloat16()
-        got = plan.run(a, b, ops=ops, bias=bias, residual=residual, weight=weight, out=out)
+        got = plan.run(a, b, ops=ops, out=out, **operands)
         torch.cuda.synchronize()
         plan.check()
         assert got.data_ptr() == out.data_ptr() and calc_diff(got, want_ops) < TOL
@@ -493,17 +500,8 @@ def test_all_reduce_reduced_by_the_post_reorder(hopper, W, N):
     post-reorder. Matches the dense reference with fused post-ops (eager with and without the
     communication graph, captured replays), with the buffer poisoned before every call; the GEMM
     writes only this rank's copy, so the emulated AllGather must fill the others."""
-    from fo_lib import gemm_sm90
-    if hopper and not gemm_sm90.is_supported():
-        pytest.skip("needs a compute capability 9.0 GPU")
     M, K = 1500, 128
-    cfg = gemm_sm90.CONFIGS["128x128x64"] if hopper else gemm.CONFIGS["128x128x32"].with_raster("row", 2)
-    a, b, C = _inputs(M, N, K, seed=43 + W)
-    ops = PostOps(bias=True, residual=True, rmsnorm=True)
-    bias, weight = (torch.randn(N, device="cuda").bfloat16() for _ in range(2))
-    residual = torch.randn(M, N, device="cuda").bfloat16()
-    want = baselines.torch_post_ops(W * C, ops, bias=bias.double(), residual=residual.double(),
-                                    weight=weight.double())
+    cfg, a, b, C, ops, operands, want = _fused_all_reduce(M, N, K, W, 43 + W, hopper, "row", 2)
     for comm_graph in (True, False):
         plan = OverlapPlan("all_reduce", M, N, K, LoopbackCommunicator(W), config=cfg, ctas=20,
                            comm_graph=comm_graph, reduction="post_reorder")
@@ -511,11 +509,11 @@ def test_all_reduce_reduced_by_the_post_reorder(hopper, W, N):
         assert len(plan.post_stages) == 2  # the early rows beside the last group's AllGather
         for call in range(3):
             plan.send.fill_(float("nan"))
-            got = plan.run(a, b) if call else plan.run(a, b, ops=ops, bias=bias, residual=residual, weight=weight)
+            got = plan.run(a, b) if call else plan.run(a, b, ops=ops, **operands)
             torch.cuda.synchronize()
             plan.check()
             assert calc_diff(got, W * C if call else want) < TOL, (call, plan.describe())
-    graphed = plan.capture(a, b, ops=ops, bias=bias, residual=residual, weight=weight)
+    graphed = plan.capture(a, b, ops=ops, **operands)
     for _ in range(2):
         plan.send.fill_(float("nan"))
         y = graphed()

@@ -75,6 +75,25 @@ def make_buf(table, size, R, N, BN, dtype, seed):
     return buf
 
 
+def summed_copies(table, size, R, N, BN, dtype, seed, rng, sources, strides):
+    """A NaN-filled buffer holding ``sources`` copies of random values at ``table + s * stride``, and
+    that stride. ``per_entry``: a stride that differs per entry (groups of different lengths),
+    ``size * (1 + k)``, k in {0, 1}: injective over (entry, s) because the table is injective and
+    below ``size``; ``unaligned``: one stride of ``size + 1``, so copy 0 is 16-byte aligned and the
+    others are not (the vector path's 2-byte fallback for the peers only)."""
+    if strides == "per_entry":
+        stride = (size * (1 + rng.integers(0, 2, table.shape))).astype(np.int64)
+    else:
+        stride = np.full(table.shape, size + 1, dtype=np.int64)  # copies back to back, one element apart
+    tdt = DTYPES[dtype]
+    buf = torch.full((size * (1 + 2 * (sources - 1)) + sources,), float("nan"), dtype=tdt, device="cuda")
+    idx = np.concatenate([element_index(table + s * stride, N, BN).reshape(-1) for s in range(sources)])
+    assert np.unique(idx).size == idx.size
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    buf[torch.from_numpy(idx).cuda()] = torch.randn(idx.size, device="cuda", generator=g).to(tdt)
+    return buf, stride
+
+
 def guarded_out(R, N, dtype, aligned=True):
     """NaN-filled frame around an [R, N] view; row stride > N (multiple of 8 when aligned)."""
     ld = -(-(N + 16) // 8) * 8 if aligned else N + 19
@@ -106,13 +125,16 @@ def assert_guard(frame, mask, what):
 
 
 def run_case(R, N, BM, BN, dtype, ops, *, seed, layout="tile", shift=0, vectorized=None, aligned_out=True,
-             in_place=False, threads_per_row=None, stream=None):
+             in_place=False, threads_per_row=None, stream=None, sources=1, strides="per_entry"):
     rng = np.random.default_rng(seed)
     if layout == "tile":
         table, size = tile_layout(R, N, BM, BN, rng, shift=shift)
     else:
         table, size = slot_layout(R, N, BN, rng, shift=shift)
-    buf = make_buf(table, size, R, N, BN, dtype, seed)
+    if sources == 1:
+        buf, stride = make_buf(table, size, R, N, BN, dtype, seed), None
+    else:
+        buf, stride = summed_copies(table, size, R, N, BN, dtype, seed, rng, sources, strides)
     g = torch.Generator(device="cuda").manual_seed(seed + 1)
     tdt = DTYPES[dtype]
     bias = (0.5 * torch.randn(N, device="cuda", generator=g)).to(tdt) if ops.bias else None
@@ -129,15 +151,17 @@ def run_case(R, N, BM, BN, dtype, ops, *, seed, layout="tile", shift=0, vectoriz
     ref = postops.post_reorder_reference(
         to_np(buf), table, (R, N), BN, ops, bias=None if bias is None else to_np(bias),
         residual=None if residual is None else to_np(residual), weight=None if weight is None else to_np(weight),
-        residual_out=ref_pre)
+        residual_out=ref_pre, sources=sources, peer_stride=stride)
 
     table_t = torch.from_numpy(table).cuda()
     res = postops.post_reorder(buf, table_t, (R, N), BN, ops, bias=bias, residual=residual,
                                residual_out=residual_out, weight=weight, out=out, stream=stream,
-                               vectorized=vectorized, check_table=True, threads_per_row=threads_per_row)
+                               vectorized=vectorized, check_table=True, threads_per_row=threads_per_row,
+                               sources=sources, peer_stride=None if stride is None else torch.from_numpy(stride).cuda())
     assert res is out
     torch.cuda.synchronize()
-    what = f"{ops.describe()} {dtype} R={R} N={N} BN={BN} layout={layout} shift={shift} vec={vectorized}"
+    what = (f"{ops.describe()} {dtype} R={R} N={N} BN={BN} layout={layout} shift={shift} vec={vectorized}"
+            + (f" sum of {sources} ({strides})" if sources > 1 else ""))
     assert_close(out, ref, dtype, what)
     assert_guard(frame, mask, what)
     if ops.residual_out:
@@ -165,45 +189,10 @@ def test_post_reorder_matches_reference(opname, N, dtype, path):
 @pytest.mark.parametrize("strides", ["per_entry", "unaligned"])
 def test_summed_copies_match_reference(opname, N, W, dtype, path, strides):
     """sources = W: the copies of a gathered AllReduce, copy s at table + s * peer_stride; every
-    other slot is NaN. ``per_entry``: a stride that differs per entry (groups of different lengths);
-    ``unaligned``: one stride of size + 1, so copy 0 is 16-byte aligned and the others are not (the
-    vector path's 2-byte fallback for the peers only)."""
+    other slot is NaN (see summed_copies)."""
     R, BM, BN = SHAPES[N]
-    rng = np.random.default_rng(N + 7 * W)
-    table, size = tile_layout(R, N, BM, BN, rng)
-    if strides == "per_entry":
-        # stride size * (1 + k), k in {0, 1} per entry: copy s of an entry lies at table + s (1 + k)
-        # size, injective over (entry, s) because the table is injective and below size.
-        stride = (size * (1 + rng.integers(0, 2, table.shape))).astype(np.int64)
-    else:
-        stride = np.full(table.shape, size + 1, dtype=np.int64)  # copies back to back, one element apart
-    full = size * (1 + 2 * (W - 1)) + W
-    tdt = DTYPES[dtype]
-    buf = torch.full((full,), float("nan"), dtype=tdt, device="cuda")
-    idx = np.concatenate([element_index(table + s * stride, N, BN).reshape(-1) for s in range(W)])
-    assert np.unique(idx).size == idx.size
-    g = torch.Generator(device="cuda").manual_seed(N + W)
-    buf[torch.from_numpy(idx).cuda()] = torch.randn(idx.size, device="cuda", generator=g).to(tdt)
-    ops = OPS[opname]
-    bias = (0.5 * torch.randn(N, device="cuda", generator=g)).to(tdt) if ops.bias else None
-    residual = torch.randn(R, N, device="cuda", generator=g).to(tdt) if ops.residual else None
-    weight = (0.5 + torch.rand(N, device="cuda", generator=g)).to(tdt) if ops.rmsnorm else None
-    residual_out = torch.full((R, N), float("nan"), dtype=tdt, device="cuda") if ops.residual_out else None
-    frame, out, mask = guarded_out(R, N, dtype)
-    np_ = (lambda t: None if t is None else to_np(t))
-    ref_pre = np.full((R, N), np.nan) if ops.residual_out else None
-    ref = postops.post_reorder_reference(to_np(buf), table, (R, N), BN, ops, bias=np_(bias), residual=np_(residual),
-                                         weight=np_(weight), residual_out=ref_pre, sources=W, peer_stride=stride)
-    postops.post_reorder(buf, torch.from_numpy(table).cuda(), (R, N), BN, ops, bias=bias, residual=residual,
-                         residual_out=residual_out, weight=weight, out=out, check_table=True,
-                         vectorized=None if path == "auto" else False, sources=W,
-                         peer_stride=torch.from_numpy(stride).cuda())
-    torch.cuda.synchronize()
-    what = f"{ops.describe()} sum of {W} {dtype} R={R} N={N} path={path}"
-    assert_close(out, ref, dtype, what)
-    assert_guard(frame, mask, what)
-    if ops.residual_out:
-        assert_close(residual_out, ref_pre, dtype, what + " residual_out")
+    run_case(R, N, BM, BN, dtype, OPS[opname], seed=N + 7 * W, vectorized=None if path == "auto" else False,
+             sources=W, strides=strides)
 
 
 def test_summed_copies_validation():
