@@ -31,6 +31,7 @@ Output semantics per primitive (``C_r = a_r @ b_r.T`` on rank ``r``, then the fu
 """
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass
 
@@ -64,6 +65,11 @@ class PlanError(ValueError):
     """A plan cannot be built, or a call does not match its plan; nothing was launched."""
 
 
+class CollectiveError(RuntimeError):
+    """A group's collective failed (a peer stalled past the timeout, a link error); the message
+    names the plan, the group and the rank, and the communicator's own exception is chained."""
+
+
 @dataclass(frozen=True)
 class Routing:
     """All-to-All routing of every rank: ``dest[s][i]`` is where output row ``i`` of rank ``s`` goes,
@@ -91,6 +97,34 @@ class Routing:
             perms = [rng.permutation(int(c)) for c in counters]
             idx = [np.array([perms[q][j] for q, j in zip(d, x)], dtype=np.int64) for d, x in zip(dest, idx)]
         return cls(dest, tuple(idx))
+
+    def digest(self) -> str:
+        """A short hash of every rank's destinations and slots: equal routings, equal digests."""
+        h = hashlib.sha256()
+        for arrays in (self.dest, self.dst_index):
+            for a in arrays:
+                a = np.ascontiguousarray(a, dtype=np.int64)
+                h.update(len(a).to_bytes(8, "little"))
+                h.update(a.tobytes())
+        return h.hexdigest()[:16]
+
+
+def check_plans_agree(comm, fingerprint: dict) -> None:
+    """Raise :class:`PlanError` on every rank unless every rank's plan has this ``fingerprint``.
+
+    One exchange of fixed form (every rank's fingerprint, whatever it holds), so ranks that differ
+    still take part in the same collective and all learn the first field that differs. Communicators
+    of identical virtual ranks (the loopbacks) have no ``all_gather_object``: nothing can differ."""
+    gather = getattr(comm, "all_gather_object", None)
+    if gather is None or int(comm.world_size) == 1:
+        return
+    seen = gather(fingerprint)
+    for field, mine in fingerprint.items():
+        values = [fp.get(field) for fp in seen]
+        if any(v != mine for v in values):
+            per_rank = ", ".join(f"rank {r}: {v}" for r, v in enumerate(values))
+            raise PlanError(f"the ranks built different plans: {field} differs ({per_rank}); every rank "
+                            f"must build the same plan (rank {comm.rank} raised this)")
 
 
 def _torch():
@@ -249,23 +283,21 @@ class OverlapPlan:
             self.out_rows = self.tables.out_rows
             self.post_table = self.tables.recv_table
             self.recv_elements = self.tables.recv_elements
-            self._check_routing_agrees()
+        # Before any collective (the warm-up runs them): ranks whose plans differ would run
+        # collectives of different sizes or counts, which hangs, aborts or silently mixes data.
+        check_plans_agree(comm, self.fingerprint())
         self.group_tiles = [int(v) for v in self.tables.group_tiles]
         self._alloc()
 
     # --- set-up ----------------------------------------------------------------------------------
-    def _check_routing_agrees(self) -> None:
-        """Every rank must derive the same send counts for every rank (else the All-to-All hangs)."""
-        gather = getattr(self.comm, "all_gather_object_counts", None)
-        if gather is None:  # the loopback's virtual ranks are identical by construction
-            return
-        torch = _torch()
-        mine = torch.from_numpy(np.ascontiguousarray(self.tables.send_counts))
-        seen = gather(mine).numpy()  # [W, G, W]: every rank's own send counts
-        # What rank s announces it sends to this rank must equal what this rank expects from s.
-        if not np.array_equal(seen[:, :, self.rank].T, self.tables.recv_counts):
-            raise PlanError(f"rank {self.rank}: the routing is not the same on every rank (send counts "
-                            f"announced by the other ranks differ from this rank's receive counts)")
+    def fingerprint(self) -> dict:
+        """Everything that decides the sequence and sizes of the plan's collectives, which every
+        rank's plan must share (in the order :func:`check_plans_agree` reports a difference)."""
+        routing = getattr(self, "routing", None)
+        return {"primitive": self.primitive, "M": self.M, "N": self.N, "K": self.K, "dtype": self.dtype,
+                "config": repr(self.config), "schedule": self.schedule, "ctas": self.ctas,
+                "partition": tuple(int(p) for p in self.partition), "layout": self.layout,
+                "reduction": self.reduction, "routing": None if routing is None else routing.digest()}
 
     @property
     def num_groups(self) -> int:
@@ -487,18 +519,31 @@ class OverlapPlan:
                 self._bump_epoch(stream)
 
     def _collective(self, g: int, sl: dict) -> None:
+        """Group ``g``'s collective on its slices; a failure becomes a :class:`CollectiveError`."""
         s, e = sl["send"]
-        if self.sources > 1:
-            r0, r1 = sl["recv"]
-            self.comm.all_gather(self.send[s:e], self.send[r0:r1])
-        elif self.primitive == "all_reduce":
-            self.comm.all_reduce(self.send[s:e])
-        elif self.primitive == "reduce_scatter":
-            r0, r1 = sl["recv"]
-            self.comm.reduce_scatter(self.send[s:e], self.recv[r0:r1])
-        else:
-            r0, r1 = sl["recv"]
-            self.comm.all_to_all(self.send[s:e], sl["send_counts"], self.recv[r0:r1], sl["recv_counts"])
+        # Only the CPU executor's collectives block the host: bound them by the plan's timeout (on
+        # CUDA they are enqueued behind the counter waits, which carry it).
+        kw = {"timeout_s": self.timeout_ns / 1e9} if self.device == "cpu" else {}
+        try:
+            if self.sources > 1:
+                r0, r1 = sl["recv"]
+                self.comm.all_gather(self.send[s:e], self.send[r0:r1], **kw)
+            elif self.primitive == "all_reduce":
+                self.comm.all_reduce(self.send[s:e], **kw)
+            elif self.primitive == "reduce_scatter":
+                r0, r1 = sl["recv"]
+                self.comm.reduce_scatter(self.send[s:e], self.recv[r0:r1], **kw)
+            else:
+                r0, r1 = sl["recv"]
+                self.comm.all_to_all(self.send[s:e], sl["send_counts"], self.recv[r0:r1], sl["recv_counts"], **kw)
+        except Exception as exc:
+            name = group_collective(self.primitive, self.reduction)
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise CollectiveError(
+                f"rank {self.rank} of {self.world_size}: the {name} of group {g + 1} of {self.num_groups} "
+                f"({e - s} elements) failed in the plan {self.primitive} {self.M}x{self.N}x{self.K} "
+                f"{self.dtype} partition {list(self.partition)} ({self.comm.link}, timeout "
+                f"{self.timeout_ns / 1e9:g} s): {type(exc).__name__}: {first}") from exc
 
     def check(self, block: bool = True) -> None:
         """Raise :class:`counting.WaitError` if a previous call's wait timed out (``block=False``: only
@@ -748,13 +793,21 @@ class OverlapPlan:
         return postops.post_reorder(gathered, self._ag_table, (self.M, self.N), self.grid.BN, ops, **operands)
 
     def describe(self) -> str:
+        """One paragraph: what the plan computes, how it is cut, and whether anything overlaps."""
         groups = ("" if self.layout == "tiles" else
                   f", layout rows (row cuts {self.tables.row_cuts.tolist()})")
         if self.sources > 1:
             groups += ", reduced in the post-reorder (AllGather per group)"
+        if self.num_groups == 1:
+            groups += ("; one group: its collective starts only after the whole GEMM, so nothing overlaps "
+                       f"({self.grid.num_waves} wave(s) of {self.ctas} CTAs; fewer SMs (sm_count=), "
+                       "more tiles or a finer partition give more groups)")
         return (f"{self.primitive} {self.M}x{self.N}x{self.K} {self.dtype} on {self.device}, world "
                 f"{self.world_size} ({self.comm.link}), {self.grid.describe()}, partition {list(self.partition)}"
                 + groups)
+
+    def __repr__(self) -> str:
+        return f"OverlapPlan({self.describe()})"
 
 
 class GraphedCall:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from fo_lib import gemm, partition as P
+from fo_lib.comm.cpu_loopback import CpuLoopbackCommunicator
 from fo_lib.engine import OverlapPlan, PlanError, Routing
 
 
@@ -33,6 +34,7 @@ def test_gloo_all_primitives(world_size):
     fails = [line for line in out.splitlines() if "FAIL" in line or "EXC" in line]
     assert proc.returncode == 0, "\n".join(fails[:20]) or out[-3000:]
     assert re.search(rf"12 cases x {world_size} ranks \(gloo, cpu\): ok", out), out[-2000:]
+    assert "Warning" not in out, [line for line in out.splitlines() if "Warning" in line][:5]
 
 
 class _NoComm:
@@ -41,6 +43,7 @@ class _NoComm:
     link = "none"
     sm_footprint = 0
     copy_engine = False  # optional attributes the engine reads (getattr with a default)
+    all_gather_object = None  # one process: no other rank's plan to agree with
 
     def __init__(self, world_size, rank=0):
         self.world_size, self.rank = world_size, rank
@@ -135,13 +138,7 @@ def test_partition_callable_gets_the_wave_count():
 
 def test_per_tile_schedule_counts_waves_over_every_sm():
     """schedule="per_tile": one CTA per tile, waves over all SMs; output as with persistent CTAs."""
-    class SelfComm:  # world of one: the AllReduce leaves the buffer as it is
-        link, sm_footprint, world_size, rank = "none", 0, 1, 0
-
-        def all_reduce(self, buf):
-            pass
-
-    comm = SelfComm()
+    comm = CpuLoopbackCommunicator(1)  # world of one: the AllReduce leaves the buffer as it is
     torch.manual_seed(0)
     a = torch.randn(300, 16).bfloat16()
     b = torch.randn(200, 16).bfloat16()
@@ -203,21 +200,6 @@ def test_post_stages_cover_the_rows_and_read_only_finished_groups(primitive, see
             assert region[table[r0]].max() == g or r0 == 0  # the stage's first row needed group g
 
 
-class _SelfLink:
-    """One rank: every collective leaves the data where it is (enough to run modules on the CPU)."""
-
-    world_size, rank, link, sm_footprint = 1, 0, "none", 0
-
-    def all_reduce(self, t):
-        pass
-
-    def reduce_scatter(self, send, recv):
-        recv.copy_(send)
-
-    def all_to_all(self, send, send_counts, recv, recv_counts):
-        recv.copy_(send)
-
-
 def test_overlap_check_decides_once_per_shape_and_the_fallback_gives_the_same_result():
     from fo_lib import baselines, tuning
     from fo_lib.modules import RowParallelLinear
@@ -238,7 +220,7 @@ def test_overlap_check_decides_once_per_shape_and_the_fallback_gives_the_same_re
     real_sequential = baselines.sequential
     for name, check in (("none", None), ("keep", Fixed(1.0, 2.0)), ("fallback", Fixed(2.0, 1.0))):
         torch.manual_seed(1)
-        layer = RowParallelLinear(64, 72, _SelfLink(), bias=True, device="cpu", check=check,
+        layer = RowParallelLinear(64, 72, CpuLoopbackCommunicator(1), bias=True, device="cpu", check=check,
                                   plan_kw=dict(config=CFG, sm_count=2))
         baselines.sequential = lambda *a, **k: (seq_calls.append(name), real_sequential(*a, **k))[1]
         try:
@@ -255,16 +237,16 @@ def test_overlap_check_decides_once_per_shape_and_the_fallback_gives_the_same_re
         for a, b in zip(outs["none"], outs[got]):
             assert torch.allclose(a.float(), b.float(), atol=2e-2, rtol=2e-2)
     with pytest.raises(TypeError, match="OverlapCheck"):
-        RowParallelLinear(64, 72, _SelfLink(), device="cpu", check="yes")
+        RowParallelLinear(64, 72, CpuLoopbackCommunicator(1), device="cpu", check="yes")
 
 
 def test_overlap_check_times_both_sides_on_the_cpu():
     from fo_lib.tuning import OverlapCheck
 
     import time
-    t = OverlapCheck(rounds=2, inner=2).timings(_SelfLink(), lambda: time.sleep(0.004), lambda: None, device="cpu")
+    t = OverlapCheck(rounds=2, inner=2).timings(CpuLoopbackCommunicator(1), lambda: time.sleep(0.004), lambda: None, device="cpu")
     assert set(t) == {"overlap", "fallback"} and t["overlap"] >= 3.5 and 0 <= t["fallback"] < 3.5
-    assert not OverlapCheck(rounds=2, inner=1).keep(_SelfLink(), lambda: time.sleep(0.003), lambda: None, device="cpu")
+    assert not OverlapCheck(rounds=2, inner=1).keep(CpuLoopbackCommunicator(1), lambda: time.sleep(0.003), lambda: None, device="cpu")
     with pytest.raises(ValueError, match="rounds"):
         OverlapCheck(rounds=0)
 
@@ -287,7 +269,7 @@ def test_rows_layout_all_reduce_matches_the_tiles_layout(seed):
                     weight=torch.rand(N).bfloat16() + 0.5)
     out = {}
     for layout in ("tiles", "rows"):
-        plan = OverlapPlan("all_reduce", M, N, K, _SelfLink(), device="cpu", config=cfg, sm_count=sms,
+        plan = OverlapPlan("all_reduce", M, N, K, CpuLoopbackCommunicator(1), device="cpu", config=cfg, sm_count=sms,
                            partition=part, layout=layout)
         out[layout] = (plan.run(a, b), plan.run(a, b, ops=ops, **operands))
     rows = plan.tables
@@ -298,29 +280,17 @@ def test_rows_layout_all_reduce_matches_the_tiles_layout(seed):
     for x, y in zip(out["tiles"], out["rows"]):
         assert torch.equal(x, y)
     with pytest.raises(PlanError, match="rows layout is for all_reduce"):
-        OverlapPlan("reduce_scatter", M, N, K, _SelfLink(), device="cpu", config=cfg, sm_count=sms, layout="rows")
+        OverlapPlan("reduce_scatter", M, N, K, CpuLoopbackCommunicator(1), device="cpu", config=cfg, sm_count=sms, layout="rows")
     with pytest.raises(PlanError, match="row raster"):
-        OverlapPlan("all_reduce", M, N, K, _SelfLink(), device="cpu", config=cfg.with_raster("col", 1),
+        OverlapPlan("all_reduce", M, N, K, CpuLoopbackCommunicator(1), device="cpu", config=cfg.with_raster("col", 1),
                     sm_count=sms, layout="rows")
     with pytest.raises(PlanError, match="layout must be one of"):
-        OverlapPlan("all_reduce", M, N, K, _SelfLink(), device="cpu", config=cfg, sm_count=sms, layout="cols")
-
-
-class _SelfComm:
-    """A world of one rank: every collective leaves the data as it is."""
-
-    link, sm_footprint, world_size, rank = "self", 0, 1, 0
-
-    def all_reduce(self, buf):
-        pass
-
-    def all_gather(self, send, recv):
-        assert recv.numel() == send.numel()
+        OverlapPlan("all_reduce", M, N, K, CpuLoopbackCommunicator(1), device="cpu", config=cfg, sm_count=sms, layout="cols")
 
 
 @pytest.mark.parametrize("reduction", ["collective", "post_reorder"])
 def test_one_rank_plan_matches_the_gemm(reduction):
-    plan = OverlapPlan("all_reduce", 100, 70, 16, _SelfComm(), device="cpu", config=CFG, sm_count=2,
+    plan = OverlapPlan("all_reduce", 100, 70, 16, CpuLoopbackCommunicator(1), device="cpu", config=CFG, sm_count=2,
                        reduction=reduction)
     assert plan.sources == 1 and plan.send.numel() == 100 * 70
     a, b = torch.randn(100, 16).bfloat16(), torch.randn(70, 16).bfloat16()

@@ -10,9 +10,16 @@ stream (the engine makes its high-priority communication stream current around e
 * ``all_to_all(send, send_counts, recv, recv_counts)``: ``send`` holds the elements for rank 0, 1, ...
   back to back (``send_counts[d]`` each); ``recv`` receives from rank 0, 1, ... (``recv_counts[s]``).
 
+Each takes a keyword ``timeout_s`` (None: the communicator's own): how long a collective that blocks
+the host (gloo) may wait for its peers. Optional: ``all_gather_object(obj)`` (every rank's ``obj``),
+which the engine uses to check that every rank built the same plan; communicators of identical
+virtual ranks have none.
+
 Implementations: :class:`~fo_lib.comm.torch_dist.TorchDistCommunicator` (NCCL on GPUs, gloo on CPUs,
-world from ``torch.distributed``) and :class:`~fo_lib.comm.loopback.LoopbackCommunicator` (one GPU,
-an emulated link of ``W`` identical virtual ranks; everything it produces is labelled "emulated").
+world from ``torch.distributed``), :class:`~fo_lib.comm.loopback.LoopbackCommunicator` (one GPU,
+an emulated link of ``W`` identical virtual ranks; everything it produces is labelled "emulated")
+and :class:`~fo_lib.comm.cpu_loopback.CpuLoopbackCommunicator` (the same ranks on the CPU, in one
+process, no GPU; :mod:`fo_lib.comm.virtual` holds what such ranks give back).
 """
 from __future__ import annotations
 
@@ -25,13 +32,13 @@ class Communicator(Protocol):
     rank: int
     link: str  # "nccl", "gloo" or "emulated"
 
-    def all_reduce(self, buf) -> None: ...
+    def all_reduce(self, buf, *, timeout_s: float | None = None) -> None: ...
 
-    def reduce_scatter(self, send, recv) -> None: ...
+    def reduce_scatter(self, send, recv, *, timeout_s: float | None = None) -> None: ...
 
-    def all_gather(self, send, recv) -> None: ...
+    def all_gather(self, send, recv, *, timeout_s: float | None = None) -> None: ...
 
-    def all_to_all(self, send, send_counts, recv, recv_counts) -> None: ...
+    def all_to_all(self, send, send_counts, recv, recv_counts, *, timeout_s: float | None = None) -> None: ...
 
 
 def check_counts(counts, world_size: int, total: int, what: str) -> list[int]:

@@ -48,7 +48,7 @@ class TorchDistCommunicator:
             opts.config.cta_policy = policy
             opts.config.cga_cluster_size = int(os.environ.get("NCCL_CGA_CLUSTER_SIZE", 1))
             ranks = None if group is None else dist.get_process_group_ranks(group)
-            group = dist.new_group(ranks, pg_options=opts, timeout=datetime.timedelta(seconds=120))
+            group = dist.new_group(ranks, pg_options=opts, timeout=datetime.timedelta(seconds=group_timeout_s()))
         elif max_ctas is not None:
             # A communicator of its own whose kernels use at most max_ctas CTAs (= SMs), so a GEMM can
             # leave exactly that many SMs free (ncclConfig_t.maxCTAs/minCTAs, NCCL >= 2.17).
@@ -62,7 +62,7 @@ class TorchDistCommunicator:
             opts.config.min_ctas = max_ctas
             opts.config.cga_cluster_size = int(os.environ.get("NCCL_CGA_CLUSTER_SIZE", 1))
             ranks = None if group is None else dist.get_process_group_ranks(group)
-            group = dist.new_group(ranks, pg_options=opts, timeout=datetime.timedelta(seconds=120))
+            group = dist.new_group(ranks, pg_options=opts, timeout=datetime.timedelta(seconds=group_timeout_s()))
         self.group = group
         self.world_size = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
@@ -94,26 +94,36 @@ class TorchDistCommunicator:
         self._windows.append((pool, t, window))
         return t
 
-    def all_reduce(self, buf) -> None:
-        self._dist.all_reduce(buf, group=self.group)
+    def all_reduce(self, buf, *, timeout_s: float | None = None) -> None:
+        self._call(self._dist.all_reduce, buf, timeout_s=timeout_s)
 
-    def reduce_scatter(self, send, recv) -> None:
+    def reduce_scatter(self, send, recv, *, timeout_s: float | None = None) -> None:
         if send.numel() != recv.numel() * self.world_size:
             raise ValueError(f"reduce_scatter: send has {send.numel()} elements, expected "
                              f"{self.world_size} x {recv.numel()}")
-        self._dist.reduce_scatter_tensor(recv, send, group=self.group)
+        self._call(_REDUCE_SCATTER, recv, send, timeout_s=timeout_s)
 
-    def all_gather(self, send, recv) -> None:
+    def all_gather(self, send, recv, *, timeout_s: float | None = None) -> None:
         if recv.numel() != send.numel() * self.world_size:
             raise ValueError(f"all_gather: recv has {recv.numel()} elements, expected "
                              f"{self.world_size} x {send.numel()}")
-        self._off_null_stream(lambda: self._dist.all_gather_into_tensor(recv, send, group=self.group))
+        self._off_null_stream(lambda: self._call(_ALL_GATHER, recv, send, timeout_s=timeout_s))
 
-    def all_to_all(self, send, send_counts, recv, recv_counts) -> None:
+    def all_to_all(self, send, send_counts, recv, recv_counts, *, timeout_s: float | None = None) -> None:
         sc = check_counts(send_counts, self.world_size, send.numel(), "all_to_all send")
         rc = check_counts(recv_counts, self.world_size, recv.numel(), "all_to_all recv")
-        self._off_null_stream(lambda: self._dist.all_to_all_single(recv, send, output_split_sizes=rc,
-                                                                   input_split_sizes=sc, group=self.group))
+        self._off_null_stream(lambda: self._call(self._dist.all_to_all_single, recv, send, output_split_sizes=rc,
+                                                 input_split_sizes=sc, timeout_s=timeout_s))
+
+    def _call(self, collective, *args, timeout_s: float | None = None, **kw) -> None:
+        """``collective(*args, group=..., **kw)``. With ``timeout_s`` on a CPU (gloo) group, waiting
+        for the peers raises after ``timeout_s`` instead of the group's timeout. NCCL calls only
+        enqueue work on the stream: the engine's counter waits bound them there."""
+        if timeout_s is None or self.link == "nccl":
+            collective(*args, group=self.group, **kw)
+            return
+        work = collective(*args, group=self.group, async_op=True, **kw)
+        work.wait(timeout=datetime.timedelta(seconds=float(timeout_s)))
 
     def _off_null_stream(self, collective) -> None:
         """Run ``collective``; a copy-engine one not on the legacy default stream. torch enqueues a
@@ -154,17 +164,23 @@ class TorchDistCommunicator:
         self._dist.all_reduce(t, op=self._dist.ReduceOp.MAX, group=self.group)
         return t.cpu().tolist()
 
-    def all_gather_object_counts(self, local):
-        """All-gather a small CPU int64 tensor (plan-time consistency checks)."""
-        import torch
+    def all_gather_object(self, obj) -> list:
+        """Every rank's ``obj`` (picklable), in rank order: plan-time agreement checks."""
+        out = [None] * self.world_size
+        self._dist.all_gather_object(out, obj, group=self.group)
+        return out
 
-        t = local.to(torch.int64).reshape(-1)
-        if self.link == "nccl":
-            t = t.cuda()
-        out = torch.empty(self.world_size * t.numel(), dtype=t.dtype, device=t.device)
-        self._dist.all_gather_into_tensor(out, t, group=self.group)
-        return out.cpu().reshape(self.world_size, *local.shape)
 
+def _current_name(new: str, old: str):
+    """The collective under its current torch name (newer torch renamed a few and warns on every
+    call of the old name; older torch has only the old one)."""
+    import torch.distributed as dist
+
+    return getattr(dist, new, None) or getattr(dist, old)
+
+
+_ALL_GATHER = _current_name("all_gather_single", "all_gather_into_tensor")
+_REDUCE_SCATTER = _current_name("reduce_scatter_single", "reduce_scatter_tensor")
 
 NCCL_WIN_COLL_SYMMETRIC = 0x01
 
@@ -198,12 +214,24 @@ def _register_window(comm_ptr: int, ptr: int, nbytes: int) -> int:
     return int(win.value or 0)
 
 
-def init_from_env(backend: str | None = None, timeout_s: float = 120.0) -> TorchDistCommunicator:
-    """Initialise ``torch.distributed`` from the torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR,
-    MASTER_PORT) if needed and return the communicator. NCCL's NVLink multicast stays off."""
-    import datetime
-    import os
+def group_timeout_s() -> float:
+    """How long a process group's collectives wait for a stalled peer before they fail: the
+    ``FO_GROUP_TIMEOUT_S`` environment variable, default 120 s. Calls of an ``OverlapPlan`` on the
+    CPU bound their collectives by the plan's own ``timeout_ms`` instead."""
+    raw = os.environ.get("FO_GROUP_TIMEOUT_S", "120")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"FO_GROUP_TIMEOUT_S must be a number of seconds, got {raw!r}") from None
+    if not value > 0:
+        raise ValueError(f"FO_GROUP_TIMEOUT_S must be positive, got {raw!r}")
+    return value
 
+
+def init_from_env(backend: str | None = None, timeout_s: float | None = None) -> TorchDistCommunicator:
+    """Initialise ``torch.distributed`` from the torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR,
+    MASTER_PORT) if needed and return the communicator. NCCL's NVLink multicast stays off.
+    ``timeout_s``: the group's timeout (default :func:`group_timeout_s`)."""
     import torch
     import torch.distributed as dist
 
@@ -224,7 +252,8 @@ def init_from_env(backend: str | None = None, timeout_s: float = 120.0) -> Torch
             opts = dist.ProcessGroupNCCL.Options()
             opts.is_high_priority_stream = True
             kw["pg_options"] = opts
-        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s), **kw)
+        seconds = group_timeout_s() if timeout_s is None else float(timeout_s)
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=seconds), **kw)
     return TorchDistCommunicator()
 
 

@@ -1,0 +1,52 @@
+"""Ranks must agree on a plan before its first collective, and a stalled peer must surface as an
+error that names the plan (torchrun + gloo, tests/workers/plan_agreement.py)."""
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+WORKER = Path(__file__).parent / "workers" / "plan_agreement.py"
+FIELDS = ("primitive", "M", "N", "K", "dtype", "config", "schedule", "ctas", "partition", "layout",
+          "reduction", "routing")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _torchrun(world_size: int, mode: str, timeout: float) -> str:
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1",
+               PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world_size),
+           "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), str(WORKER), mode]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "FAIL" not in out, "\n".join(line for line in out.splitlines() if "FAIL" in line)
+    return out
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_every_rank_names_the_first_field_that_differs(world_size):
+    out = _torchrun(world_size, "mismatch", 240)
+    for field in FIELDS:
+        for rank in range(world_size):
+            assert f"ok {field} (rank {rank})" in out, (field, rank, out[-3000:])
+    for rank in range(world_size):
+        assert f"ok agreeing plan (rank {rank})" in out, out[-3000:]
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(120)
+def test_a_stalled_peer_fails_the_call_within_the_plans_timeout():
+    out = _torchrun(2, "stall", 100)
+    assert re.search(r"ok stall after [0-9.]+ s: rank 0 of 2: the all_reduce of group 1", out), out[-3000:]
+    assert "ok stall (the stalled rank)" in out
