@@ -119,6 +119,16 @@ class _GroupedTiles:
     def num_groups(self) -> int:
         return len(self.partition)
 
+    @property
+    def recv_elements(self) -> int:
+        """Elements of the receive buffer (0: the collective works in place on the send buffer)."""
+        return 0
+
+    def post_table_for(self, rank: int) -> np.ndarray:
+        """The post-reorder's gather table on ``rank``: where each output row's tile-rows lie in the
+        buffer the collective leaves its result in (every mode answers this one question)."""
+        return self.post_table
+
 
 def _grouped(grid: TileGrid, partition) -> _GroupedTiles:
     part = part_mod.validate_partition(partition, grid.num_waves)
@@ -309,6 +319,9 @@ class SubtileReorder(_GroupedTiles):
         return _tile_places(self.grid, self.row_offset, self.grid.BM // self.world_size,
                             self.chunk_elements[self.tile_group])
 
+    def post_table_for(self, rank: int) -> np.ndarray:
+        return self.recv_table(rank)
+
     def recv_table(self, rank: int) -> np.ndarray:
         """Gather table from rank's receive buffer to its owned rows (ascending), ``[rows_k, TN]``."""
         rows = self.owned_rows(rank)
@@ -397,6 +410,11 @@ class SubtokenReorder(_GroupedTiles):
     @property
     def out_rows(self) -> int:
         return self.recv_table.shape[0]
+
+    def post_table_for(self, rank: int) -> np.ndarray:
+        if rank != self.rank:
+            raise ReorderError(f"these All-to-All tables are rank {self.rank}'s, not rank {rank}'s")
+        return self.recv_table
 
 
 def _check_routing(grid: TileGrid, world_size: int, dest_all, dst_index_all) -> tuple[list, list]:

@@ -52,11 +52,11 @@ def main(argv=None) -> int:
     b = torch.randn(N, K, device="cuda").bfloat16()
     groups = plan.num_groups
     small = plan.send[: plan.slices[0]["send"][1]]
-    stream = plan.comm_stream
+    stream = plan.executor.comm_stream
     pieces = {}
 
     def wait_launch():  # a wait that is already satisfied (target 0)
-        counting.wait_counter(plan.counters, 0, 0, plan.error, plan.timeout_ns, stream=stream)
+        counting.wait_counter(plan.executor.counters, 0, 0, plan.executor.error, plan.timeout_ns, stream=stream)
 
     def collective():
         with torch.cuda.stream(stream):

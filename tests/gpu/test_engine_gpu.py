@@ -85,7 +85,7 @@ def test_many_back_to_back_calls(comm_graph, schedule):
     assert max(calc_diff(o, 2 * C) for o in outs[::9]) < TOL
     assert plan.epoch == 100
     # The warm-up's counts were reset when the plan was built: exactly 100 calls' worth now.
-    assert plan.counters.cpu().numpy().tolist() == (100 * plan.tables.group_tiles).tolist()
+    assert plan.executor.counters.cpu().numpy().tolist() == (100 * plan.tables.group_tiles).tolist()
 
 
 @pytest.mark.parametrize("comm_graph", [True, False])
@@ -97,7 +97,7 @@ def test_timed_out_wait_raises_not_hangs(comm_graph):
     plan.run(a, b)
     torch.cuda.synchronize()
     plan.check()
-    plan.counters[0] -= 1_000_000  # group 0 can never reach its next target
+    plan.executor.counters[0] -= 1_000_000  # group 0 can never reach its next target
     t0 = time.monotonic()
     plan.run(a, b)
     with pytest.raises(counting.WaitError, match="group 0"):
@@ -434,7 +434,7 @@ def test_rows_layout_all_reduce(hopper):
     for comm_graph in (True, False):
         plan = OverlapPlan("all_reduce", M, N, K, LoopbackCommunicator(W), config=cfg, ctas=30,
                            partition=None, comm_graph=comm_graph, layout="rows")
-        assert plan.num_groups > 1 and plan._store_table is None
+        assert plan.num_groups > 1 and plan.executor.store_table is None
         for call in range(3):
             plan.send.fill_(float("nan"))  # poisoned: the GEMM must write every element
             got = plan.run(a, b)
@@ -475,13 +475,13 @@ def test_bad_post_operand_raises_with_the_streams_joined():
     torch.cuda.synchronize()
     # The communication stream is held back (~50 ms on the GPU), so that without the join the caller's
     # stream would finish long before it.
-    with torch.cuda.stream(plan.comm_stream):
+    with torch.cuda.stream(plan.executor.comm_stream):
         torch.cuda._sleep(100_000_000)
     with pytest.raises(ValueError, match="bias"):
         plan.run(a, b, ops=PostOps(bias=True))
     # Joined: an event on the caller's stream completes only after the communication stream's work.
     comm_done = torch.cuda.Event()
-    comm_done.record(plan.comm_stream)
+    comm_done.record(plan.executor.comm_stream)
     joined = torch.cuda.Event()
     joined.record(torch.cuda.current_stream())
     joined.synchronize()

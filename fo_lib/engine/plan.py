@@ -1,0 +1,318 @@
+"""The overlapped op as a plan: validated and built once per (primitive, shape, dtype, world, link,
+partition), then run many times. The plan chooses the config, the tile grid and the partition,
+asks its :mod:`buffer layout <fo_lib.engine.layouts>` for the tables and slices, checks that every
+rank built the same plan, and hands calls to an executor (CUDA streams or the CPU reference)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import gemm
+from ..partition import validate_partition
+from ..postops import PostOps
+from .errors import CollectiveError, PlanError, check_plans_agree
+from .layouts import layout_class, layout_config
+
+DEVICES = ("cuda", "cpu")
+SCHEDULES = ("persistent", "per_tile")
+DTYPES = {"bf16": "bfloat16", "f16": "float16"}
+
+
+def validate_arguments(primitive, M, N, K, comm, *, dtype, device, timeout_ms, schedule, layout, reduction):
+    """Everything a plan's arguments must satisfy before anything is built; the buffer layout's
+    class (:func:`fo_lib.engine.layouts.layout_class`)."""
+    cls = layout_class(primitive, layout, reduction)
+    if device not in DEVICES:
+        raise PlanError(f"device must be one of {DEVICES}, got {device!r}")
+    if dtype not in DTYPES:
+        raise PlanError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
+    for name, v in (("M", M), ("N", N), ("K", K)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v <= 0:
+            raise PlanError(f"{name} must be a positive integer, got {v!r}")
+    if K % 8:
+        raise PlanError(f"K must be a multiple of 8 (16-byte rows for the GEMM's loads), got {K}")
+    if not timeout_ms > 0:
+        raise PlanError(f"timeout_ms must be positive, got {timeout_ms}")
+    if schedule not in SCHEDULES:
+        raise PlanError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if getattr(comm, "copy_engine", False) and cls.collective != "all_gather":
+        raise PlanError("a copy-engine communicator leaves the GEMM all SMs but one, so only the AllGather of "
+                        "reduction='post_reorder' (copy engines, no SM) can run beside it; use NCCL's default "
+                        "communicator for this plan")
+    return cls
+
+
+class OverlapPlan:
+    """Everything one overlapped GEMM + collective needs, built once and reused.
+
+    ``comm`` is a :class:`fo_lib.comm.Communicator`; its world size and rank define the plan's.
+    ``config`` is a :class:`fo_lib.gemm.GemmConfig` (portable) or :class:`fo_lib.gemm.Sm90Config`
+    (Hopper), default :func:`fo_lib.gemm.auto_config` (the Hopper kernel on sm_90 devices);
+    ``ctas`` the persistent CTA count (default: SM count minus ``comm_sms``, which defaults to the
+    communicator's ``sm_footprint``: with no SM left, the wait kernel and the collective's kernels
+    only start after the GEMM and nothing overlaps). ``sm_count``: the SMs waves are counted over
+    (default: the GPU's; 132 on the CPU). ``partition`` groups the GEMM's waves (default: the finest
+    partition with at most ``max_groups`` groups; a callable ``(M, N, K, waves) -> partition`` is
+    asked once the wave count is known).
+    ``timeout_ms`` bounds every wait of a call: on CUDA each counter wait (an expired one makes the
+    call raise :class:`fo_lib.counting.WaitError`), on the CPU each collective's wait for its peers
+    (:class:`CollectiveError`).
+    ``comm_graph`` (CUDA only): replay the communication side (waits, collectives) as CUDA graphs
+    captured when the plan is built, instead of launching it group by group; off, each group gets an
+    NVTX range (``fo group g``) for profilers. A communicator that cannot be captured falls back to
+    group-by-group launches with a warning.
+    ``schedule``: ``"persistent"`` (default) runs ``ctas`` CTAs that loop over the tiles, so the
+    collective's kernels find ``comm_sms`` SMs free for the whole GEMM; ``"per_tile"`` launches one
+    CTA per tile, so the GEMM has every SM until a collective starts, whose high-priority CTAs then
+    take SMs as GEMM tiles finish (waves are counted over all ``sm_count`` SMs; ``ctas`` and
+    ``comm_sms`` do not apply).
+    ``layout`` (all_reduce only): ``"tiles"`` (default) stores each group's tiles contiguously and
+    gathers them back in the post-reorder; ``"rows"`` cuts the groups at whole tile-row bands, so the
+    GEMM stores ``C`` in place and the groups' collectives work on row ranges of it (the default
+    config then walks a row-major raster). With no element-wise op and no ``out``, a call runs no
+    post-reorder at all and returns the plan's buffer as ``[M, N]``, which any later call of the
+    plan overwrites; the modules copy it out.
+    ``reduction`` (all_reduce, tiles layout): ``"collective"`` (default) sums in the collective;
+    ``"post_reorder"`` runs an in-place AllGather per group into ``W`` copies, which the
+    post-reorder sums (fp32) while it restores the layout. On 2 ranks the link carries the same
+    bytes either way, and NCCL runs an AllGather on the copy engines, with no SM, when the
+    communicator asks for it (``TorchDistCommunicator(copy_engine=True)``).
+
+    Before the plan's first collective every rank checks that every other rank built the same plan
+    (:meth:`fingerprint`); a difference raises :class:`PlanError` on every rank.
+    """
+
+    def __init__(self, primitive: str, M: int, N: int, K: int, comm, *, dtype: str = "bf16",
+                 device: str = "cuda", partition=None, config=None, ctas: int | None = None,
+                 comm_sms: int | None = None, routing=None, max_groups: int = 8,
+                 timeout_ms: float = 10_000.0, sm_count: int | None = None, comm_graph: bool = True,
+                 schedule: str = "persistent", layout: str = "tiles", reduction: str = "collective"):
+        layout_cls = validate_arguments(primitive, M, N, K, comm, dtype=dtype, device=device, timeout_ms=timeout_ms,
+                                        schedule=schedule, layout=layout, reduction=reduction)
+        self.primitive, self.M, self.N, self.K = primitive, int(M), int(N), int(K)
+        self.layout, self.reduction, self.schedule = layout, reduction, schedule
+        self.comm, self.device, self.dtype = comm, device, dtype
+        self.world_size, self.rank = int(comm.world_size), int(comm.rank)
+        self.timeout_ns = int(timeout_ms * 1e6)
+        self.comm_graph = bool(comm_graph) and device == "cuda"
+        if sm_count is None:
+            sm_count = gemm.sm_count() if device == "cuda" else 132
+        self.config = self._choose_config(config, sm_count)
+        # The SMs the communication side needs while the GEMM runs (wait kernels, the collective's
+        # own kernels): the communicator's measured/declared footprint.
+        self.comm_sms = int(getattr(comm, "sm_footprint", 0) if comm_sms is None else comm_sms)
+        if schedule == "per_tile":
+            self.grid = self.config.grid(self.M, self.N, sm_count)
+            self.ctas = self.grid.tiles_m * self.grid.tiles_n
+        else:
+            self.ctas = int(ctas) if ctas is not None else sm_count - self.comm_sms
+            if self.ctas <= 0:
+                raise PlanError(f"no CTAs left for the GEMM (SMs {sm_count}, comm_sms {self.comm_sms})")
+            self.grid = self.config.grid(self.M, self.N, self.ctas)
+        self.partition = self._choose_partition(partition, max_groups)
+        extra = {"routing": routing} if primitive == "all_to_all" else {}
+        self.buffer_layout = layout_cls(self.grid, self.partition, self.world_size, self.rank, **extra)
+        self.slices = self.buffer_layout.slices()
+        self.post_stages = self.buffer_layout.post_stages(self.slices)
+        # Before any collective (the CUDA warm-up runs them): ranks whose plans differ would run
+        # collectives of different sizes or counts, which hangs, aborts or silently mixes data.
+        check_plans_agree(comm, self.fingerprint())
+        import torch
+
+        self.torch_dtype = getattr(torch, DTYPES[dtype])
+        if device == "cuda":
+            from .cuda_executor import CudaExecutor
+            self.executor = CudaExecutor(self)
+        else:
+            from .cpu_executor import CpuExecutor
+            self.executor = CpuExecutor(self)
+        self.send, self.recv = self.executor.send, self.executor.recv
+
+    def _choose_config(self, config, sm_count: int):
+        if config is None:
+            pick = gemm.auto_config if self.device == "cuda" else gemm.default_config
+            config = layout_config(pick(self.M, self.N, self.K, sm_count), self.layout)
+        config.validate()
+        if self.layout == "rows" and config.order != "row":
+            raise PlanError(f"the rows layout needs a row raster (bands of whole tile rows), got order "
+                            f"{config.order!r}")
+        return config
+
+    def _choose_partition(self, partition, max_groups: int) -> tuple[int, ...]:
+        T = self.grid.num_waves
+        if callable(partition):  # a tuner: (M, N, K, waves) -> partition
+            partition = partition(self.M, self.N, self.K, T)
+        if partition is None:
+            size = -(-T // max_groups)
+            partition = (size,) * (T // size) + ((T % size,) if T % size else ())
+        return validate_partition(partition, T)
+
+    # --- what the layout decided ---------------------------------------------------------------------
+    @property
+    def tables(self):
+        """The reorder tables (:mod:`fo_lib.reorder`) of the plan's buffer layout."""
+        return self.buffer_layout.tables
+
+    @property
+    def num_groups(self) -> int:
+        return self.buffer_layout.num_groups
+
+    @property
+    def group_tiles(self) -> list[int]:
+        return [int(v) for v in self.tables.group_tiles]
+
+    @property
+    def out_rows(self) -> int:
+        return self.buffer_layout.out_rows
+
+    @property
+    def post_table(self) -> np.ndarray:
+        return self.buffer_layout.post_table
+
+    @property
+    def recv_elements(self) -> int:
+        return self.buffer_layout.recv_elements
+
+    @property
+    def sources(self) -> int:
+        """Copies the post-reorder sums per element: ``W`` when the collective only gathers."""
+        return self.buffer_layout.sources
+
+    @property
+    def owned_rows(self) -> np.ndarray:
+        """reduce_scatter: the rows of the sum this rank gets (block-cyclic, :mod:`fo_lib.reorder`)."""
+        return self.buffer_layout.owned_rows
+
+    @property
+    def routing(self):
+        return self.buffer_layout.routing
+
+    def fingerprint(self) -> dict:
+        """Everything that decides the sequence and sizes of the plan's collectives, which every
+        rank's plan must share (in the order :func:`check_plans_agree` reports a difference)."""
+        routing = getattr(self.buffer_layout, "routing", None)
+        return {"primitive": self.primitive, "M": self.M, "N": self.N, "K": self.K, "dtype": self.dtype,
+                "config": repr(self.config), "schedule": self.schedule, "ctas": self.ctas,
+                "partition": tuple(int(p) for p in self.partition), "layout": self.layout,
+                "reduction": self.reduction, "routing": None if routing is None else routing.digest()}
+
+    # --- a call ----------------------------------------------------------------------------------------
+    def collective(self, g: int, **kw) -> None:
+        """Group ``g``'s collective on its slices (the executors call this); a failure becomes a
+        :class:`CollectiveError` that names the plan, the group and the rank."""
+        sl = self.slices[g]
+        try:
+            self.buffer_layout.call(self.comm, sl, self.send, self.recv, **kw)
+        except Exception as exc:
+            s, e = sl["send"]
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise CollectiveError(
+                f"rank {self.rank} of {self.world_size}: the {self.buffer_layout.collective} of group {g + 1} of "
+                f"{self.num_groups} ({e - s} elements) failed in the plan {self.primitive} "
+                f"{self.M}x{self.N}x{self.K} {self.dtype} partition {list(self.partition)} ({self.comm.link}, "
+                f"timeout {self.timeout_ns / 1e9:g} s): {type(exc).__name__}: {first}") from exc
+
+    def run(self, a, b, *, ops: PostOps = PostOps(), bias=None, residual=None, residual_out=None,
+            weight=None, out=None):
+        """One overlapped call: ``a`` [M, K], ``b`` [N, K] (nn.Linear weight); returns the post-reordered
+        output (``[M, N]``, or this rank's rows for reduce_scatter / all_to_all)."""
+        self._check_inputs(a, b)
+        return self.executor.run(a, b, ops, dict(bias=bias, residual=residual, residual_out=residual_out,
+                                                 weight=weight, out=out))
+
+    def timed_run(self, a, b, *, ops: PostOps = PostOps(), gate_ms: float = 20.0, **operands):
+        """One call with its measured timeline: ``(output, rows)``, one row per span in ms from the
+        GEMM's start: ``gemm`` (start to last tile), per group ``group`` (from its wait's return, i.e.
+        its tiles done and the previous collective finished, to its collective's end), per stage of
+        the staged post-reorder ``post`` (``group``: the collective it waited for). The groups run
+        one by one with CUDA events between them (no captured graph), and the call synchronizes.
+
+        The whole call is enqueued behind a GPU sleep of ``gate_ms`` (the gate), so the timeline is
+        the device's: without it, a span would also hold the host's time to launch what follows it
+        (about 0.1 ms per group). A gate that opens before the host has enqueued everything raises."""
+        if self.device != "cuda":
+            raise PlanError("timed_run measures CUDA events: it needs device='cuda'")
+        if not gate_ms > 0:
+            raise PlanError(f"gate_ms must be > 0, got {gate_ms}")
+        self._check_inputs(a, b)
+        return self.executor.timed_run(a, b, ops, gate_ms, operands)
+
+    def capture(self, a, b, *, ops: PostOps = PostOps(), **operands):
+        """Capture one whole call (GEMM, every wait and collective, post-reorder) in a CUDA graph.
+
+        ``a``, ``b`` and the operands become static: each replay computes on whatever they hold then
+        and writes the same output tensor. Host work per call drops to one graph launch. Waits read
+        their targets from the plan's device epoch, so replays and eager calls interleave freely.
+        """
+        if self.device != "cuda":
+            raise PlanError("CUDA-graph capture needs device='cuda'")
+        self._check_inputs(a, b)
+        return self.executor.capture(a, b, ops, operands)
+
+    def all_gather(self, local, ops: PostOps = PostOps(), **operands):
+        """AllGather of a reduce_scatter plan's per-rank rows, restored to global row order ``[M, N]``
+        by the block-cyclic permutation fused into the post step."""
+        import torch
+
+        if self.primitive != "reduce_scatter":
+            raise PlanError("all_gather restores the rows of a reduce_scatter plan")
+        if tuple(local.shape) != (self.out_rows, self.N):
+            raise PlanError(f"local must be this rank's {(self.out_rows, self.N)} rows, got {tuple(local.shape)}")
+        R = self.tables.max_rows
+        padded = torch.zeros(R * self.N, dtype=local.dtype, device=local.device)
+        padded[:local.numel()] = local.reshape(-1)
+        gathered = torch.empty(self.world_size * R * self.N, dtype=local.dtype, device=local.device)
+        self.comm.all_gather(padded, gathered)
+        return self.executor.restore(gathered, self.tables.allgather_table(), ops, operands)
+
+    def _check_inputs(self, a, b) -> None:
+        import torch
+
+        dev = self.executor.device
+        for t, name, shape in ((a, "a", (self.M, self.K)), (b, "b", (self.N, self.K))):
+            if not isinstance(t, torch.Tensor):
+                raise PlanError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            if tuple(t.shape) != shape:
+                raise PlanError(f"{name} must have shape {shape} for this plan, got {tuple(t.shape)}")
+            if t.dtype != self.torch_dtype:
+                raise PlanError(f"{name} must be {self.torch_dtype} for this plan, got {t.dtype}")
+            if t.device.type != dev.type or (dev.type == "cuda" and t.device != dev):
+                raise PlanError(f"{name} is on {t.device}, the plan on {dev}")
+            if not t.is_contiguous():
+                raise PlanError(f"{name} must be contiguous")
+
+    # --- state of the CUDA executor (no-ops on the CPU) ----------------------------------------------
+    def check(self, block: bool = True) -> None:
+        """Raise :class:`fo_lib.counting.WaitError` if a previous call's wait timed out (``block=False``:
+        only if that call has finished)."""
+        if self.device == "cuda":
+            self.executor.check(block)
+
+    def reset(self) -> None:
+        """Clear the counting table, the error word and the epoch (after a failed wait)."""
+        if self.device == "cuda":
+            self.executor.reset()
+
+    @property
+    def comm_graph_active(self) -> bool:
+        """Whether calls replay the captured communication graph (False with ``comm_graph=False``, on
+        the CPU, or when the link could not be captured)."""
+        return getattr(self.executor, "comm_graphs", None) is not None
+
+    @property
+    def epoch(self) -> int:
+        """Calls completed since the plan was built or reset (mod 2^32; synchronizes the device)."""
+        return self.executor.epoch if self.device == "cuda" else 0
+
+    def describe(self) -> str:
+        """One paragraph: what the plan computes, how it is cut, and whether anything overlaps."""
+        text = (f"{self.primitive} {self.M}x{self.N}x{self.K} {self.dtype} on {self.device}, world "
+                f"{self.world_size} ({self.comm.link}), {self.grid.describe()}, partition {list(self.partition)}"
+                + self.buffer_layout.describe())
+        if self.num_groups == 1:
+            text += ("; one group: its collective starts only after the whole GEMM, so nothing overlaps "
+                     f"({self.grid.num_waves} wave(s) of {self.ctas} CTAs; fewer SMs (sm_count=), more tiles "
+                     "or a finer partition give more groups)")
+        return text
+
+    def __repr__(self) -> str:
+        return f"OverlapPlan({self.describe()})"
