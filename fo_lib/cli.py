@@ -1,4 +1,4 @@
-"""Command line: ``python -m fo_lib {info,tune} ...``."""
+"""Command line: ``python -m fo_lib {info,build,tune} ...``."""
 from __future__ import annotations
 
 import argparse
@@ -6,8 +6,26 @@ import json
 import platform
 import sys
 
+from .partition import SearchSizeError, check_search_size
 from .profiles import BandwidthCurve, GemmProfile, ProfileError
 from .predictor import MODELS, OverlapModel, TuneResult, synthetic_model
+
+# Options only the 'refined' model reads (the 'paper' model is Algorithm 1 as stated) and their
+# defaults when not given.
+REFINED_OPTIONS = {"launch_ms": 0.0, "comm_slowdown": 1.0, "gemm_slowdown": 1.0}
+
+
+class CliError(ValueError):
+    """Bad input or environment that the command line reports as one line (exit code 2)."""
+
+
+# What main() reports as ``fo_lib CMD: error: ...`` (exit code 2): validation of what the user gave
+# and of the environment. Anything else is a bug and keeps its traceback.
+USER_ERRORS = (CliError, ProfileError, SearchSizeError, OSError, UnicodeDecodeError, json.JSONDecodeError)
+
+
+def _warn(command: str, message: str) -> None:
+    print(f"fo_lib {command}: warning: {message}", file=sys.stderr)
 
 
 def _version(module: str) -> str:
@@ -72,27 +90,45 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
     from . import kernels
     t0 = time.perf_counter()
-    done = kernels.build_all(args.arch, args.jobs)
+    try:
+        arch = args.arch or kernels.current_arch()
+        done = kernels.build_all(arch, args.jobs)
+    except kernels.CudaUnavailableError as exc:
+        hint = "" if args.arch else f"; --arch sm_XX ({', '.join(BUILD_ARCHS)}) compiles without a GPU"
+        raise CliError(f"{exc}{hint}") from None
     slowest = max(done, key=lambda x: x[1])
-    print(f"built {len(done)} kernel sources for {args.arch or kernels.current_arch()} into "
+    print(f"built {len(done)} kernel sources for {arch} into "
           f"{kernels.cache_dir()} in {time.perf_counter() - t0:.1f} s (slowest {slowest[1]:.1f} s: {slowest[0]})")
     return 0
 
 
 def _build_model(args: argparse.Namespace) -> OverlapModel:
+    given = [name for name in REFINED_OPTIONS if getattr(args, name) is not None]
+    if args.model == "paper" and given:
+        _warn("tune", f"--model paper ignores {', '.join('--' + n.replace('_', '-') for n in given)} "
+                      f"(only --model refined reads {'it' if len(given) == 1 else 'them'})")
+    if args.waves is not None:  # before building a profile of that many waves
+        check_search_size(args.waves)
     curve = BandwidthCurve.load(args.curve)
+    falling = curve.falling_points()
+    if falling:
+        i = falling[0]
+        (b0, t0), (b1, t1) = curve.points[i - 1], curve.points[i]
+        _warn("tune", f"{args.curve}: latency falls as bytes grow at {len(falling)} point(s), first at "
+                      f"point {i} ({b1:.0f} bytes, {t1:g} ms < {t0:g} ms at {b0:.0f} bytes); "
+                      f"predictions between them are suspect")
     extra = {}
     if args.model == "refined":
-        extra = dict(launch_ms=args.launch_ms, comm_slowdown=args.comm_slowdown,
-                     gemm_slowdown=args.gemm_slowdown)
+        extra = {name: default if getattr(args, name) is None else getattr(args, name)
+                 for name, default in REFINED_OPTIONS.items()}
     if args.profile:
         if any(v is not None for v in (args.waves, args.wave_ms, args.bytes_per_wave)):
-            raise ProfileError("give either --profile or --waves/--wave-ms/--bytes-per-wave, not both")
+            raise CliError("give either --profile or --waves/--wave-ms/--bytes-per-wave, not both")
         return OverlapModel(GemmProfile.load(args.profile), curve, args.model, **extra)
     missing = [flag for flag, v in (("--waves", args.waves), ("--wave-ms", args.wave_ms),
                                     ("--bytes-per-wave", args.bytes_per_wave)) if v is None]
     if missing:
-        raise ProfileError(f"a synthetic profile needs {', '.join(missing)} (or give --profile FILE)")
+        raise CliError(f"a synthetic profile needs {', '.join(missing)} (or give --profile FILE)")
     return synthetic_model(args.waves, args.wave_ms, args.bytes_per_wave, curve, args.model, **extra)
 
 
@@ -134,15 +170,37 @@ def _positive_float(text: str) -> float:
     return v
 
 
+def _number_at_least(low: float, what: str):
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not low <= v < float("inf"):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text}")
+        return v
+    return parse
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors on one line (the usage is one ``--help`` away)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+BUILD_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90a")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m fo_lib", description=__doc__)
+    parser = _Parser(prog="python -m fo_lib", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("info", help="versions of Python, torch, cupy, CUDA, NCCL and the GPUs")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_info)
 
     p = sub.add_parser("build", help="compile every kernel into the cache (parallel; default: this GPU)")
-    p.add_argument("--arch", choices=("sm_80", "sm_86", "sm_89", "sm_90a"), help="target (default: this GPU)")
+    p.add_argument("--arch", choices=BUILD_ARCHS, help="target (default: this GPU; with --arch no GPU is needed)")
     p.add_argument("--jobs", type=_positive_int, help="parallel compiler processes (default: CPU count)")
     p.set_defaults(func=_cmd_build)
 
@@ -153,9 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wave-ms", type=_positive_float, help="duration of one wave in ms (synthetic profile)")
     p.add_argument("--bytes-per-wave", type=_positive_int, help="output bytes per wave (synthetic profile)")
     p.add_argument("--model", choices=MODELS, default="paper")
-    p.add_argument("--launch-ms", type=float, default=0.0, help="refined: per-collective launch latency")
-    p.add_argument("--comm-slowdown", type=float, default=1.0, help="refined: comm slowdown under compute")
-    p.add_argument("--gemm-slowdown", type=float, default=1.0, help="refined: GEMM slowdown under comm")
+    p.add_argument("--launch-ms", type=_number_at_least(0.0, "a finite number >= 0"),
+                   help="refined: per-collective launch latency (default 0)")
+    p.add_argument("--comm-slowdown", type=_number_at_least(1.0, "a finite factor >= 1"),
+                   help="refined: comm slowdown under compute (default 1)")
+    p.add_argument("--gemm-slowdown", type=_number_at_least(1.0, "a finite factor >= 1"),
+                   help="refined: GEMM slowdown under comm (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_tune)
     return parser
@@ -165,8 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ProfileError, ValueError) as exc:
-        print(f"fo_lib {args.command}: error: {exc}", file=sys.stderr)
+    except USER_ERRORS as exc:
+        print(f"fo_lib {args.command}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
 
 

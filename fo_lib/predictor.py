@@ -210,6 +210,7 @@ class OverlapModel:
         return Prediction((self.num_waves,), gemm + comm, (g,), self.model)
 
     def search(self) -> part_mod.SearchResult:
+        part_mod.check_search_size(self.num_waves)  # before the [T+1, T+1] cost matrix
         return part_mod.search_exact(self._wave_ends, self.comm_matrix(), finish=self.finish)
 
     def tune(self) -> TuneResult:

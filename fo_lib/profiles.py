@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,16 +27,28 @@ class ProfileError(ValueError):
 
 def _read_json(path: str | Path) -> dict[str, Any]:
     try:
-        text = Path(path).read_text()
+        data = Path(path).read_bytes()
     except OSError as exc:
         raise ProfileError(f"cannot read {path}: {exc.strerror}") from exc
     try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ProfileError(f"{path} is not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} "
+                           f"(line {line})") from exc
+    try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ProfileError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}") from exc
+        raise ProfileError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno} "
+                           f"column {exc.colno}") from exc
     if not isinstance(doc, dict):
         raise ProfileError(f"{path}: expected a JSON object at top level, got {type(doc).__name__}")
     return doc
+
+
+def _is_number(value: Any) -> bool:
+    """A real number (Python or NumPy), not a bool or a string that looks like one."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
 
 
 def _check_format(doc: dict[str, Any], fmt: str, where: str) -> None:
@@ -47,10 +60,9 @@ def _check_format(doc: dict[str, Any], fmt: str, where: str) -> None:
 
 
 def _positive_finite(name: str, value: Any, where: str, allow_zero: bool = False) -> float:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise ProfileError(f"{where}: {name} must be a number, got {value!r}") from None
+    if not _is_number(value):
+        raise ProfileError(f"{where}: {name} must be a number, got {value!r}")
+    x = float(value)
     if not math.isfinite(x) or x < 0 or (x == 0 and not allow_zero):
         raise ProfileError(f"{where}: {name} must be {'non-negative' if allow_zero else 'positive'} "
                            f"and finite, got {value!r}")
@@ -74,20 +86,25 @@ class BandwidthCurve:
 
     def __post_init__(self) -> None:
         where = f"bandwidth curve ({self.primitive}, world {self.world_size}, {self.link})"
-        pts = tuple((float(b), float(t)) for b, t in self.points)
+        if self.primitive not in PRIMITIVES:
+            raise ProfileError(f"{where}: unknown primitive {self.primitive!r}; one of {PRIMITIVES}")
+        if not isinstance(self.world_size, numbers.Integral) or isinstance(self.world_size, bool) \
+                or self.world_size < 1:
+            raise ProfileError(f"{where}: world_size must be a positive integer, got {self.world_size!r}")
+        object.__setattr__(self, "world_size", int(self.world_size))
+        pts = []
+        for i, point in enumerate(self.points):
+            if not isinstance(point, (list, tuple, np.ndarray)) or len(point) != 2:
+                raise ProfileError(f"{where}: point {i} must be a [bytes, ms] pair, got {point!r}")
+            pts.append((_positive_finite(f"bytes of point {i}", point[0], where),
+                        _positive_finite(f"ms of point {i}", point[1], where)))
+        pts = tuple(pts)
         object.__setattr__(self, "points", pts)
         if len(pts) < 2:
             raise ProfileError(f"{where}: needs at least two points, got {len(pts)}")
-        for i, (b, t) in enumerate(pts):
-            _positive_finite(f"bytes of point {i}", b, where)
-            _positive_finite(f"ms of point {i}", t, where)
         sizes = [b for b, _ in pts]
         if any(b2 <= b1 for b1, b2 in zip(sizes, sizes[1:])):
             raise ProfileError(f"{where}: points must be sorted by strictly increasing bytes")
-        if self.primitive not in PRIMITIVES:
-            raise ProfileError(f"{where}: unknown primitive {self.primitive!r}; one of {PRIMITIVES}")
-        if not isinstance(self.world_size, int) or self.world_size < 1:
-            raise ProfileError(f"{where}: world_size must be a positive integer")
 
     @property
     def sizes(self) -> np.ndarray:
@@ -96,6 +113,11 @@ class BandwidthCurve:
     @property
     def times(self) -> np.ndarray:
         return np.array([t for _, t in self.points])
+
+    def falling_points(self) -> list[int]:
+        """Indices ``i`` whose latency is below point ``i - 1``'s though it moves more bytes (measurement
+        noise or a mislabelled file; interpolation between them predicts that larger is faster)."""
+        return [i for i in range(1, len(self.points)) if self.points[i][1] < self.points[i - 1][1]]
 
     def covers(self, nbytes: float) -> bool:
         return self.points[0][0] <= nbytes <= self.points[-1][0]
@@ -157,13 +179,19 @@ class BandwidthCurve:
         if "format" in doc:
             _check_format(doc, BANDWIDTH_CURVE_FORMAT, where)
         points = doc.get("points")
-        if not isinstance(points, list) or not all(isinstance(p, (list, tuple)) and len(p) == 2
-                                                     for p in points):
+        if not isinstance(points, list):
             raise ProfileError(f"{where}: 'points' must be a list of [bytes, ms] pairs")
+        for i, p in enumerate(points):
+            if not isinstance(p, list) or len(p) != 2:
+                raise ProfileError(f"{where}: point {i} must be a [bytes, ms] pair, got {json.dumps(p)}")
+        world_size = doc.get("world_size", 2)
+        if isinstance(world_size, float) and world_size.is_integer():
+            world_size = int(world_size)
+        if not isinstance(doc.get("meta", {}), dict):
+            raise ProfileError(f"{where}: 'meta' must be an object")
         try:
-            return cls(points=tuple(tuple(p) for p in points),
-                       primitive=doc.get("primitive", "all_reduce"),
-                       world_size=int(doc.get("world_size", 2)), link=doc.get("link", "synthetic"),
+            return cls(points=tuple(tuple(p) for p in points), primitive=doc.get("primitive", "all_reduce"),
+                       world_size=world_size, link=str(doc.get("link", "synthetic")),
                        meta=doc.get("meta", {}))
         except ProfileError as exc:
             raise ProfileError(f"{where}: {exc}") from None
@@ -201,12 +229,15 @@ class GemmProfile:
 
     def __post_init__(self) -> None:
         where = f"GEMM profile {self.M}x{self.N}x{self.K}"
-        for name in ("M", "N", "K", "sm_count", "ctas"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v <= 0:
-                raise ProfileError(f"{where}: {name} must be a positive integer, got {v!r}")
+        for name in ("M", "N", "K", "sm_count", "ctas", "comm_sms"):
+            v, low = getattr(self, name), 0 if name == "comm_sms" else 1
+            if not isinstance(v, int) or isinstance(v, bool) or v < low:
+                raise ProfileError(f"{where}: {name} must be an integer >= {low}, got {v!r}")
         if not 0 <= self.comm_sms < self.sm_count:
             raise ProfileError(f"{where}: comm_sms must be in [0, {self.sm_count})")
+        for name in ("wave_ms", "wave_bytes"):
+            if not isinstance(getattr(self, name), (list, tuple, np.ndarray)):
+                raise ProfileError(f"{where}: {name} must be a list of numbers, got {getattr(self, name)!r}")
         object.__setattr__(self, "wave_ms", tuple(_positive_finite("wave_ms", w, where) for w in self.wave_ms))
         object.__setattr__(self, "wave_bytes", tuple(int(_positive_finite("wave_bytes", b, where))
                                                      for b in self.wave_bytes))

@@ -3,6 +3,7 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, strategies as st
 
 from fo_lib.cli import main
 
@@ -62,3 +63,144 @@ def test_info_runs_without_gpu(capsys):
     assert main(["info"]) == 0
     out = capsys.readouterr().out
     assert "python" in out and "gpu" in out
+
+
+# --- bad input through the real entry point: exit code 2, one line on stderr, no traceback -------
+SYNTHETIC = ["--waves", "4", "--wave-ms", "1", "--bytes-per-wave", "1000000"]
+
+
+def _cli(*argv, env=None):
+    import os
+    import time
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "fo_lib", *map(str, argv)], capture_output=True, text=True,
+                          env=None if env is None else {**os.environ, **env}, timeout=120)
+    return proc, time.perf_counter() - t0
+
+
+def _assert_one_line_error(proc, *needles):
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "error:" in lines[0]
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def _write(tmp_path, name, content):
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return path
+
+
+@pytest.mark.parametrize("doc, needles", [
+    ('{"points": [[1000, 0.01], null]}', ["point 1", "null"]),
+    ('{"points": [[1000, 0.01], [null, 0.5]]}', ["point 1", "bytes"]),
+    ('{"points": [[1000, 0.01], [1e9]]}', ["point 1"]),
+    ('{"points": [[1000, 0.01], [1e9, 5]], "world_size": [2]}', ["world_size", "[2]"]),
+    ('{"points": [[1000, 0.01], [1e9, "abc"]]}', ["point 1", "'abc'"]),
+    ('{"points": [[1000, 0.01], [1e9, true]]}', ["point 1", "True"]),
+])
+def test_cli_malformed_curve_one_line(tmp_path, doc, needles):
+    path = _write(tmp_path, "curve.json", doc)
+    proc, _ = _cli("tune", "--curve", path, *SYNTHETIC)
+    _assert_one_line_error(proc, str(path), *needles)
+
+
+def test_cli_non_utf8_curve_names_file_and_position(tmp_path):
+    content = b'{"points": [[1000, 0.01],\n [1e9, 5]], "link": "\xff"}'
+    path = _write(tmp_path, "curve.json", content)
+    proc, _ = _cli("tune", "--curve", path, *SYNTHETIC)
+    offset = content.index(b"\xff")
+    _assert_one_line_error(proc, str(path), "UTF-8", f"offset {offset} (line 2)")
+
+
+def test_cli_refuses_a_search_it_cannot_hold_quickly(curve):
+    from fo_lib.partition import MAX_SEARCH_WAVES
+    for model in ("refined", "paper"):
+        proc, seconds = _cli("tune", "--curve", curve, "--waves", 100000, "--wave-ms", "0.01",
+                             "--bytes-per-wave", "1000", "--model", model)
+        _assert_one_line_error(proc, "100000 waves", f"at most {MAX_SEARCH_WAVES} waves")
+        assert seconds < 5.0
+    # The limit itself is a valid size.
+    proc, _ = _cli("tune", "--curve", curve, "--waves", MAX_SEARCH_WAVES, "--wave-ms", "0.01",
+                   "--bytes-per-wave", "1000", "--model", "refined", "--json")
+    assert proc.returncode == 0 and sum(json.loads(proc.stdout)["partition"]) == MAX_SEARCH_WAVES
+
+
+def test_cli_profile_with_too_many_waves(curve, tmp_path):
+    from fo_lib.partition import MAX_SEARCH_WAVES
+    from fo_lib.profiles import GemmProfile
+    GemmProfile.synthetic(MAX_SEARCH_WAVES + 1, 0.01, 1000).save(tmp_path / "p.json")
+    proc, _ = _cli("tune", "--curve", curve, "--profile", tmp_path / "p.json", "--model", "refined")
+    _assert_one_line_error(proc, f"at most {MAX_SEARCH_WAVES} waves")
+
+
+def test_cli_build_without_gpu_points_at_arch():
+    # No visible GPU (also where CuPy is missing): one line that says --arch compiles without one.
+    proc, _ = _cli("build", env={"CUDA_VISIBLE_DEVICES": ""})
+    _assert_one_line_error(proc, "--arch sm_XX", "sm_90a")
+
+
+def test_cli_argparse_errors_are_one_line(curve):
+    for argv in (["tune", "--curve", curve, "--waves", "abc"], ["tune", "--curve", curve, *SYNTHETIC,
+                                                                 "--model", "refined", "--launch-ms", "-1"], []):
+        proc, _ = _cli(*argv)
+        _assert_one_line_error(proc)
+
+
+def test_cli_warns_on_falling_curve(tmp_path):
+    path = _write(tmp_path, "curve.json", json.dumps({"points": [[1000, 0.5], [1e6, 0.05], [1e9, 5.0]]}))
+    proc, _ = _cli("tune", "--curve", path, *SYNTHETIC, "--json")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and "warning:" in lines[0] and str(path) in lines[0] and "point 1" in lines[0]
+    assert json.loads(proc.stdout)["partition"]
+
+
+@pytest.mark.parametrize("flags, ignored", [
+    (["--launch-ms", "5"], ["--launch-ms"]),
+    (["--launch-ms", "0", "--comm-slowdown", "1.2", "--gemm-slowdown", "1.1"],
+     ["--launch-ms", "--comm-slowdown", "--gemm-slowdown"]),
+])
+def test_cli_warns_on_options_the_model_ignores(curve, flags, ignored):
+    proc, _ = _cli("tune", "--curve", curve, *SYNTHETIC, "--model", "paper", *flags, "--json")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr
+    assert json.loads(proc.stdout)["model"] == "paper"
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and "warning:" in lines[0] and "ignores" in lines[0]
+    assert all(flag in lines[0] for flag in ignored)
+    # The refined model reads them: no warning there.
+    proc, _ = _cli("tune", "--curve", curve, *SYNTHETIC, "--model", "refined", *flags, "--json")
+    assert proc.returncode == 0 and proc.stderr == ""
+
+
+def test_cli_bugs_keep_their_traceback(curve, monkeypatch):
+    # Only input and environment errors become one line; any other exception is a bug to show.
+    import fo_lib.cli as cli
+
+    def broken(args):
+        raise ValueError("an internal bug")
+    monkeypatch.setattr(cli, "_cmd_tune", broken)
+    with pytest.raises(ValueError, match="internal bug"):
+        cli.main(["tune", "--curve", str(curve), *SYNTHETIC])
+
+
+@given(doc=st.fixed_dictionaries({}, optional={
+    "points": st.recursive(st.none() | st.booleans() | st.integers(-5, 10**12) | st.floats() | st.text(max_size=3),
+                           lambda inner: st.lists(inner, max_size=4), max_leaves=12),
+    "world_size": st.none() | st.integers(-2, 8) | st.floats() | st.lists(st.integers(1, 4), max_size=2)
+                  | st.text(max_size=2),
+    "primitive": st.sampled_from(["all_reduce", "bogus", None, 3]),
+    "link": st.none() | st.text(max_size=3),
+    "meta": st.none() | st.dictionaries(st.text(max_size=2), st.integers(), max_size=2) | st.lists(st.integers()),
+}))
+def test_any_curve_document_is_valid_or_a_profile_error(doc):
+    # What --curve may contain: a curve comes out, or a ProfileError the CLI prints as one line.
+    from fo_lib.profiles import BandwidthCurve, ProfileError
+    try:
+        BandwidthCurve.from_dict(doc)
+    except ProfileError:
+        pass

@@ -127,3 +127,25 @@ def test_comm_slowdown_only_while_the_gemm_computes():
     assert u.comm_ms(1, 2) == pytest.approx(CURVE.latency_ms(100))
     with pytest.raises(ValueError, match="contention"):
         OverlapModel(prof, CURVE, "refined", contention="sometimes")
+
+
+@given(T=st.integers(1, 10), w=st.sampled_from([0.05, 0.25, 1.0]), b=st.sampled_from([1_000_000, 8_388_608]),
+       kw=st.sampled_from([{}, {"launch_ms": 0.02}, {"comm_slowdown": 1.3, "contention": "gemm_overlap"}]))
+def test_search_applies_the_tie_rule_of_brute_force(T, w, b, kw):
+    # The model's own search (cost matrix + finish) picks what the oracle's rule picks, fewest
+    # groups among ties included.
+    model = "refined" if kw else "paper"
+    m = synthetic_model(T, w, b, CURVE, model, **kw)
+    res = m.search()
+    bf = P.brute_force(m._wave_ends, m.comm_ms, m.finish)
+    assert res.partition == bf.partition
+    assert res.latency == pytest.approx(m.predict(res.partition).total_ms, rel=1e-12)
+
+
+def test_search_refuses_too_many_waves_before_allocating():
+    import time
+    m = synthetic_model(P.MAX_SEARCH_WAVES + 1, 0.01, 1000, CURVE, "refined")
+    t0 = time.perf_counter()
+    with pytest.raises(P.SearchSizeError, match=str(P.MAX_SEARCH_WAVES)):
+        m.tune()
+    assert time.perf_counter() - t0 < 2.0
