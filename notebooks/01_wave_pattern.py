@@ -1,6 +1,8 @@
 # %% [markdown]
 # # 01 · Wave pattern
 #
+# **Reproduces:** Fig. 3 (the wave pattern of tile completion).
+#
 # **Paper (Fig. 3, §3.2.3).** A GEMM's output tiles finish in *waves*: M=2048, N=K=8192 on an RTX 4090
 # gives 512 tiles on 128 SMs = 4 waves, and the tiles of one wave finish within 5% of a wave's
 # duration. FlashOverlap's grouping rests on this regularity.

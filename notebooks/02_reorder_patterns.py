@@ -1,6 +1,9 @@
 # %% [markdown]
 # # 02 · Reorder patterns
 #
+# **Reproduces:** Fig. 7 (pre- and post-communication reorder: tile for AllReduce, subtile for
+# ReduceScatter, subtoken for All-to-All).
+#
 # **Paper (§3.3).** Tiles finish in wave order, not row-major order, so the GEMM epilogue writes each
 # tile into a *contiguous* slice per wave group (pre-communication reorder), and a post-reorder puts
 # them back. The unit is the tile for AllReduce, a *subtile* (W row-slices of a tile) for

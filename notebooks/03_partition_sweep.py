@@ -1,6 +1,9 @@
 # %% [markdown]
 # # 03 · Partition design space
 #
+# **Reproduces:** Fig. 9 (the wave-group design space) and §4.1.1's statistic on the finest
+# partition (the equal-size groups of Fig. 14's ablation).
+#
 # **Paper (§4.1.1).** On 4×RTX 4090 AllReduce over 50+ sizes, one-wave-per-group (the finest
 # partition) is the best in only **4%** of shapes, and forcing it costs **17.34%** on average: the
 # partition must be tuned.

@@ -1,6 +1,9 @@
 # %% [markdown]
 # # 04 · Predictive search
 #
+# **Reproduces:** Alg. 1 (predictor and search) and Fig. 15's numbers (prediction error, chosen vs
+# best partition).
+#
 # **Paper (§4.1.4, §6.5).** A latency model (Algorithm 1) ranks partitions without running them:
 # mean error **3.41%** (4090) / 3.44% (A800), and the chosen partition reaches **>99%** of the best
 # measured. Exhaustive measurement of T = 8 (128 candidates) takes over a minute.

@@ -1,6 +1,9 @@
 # %% [markdown]
 # # 05 · Speedups
 #
+# **Reproduces:** Fig. 10 (per-operator speedup over no overlap and over decomposition), on one GPU
+# over an emulated link.
+#
 # **Paper (§6.2).** Up to **1.65×** (RTX 4090, PCIe) and **1.30×** (A800, NVLink) over the
 # non-overlapped cuBLAS + NCCL; 0.98–1.46× over decomposition.
 #

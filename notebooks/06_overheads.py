@@ -1,6 +1,9 @@
 # %% [markdown]
 # # 06 · Overheads
 #
+# **Reproduces:** Tab. 5 (reorder overheads: the GEMM's signal epilogue and the post-reorder fused
+# with RMSNorm).
+#
 # **Paper (Table 5).** The signal/reorder epilogue costs **0.07%** (A800) / **0.35%** (4090) of the GEMM
 # (tile unit); the RMSNorm fused with the post-reorder costs **7.46%** / **8.80%** over a plain RMSNorm.
 #

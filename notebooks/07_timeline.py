@@ -1,6 +1,9 @@
 # %% [markdown]
 # # 07 · Timeline
 #
+# **Reproduces:** Fig. 2 and Fig. 6 (GEMM waves and each wave group's collective, overlapped) as a
+# modelled and a measured timeline.
+#
 # **Paper (Fig. 2/6).** Compute waves and the communication of each wave group, overlapped.
 #
 # **Here.** The refined model's timeline for a recorded GEMM profile and link curve (per-wave

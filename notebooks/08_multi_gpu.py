@@ -1,6 +1,9 @@
 # %% [markdown]
 # # 08 · Several GPUs with NCCL
 #
+# **Reproduces:** Fig. 10 (speedup over cuBLAS then NCCL on several GPUs) and Fig. 8 (bandwidth vs
+# message size: NCCL's curves); the time breakdown uses Fig. 13's bound.
+#
 # **Paper (§6.2, AE §A.5.1).** On 2, 4 and 8 GPUs FlashOverlap beats cuBLAS followed by NCCL by up to
 # **1.30×** on A800 (NVLink) and **1.65×** on RTX 4090 (PCIe), for AllReduce, ReduceScatter and
 # All-to-All; communication kernels take SMs from the GEMM, which the wave count must account for.

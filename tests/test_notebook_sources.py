@@ -1,6 +1,7 @@
 """The notebooks' jupytext percent sources (notebooks/NN_name.py) and the .ipynb built from them
 (scripts/build_notebooks.py) agree cell for cell, so an edit to one without the other fails here."""
 import importlib.util
+import re
 import shutil
 from pathlib import Path
 
@@ -41,3 +42,12 @@ def test_the_sync_check_names_a_notebook_edited_on_one_side(edit, tmp_path):
     else:
         src.unlink()
     assert build_notebooks.out_of_sync(folder) == [name]
+
+
+@pytest.mark.parametrize("src", SOURCES, ids=[p.stem for p in SOURCES])
+def test_each_notebook_names_its_paper_figures_and_has_a_parameters_cell(src):
+    cells = build_notebooks.build(src).cells
+    assert cells[0].cell_type == "markdown"
+    assert re.search(r"\*\*Reproduces:\*\* .*\b(Fig|Tab|Alg)\. \d+", cells[0].source), cells[0].source[:200]
+    params = [c for c in cells if "parameters" in c.metadata.get("tags", ())]
+    assert len(params) == 1 and "quick = False" in params[0].source
