@@ -13,7 +13,8 @@ if [ "${FO_NO_VENV:-0}" = "1" ]; then
 fi
 venv="${FO_VENV:-$root/.venv}"
 py="${PYTHON:-python3}"
-extras="${FO_EXTRAS:-test,nvrtc,notebooks}"
+# CuPy after the driver: cuda12 / cuda13 on GPU machines, nvrtc (compile checks only) elsewhere.
+extras="${FO_EXTRAS:-test,$("$py" "$root/scripts/cuda_extra.py"),notebooks}"
 if [ ! -x "$venv/bin/python" ]; then
   echo "[setup] creating virtual environment $venv"
   "$py" -m venv "$venv"
