@@ -1,4 +1,5 @@
-"""The environment set-up: scripts/cuda_extra.py picks CuPy's extra from the driver's CUDA version."""
+"""The environment set-up: scripts/cuda_extra.py picks CuPy's extra from the driver's CUDA version,
+and scripts/setup_venv.sh installs that extra and keeps everything it writes inside the venv."""
 import importlib.util
 import os
 import stat
@@ -73,3 +74,51 @@ def test_the_driver_librarys_version_gives_the_major():
     assert cuda_extra.major_from_driver(FakeDriver(12080)) == 12
     assert cuda_extra.major_from_driver(FakeDriver(12080, result=3)) is None  # CUDA_ERROR_NOT_INITIALIZED
     assert cuda_extra.major_from_driver_library(str(Path("/nonexistent/libcuda.so.1"))) is None
+
+
+def fake_venv(tmp_path) -> tuple[Path, Path]:
+    """A venv whose python logs every call, installs nothing, and runs `-m ipykernel` for real (with
+    this interpreter), so that the kernel spec lands wherever setup_venv.sh asks."""
+    venv, log = tmp_path / "venv", tmp_path / "python.log"
+    executable(venv / "bin" / "python", f"""#!/bin/sh
+echo "$*" >> "{log}"
+if [ "$1" = "-m" ] && [ "$2" = "ipykernel" ]; then exec "{sys.executable}" "$@"; fi
+exit 0
+""")
+    return venv, log
+
+
+@pytest.mark.timeout(120)
+def test_setup_writes_nothing_in_home_and_installs_the_drivers_extra(tmp_path):
+    pytest.importorskip("ipykernel")
+    venv, log = fake_venv(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    fake_nvidia_smi(tmp_path / "bin", "13.0")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "FO_", "IPYTHON"))}
+    env.update(HOME=str(home), FO_VENV=str(venv), PYTHON=sys.executable,
+               PATH=os.pathsep.join([str(tmp_path / "bin"), "/usr/bin", "/bin"]))
+    setup = f"source '{ROOT / 'scripts' / 'setup_venv.sh'}'"
+    for _ in range(2):  # the second run finds the stamp and installs nothing
+        res = subprocess.run(["bash", "-c", setup], env=env, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stdout + res.stderr
+    calls = log.read_text().splitlines()
+    installs = [c for c in calls if c.startswith("-m pip install -q -e")]
+    assert installs == [f"-m pip install -q -e {ROOT}[test,cuda13,notebooks]"]
+    assert (venv / "share" / "jupyter" / "kernels" / "fo_lib" / "kernel.json").exists()
+    assert not (home / ".local" / "share" / "jupyter").exists()
+    assert (venv / ".fo_lib-installed").read_text().split()[1] == "test,cuda13,notebooks"
+
+
+@pytest.mark.timeout(120)
+def test_run_all_setup_only_sets_up_and_runs_no_notebook(tmp_path):
+    pytest.importorskip("ipykernel")
+    venv, log = fake_venv(tmp_path)
+    (tmp_path / "home").mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "FO_", "IPYTHON"))}
+    env.update(HOME=str(tmp_path / "home"), FO_VENV=str(venv), PYTHON=sys.executable, FO_EXTRAS="test,notebooks")
+    res = subprocess.run([str(ROOT / "run_all.sh"), "--setup-only", "--output", str(tmp_path / "out")], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (venv / ".fo_lib-installed").exists() and not (tmp_path / "out").exists()
+    assert not any("papermill" in c for c in log.read_text().splitlines())
