@@ -95,7 +95,7 @@ def test_setup_writes_nothing_in_home_and_installs_the_drivers_extra(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     fake_nvidia_smi(tmp_path / "bin", "13.0")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "FO_", "IPYTHON"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "FO_", "IPYTHON", "XDG_"))}
     env.update(HOME=str(home), FO_VENV=str(venv), PYTHON=sys.executable,
                PATH=os.pathsep.join([str(tmp_path / "bin"), "/usr/bin", "/bin"]))
     setup = f"source '{ROOT / 'scripts' / 'setup_venv.sh'}'"
@@ -107,6 +107,7 @@ def test_setup_writes_nothing_in_home_and_installs_the_drivers_extra(tmp_path):
     assert installs == [f"-m pip install -q -e {ROOT}[test,cuda13,notebooks]"]
     assert (venv / "share" / "jupyter" / "kernels" / "fo_lib" / "kernel.json").exists()
     assert not (home / ".local" / "share" / "jupyter").exists()
+    assert [p for p in home.rglob("*") if p.is_file()] == []  # (IPython's import leaves an empty ~/.ipython)
     assert (venv / ".fo_lib-installed").read_text().split()[1] == "test,cuda13,notebooks"
 
 
@@ -115,7 +116,7 @@ def test_run_all_setup_only_sets_up_and_runs_no_notebook(tmp_path):
     pytest.importorskip("ipykernel")
     venv, log = fake_venv(tmp_path)
     (tmp_path / "home").mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "FO_", "IPYTHON"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "FO_", "IPYTHON", "XDG_"))}
     env.update(HOME=str(tmp_path / "home"), FO_VENV=str(venv), PYTHON=sys.executable, FO_EXTRAS="test,notebooks")
     res = subprocess.run([str(ROOT / "run_all.sh"), "--setup-only", "--output", str(tmp_path / "out")], env=env,
                          capture_output=True, text=True, timeout=120)
