@@ -13,7 +13,8 @@ if [ "${FO_NO_VENV:-0}" = "1" ]; then
 fi
 venv="${FO_VENV:-$root/.venv}"
 py="${PYTHON:-python3}"
-extras="${FO_EXTRAS:-test,nvrtc,notebooks}"
+# CuPy after the driver: cuda12 / cuda13 on GPU machines, nvrtc (compile checks only) elsewhere.
+extras="${FO_EXTRAS:-test,$("$py" "$root/scripts/cuda_extra.py"),notebooks}"
 if [ ! -x "$venv/bin/python" ]; then
   echo "[setup] creating virtual environment $venv"
   "$py" -m venv "$venv"
@@ -27,7 +28,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   # requirement is a range so that a GPU machine keeps its CUDA build.
   "$venv/bin/python" -c "import torch" 2>/dev/null || "$venv/bin/python" -m pip install -q "torch==2.13.0"
   "$venv/bin/python" -m pip install -q -e "$root[$extras]"
-  "$venv/bin/python" -m ipykernel install --user --name fo_lib --display-name "fo_lib (.venv)" >/dev/null 2>&1 || true
+  # The kernel spec goes into the venv (share/jupyter/kernels), where the JupyterLab started from
+  # it looks; --user would write ~/.local and repoint every other clone's "fo_lib" kernel.
+  "$venv/bin/python" -m ipykernel install --prefix "$venv" --name fo_lib --display-name "fo_lib (.venv)" \
+    >/dev/null 2>&1 || echo "[setup] warning: could not register the fo_lib kernel in $venv" >&2
   echo "$want" > "$stamp"
 fi
 export PATH="$venv/bin:$PATH"

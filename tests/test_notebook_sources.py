@@ -1,0 +1,53 @@
+"""The notebooks' jupytext percent sources (notebooks/NN_name.py) and the .ipynb built from them
+(scripts/build_notebooks.py) agree cell for cell, so an edit to one without the other fails here."""
+import importlib.util
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+jupytext = pytest.importorskip("jupytext")
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("build_notebooks", ROOT / "scripts" / "build_notebooks.py")
+build_notebooks = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(build_notebooks)
+SOURCES = build_notebooks.sources()
+
+
+def test_every_notebook_has_a_percent_source():
+    nbs = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert len(nbs) >= 8
+    assert [p.stem for p in SOURCES] == nbs
+
+
+def test_every_notebook_is_in_sync_with_its_source():
+    assert build_notebooks.out_of_sync() == []
+
+
+@pytest.mark.parametrize("edit", ["source", "notebook", "tag", "missing"])
+def test_the_sync_check_names_a_notebook_edited_on_one_side(edit, tmp_path):
+    folder = tmp_path / "notebooks"
+    shutil.copytree(ROOT / "notebooks", folder, ignore=shutil.ignore_patterns("output"))
+    name = SOURCES[0].stem
+    src, nb = folder / f"{name}.py", folder / f"{name}.ipynb"
+    assert build_notebooks.out_of_sync(folder) == []
+    if edit == "source":
+        src.write_text(src.read_text() + "\n# %%\nprint('added only to the source')\n")
+    elif edit == "notebook":
+        nb.write_text(nb.read_text().replace("mode = \\\"auto\\\"", "mode = \\\"replay\\\"", 1))
+    elif edit == "tag":
+        src.write_text(src.read_text().replace('# %% tags=["parameters"]', "# %%", 1))
+    else:
+        src.unlink()
+    assert build_notebooks.out_of_sync(folder) == [name]
+
+
+@pytest.mark.parametrize("src", SOURCES, ids=[p.stem for p in SOURCES])
+def test_each_notebook_names_its_paper_figures_and_has_a_parameters_cell(src):
+    cells = build_notebooks.build(src).cells
+    assert cells[0].cell_type == "markdown"
+    assert re.search(r"\*\*Reproduces:\*\* .*\b(Fig|Tab|Alg)\. \d+", cells[0].source), cells[0].source[:200]
+    params = [c for c in cells if "parameters" in c.metadata.get("tags", ())]
+    assert len(params) == 1 and "quick = False" in params[0].source
