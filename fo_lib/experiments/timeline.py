@@ -15,7 +15,7 @@ NAME = "timeline"
 LOOPBACK_SHAPES = (("all_reduce", 4096, 8192, 8192), ("reduce_scatter", 4096, 8192, 8192),
                    ("all_to_all", 4096, 8192, 8192))
 # Under NCCL: one GEMM-heavy and one communication-heavy AllReduce (Llama-3-70B TP=8 attention
-# output projection), where the sweep hid almost none of the collective (docs/perf-log.md).
+# output projection), where the sweep hid almost none of the collective.
 NCCL_SHAPES = (("all_reduce", 8192, 8192, 8192), ("all_reduce", 8192, 8192, 1024))
 
 
@@ -25,7 +25,7 @@ def measure(comm=None, *, shapes=LOOPBACK_SHAPES, repeats: int = 5, world: int =
     "measured" or "model"; spans ``gemm`` / ``group`` / ``post`` (model: ``gemm`` per group's waves,
     ``group`` per collective). ``comm``: the loopback of ``world`` virtual ranks by default, or a
     torch.distributed communicator (every rank calls this; rank 0's profile and curve decide).
-    All-to-All shapes use the benchmarks' routing (:func:`~fo_lib.experiments.overlap.benchmark_routing`).
+    All-to-All shapes use the benchmarks' routing (:func:`~fo_lib.experiments.measure_common.benchmark_routing`).
     ``reduction``: the AllReduce plans' (``"post_reorder"``: an in-place AllGather per group summed by
     the post-reorder, modelled with the AllGather's curve; a ``reduction`` column says which)."""
     import torch
@@ -33,7 +33,7 @@ def measure(comm=None, *, shapes=LOOPBACK_SHAPES, repeats: int = 5, world: int =
     from .. import gemm, tuning
     from ..engine import OverlapPlan, group_collective
     from ..predictor import OverlapModel
-    from .overlap import _agree, benchmark_routing, link_label, measured_profile
+    from .measure_common import _agree, benchmark_routing, link_label, measured_profile
 
     if comm is None:
         from ..comm.loopback import LoopbackCommunicator
