@@ -41,8 +41,8 @@ def environment_info() -> dict:
     except Exception:  # noqa: BLE001
         pass
     try:
-        from . import kernels
-        info["nvrtc"] = ".".join(map(str, kernels.nvrtc_version()))
+        from . import jit
+        info["nvrtc"] = ".".join(map(str, jit.nvrtc_version()))
     except Exception:  # noqa: BLE001
         pass
     info.setdefault("gpus", [])
@@ -70,12 +70,13 @@ def _cmd_info(args: argparse.Namespace) -> int:
 def _cmd_build(args: argparse.Namespace) -> int:
     import time
 
-    from . import kernels
+    from . import jit
+    from .jit import catalog
     t0 = time.perf_counter()
-    done = kernels.build_all(args.arch, args.jobs)
+    done = catalog.build_all(args.arch, args.jobs)
     slowest = max(done, key=lambda x: x[1])
-    print(f"built {len(done)} kernel sources for {args.arch or kernels.current_arch()} into "
-          f"{kernels.cache_dir()} in {time.perf_counter() - t0:.1f} s (slowest {slowest[1]:.1f} s: {slowest[0]})")
+    print(f"built {len(done)} kernel sources for {args.arch or jit.current_arch()} into "
+          f"{jit.cache_dir()} in {time.perf_counter() - t0:.1f} s (slowest {slowest[1]:.1f} s: {slowest[0]})")
     return 0
 
 
