@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from . import load
+from .common import load
 
 PAPER = {"finest_best_share": 0.04, "finest_mean_loss": 0.1734, "predictor_error": 0.0341,
          "chosen_of_best": 0.99, "speedup_4090": 1.65, "speedup_a800": 1.30}
@@ -486,7 +486,7 @@ def write_records(summary, cands, saved, out_csv, *, world: int, comm_sms: int, 
 def run(mode: str = "auto", data_set: str = "h200", quick: bool = False) -> str:
     """Measure and record the overlap benchmark (GPU) or keep the recorded one; returns the data set
     the loaders above should read."""
-    from . import measured_set, resolve_mode
+    from .common import measured_set, resolve_mode
     from ..provenance import DATA_DIR
 
     if resolve_mode(mode) != "measure":
