@@ -59,8 +59,8 @@ def environment_info() -> dict:
     except Exception:  # noqa: BLE001
         pass
     try:
-        from . import kernels
-        info["nvrtc"] = ".".join(map(str, kernels.nvrtc_version()))
+        from . import jit
+        info["nvrtc"] = ".".join(map(str, jit.nvrtc_version()))
     except Exception:  # noqa: BLE001
         pass
     info.setdefault("gpus", [])
@@ -88,17 +88,18 @@ def _cmd_info(args: argparse.Namespace) -> int:
 def _cmd_build(args: argparse.Namespace) -> int:
     import time
 
-    from . import kernels
+    from . import jit
+    from .jit import catalog
     t0 = time.perf_counter()
     try:
-        arch = args.arch or kernels.current_arch()
-        done = kernels.build_all(arch, args.jobs)
-    except kernels.CudaUnavailableError as exc:
+        arch = args.arch or jit.current_arch()
+        done = catalog.build_all(arch, args.jobs)
+    except jit.CudaUnavailableError as exc:
         hint = "" if args.arch else f"; --arch sm_XX ({', '.join(BUILD_ARCHS)}) compiles without a GPU"
         raise CliError(f"{exc}{hint}") from None
     slowest = max(done, key=lambda x: x[1])
     print(f"built {len(done)} kernel sources for {arch} into "
-          f"{kernels.cache_dir()} in {time.perf_counter() - t0:.1f} s (slowest {slowest[1]:.1f} s: {slowest[0]})")
+          f"{jit.cache_dir()} in {time.perf_counter() - t0:.1f} s (slowest {slowest[1]:.1f} s: {slowest[0]})")
     return 0
 
 

@@ -22,15 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import kernels
+from . import jit
+from ._util import require_cupy, require_torch
 
-
-def _torch():
-    import torch
-    return torch
-
-
-_check_cuda = kernels.check_cuda_tensor
+_check_cuda = jit.check_cuda_tensor
 
 
 WAIT_KERNEL = "fo_wait_counter"
@@ -68,7 +63,7 @@ class WaitError(RuntimeError):
 
 
 def _counter_checks(counter, group: int, what: str = "counter"):
-    torch = _torch()
+    torch = require_torch()
     _check_cuda(counter, what, None)
     if counter.dtype not in (torch.int32, getattr(torch, "uint32", torch.int32)):
         raise TypeError(f"{what} must be int32 (or uint32), got {counter.dtype}")
@@ -79,14 +74,14 @@ def _counter_checks(counter, group: int, what: str = "counter"):
 
 
 def _wait_kernel(name: str, device_index: int):
-    with kernels._cupy().cuda.Device(device_index):
-        return kernels.get_kernel(wait_source(), name)
+    with require_cupy().cuda.Device(device_index):
+        return jit.get_kernel(wait_source(), name)
 
 
 def _prepare_wait(name: str, counter, group: int, middle: tuple, error_word, timeout_ns: int, keep=()):
     """Validate what every wait kernel takes; the packed launch of ``name(counter, group, *middle,
     error_word, timeout_ns)``, one block of one thread."""
-    torch = _torch()
+    torch = require_torch()
     _counter_checks(counter, group)
     _check_cuda(error_word, "error_word", counter.device)
     if error_word.dtype not in (torch.int32, getattr(torch, "uint32", torch.int32)) or error_word.numel() < 1:
@@ -94,8 +89,8 @@ def _prepare_wait(name: str, counter, group: int, middle: tuple, error_word, tim
     if isinstance(timeout_ns, bool) or not isinstance(timeout_ns, (int, np.integer)) or not 0 < timeout_ns < 2**63:
         raise ValueError(f"timeout_ns must be a positive integer, got {timeout_ns!r}")
     kernel = _wait_kernel(name, counter.device.index)
-    args = (kernels.ptr(counter), np.int32(group), *middle, kernels.ptr(error_word), np.uint64(int(timeout_ns)))
-    return kernels.PreparedLaunch(kernel, (1,), (1,), args, device_index=counter.device.index,
+    args = (jit.ptr(counter), np.int32(group), *middle, jit.ptr(error_word), np.uint64(int(timeout_ns)))
+    return jit.PreparedLaunch(kernel, (1,), (1,), args, device_index=counter.device.index,
                                   keep=(counter, error_word, *keep))
 
 
@@ -119,14 +114,14 @@ def wait_epoch(counter, group: int, group_tiles: int, epoch_word, error_word, ti
 
 
 def wait_epoch_launch(counter, group: int, group_tiles: int, epoch_word, error_word, timeout_ns: int):
-    """:func:`wait_epoch` checked and packed once: a :class:`~fo_lib.kernels.PreparedLaunch` that
+    """:func:`wait_epoch` checked and packed once: a :class:`~fo_lib.jit.PreparedLaunch` that
     enqueues it when called with a stream (the engine's waits, every call)."""
     _counter_checks(epoch_word, 0, "epoch_word")
     if epoch_word.device != counter.device:
         raise ValueError(f"epoch_word is on {epoch_word.device}, the counter on {counter.device}")
     if isinstance(group_tiles, bool) or not isinstance(group_tiles, (int, np.integer)) or not 0 < group_tiles < 2**32:
         raise ValueError(f"group_tiles must be a positive integer, got {group_tiles!r}")
-    return _prepare_wait(WAIT_EPOCH_KERNEL, counter, group, (np.uint32(group_tiles), kernels.ptr(epoch_word)),
+    return _prepare_wait(WAIT_EPOCH_KERNEL, counter, group, (np.uint32(group_tiles), jit.ptr(epoch_word)),
                          error_word, timeout_ns, keep=(epoch_word,))
 
 
@@ -136,18 +131,18 @@ def bump_counter(counter, group: int, value: int = 1, stream=None) -> None:
 
 
 def bump_counter_launch(counter, group: int, value: int = 1):
-    """:func:`bump_counter` checked and packed once (a :class:`~fo_lib.kernels.PreparedLaunch`)."""
+    """:func:`bump_counter` checked and packed once (a :class:`~fo_lib.jit.PreparedLaunch`)."""
     _counter_checks(counter, group)
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"value must be an integer, got {value!r}")
     kernel = _wait_kernel(BUMP_KERNEL, counter.device.index)
-    args = (kernels.ptr(counter), np.int32(group), np.uint32(int(value) & 0xFFFFFFFF))
-    return kernels.PreparedLaunch(kernel, (1,), (1,), args, device_index=counter.device.index, keep=(counter,))
+    args = (jit.ptr(counter), np.int32(group), np.uint32(int(value) & 0xFFFFFFFF))
+    return jit.PreparedLaunch(kernel, (1,), (1,), args, device_index=counter.device.index, keep=(counter,))
 
 
 def read_wait_error(error_word, stream=None) -> int | None:
     """Synchronize ``stream`` (default: the current stream) and return the timed-out group or None."""
-    torch = _torch()
+    torch = require_torch()
     _check_cuda(error_word, "error_word", None)
     if stream is None:
         stream = torch.cuda.current_stream(error_word.device)
@@ -179,6 +174,6 @@ class EpochTargets:
         return [int(v) for v in (self.epoch * self.group_tiles) & 0xFFFFFFFF]
 
 
-@kernels.register_compile_check
-def _compile_checks():
+def compile_check_sources():
+    """The wait and bump kernels' source (fo_lib.jit.catalog: compiled for every target)."""
     yield "wait", wait_source()

@@ -45,7 +45,7 @@ def provenance(*, world_size: int = 1, link: str = "none", command: str | None =
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "world_size": world_size, "link": link,
         "command": command if command is not None else " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-        # Extra NVRTC options (kernel experiments, see fo_lib.kernels) change what was measured.
+        # Extra NVRTC options (kernel experiments, see fo_lib.jit.compiler) change what was measured.
         **({"fo_nvrtc_options": os.environ["FO_NVRTC_OPTIONS"]} if os.environ.get("FO_NVRTC_OPTIONS") else {}),
         **extra,
     }

@@ -1,4 +1,4 @@
-"""Benchmark the sm_90a GEMM (fo_lib.gemm_sm90) against torch.matmul (cuBLAS) on one Hopper GPU.
+"""Benchmark the sm_90a GEMM (fo_lib.gemm.sm90) against torch.matmul (cuBLAS) on one Hopper GPU.
 
 Per (M, N, K), in the same interleaved rounds (fo_lib.testing.bench_interleaved, a random variant
 order per round as in scripts/bench_gemm.py): ``sm90`` (plain,
@@ -28,7 +28,8 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
 from bench_gemm import add_config_variants, check_and_time, input_sets, tile_tables  # noqa: E402
-from fo_lib import gemm, gemm_sm90  # noqa: E402
+from fo_lib import gemm  # noqa: E402
+from fo_lib.gemm import sm90 as gemm_sm90  # noqa: E402
 from fo_lib.provenance import write_result  # noqa: E402
 
 
@@ -112,7 +113,7 @@ def main(argv=None):
                 torch.cuda.empty_cache()
     df = pd.DataFrame(rows)
     write_result(df, args.out, link="none", dtype=args.dtype, rounds=rounds, inner=inner, graph=args.graph,
-                 kernel="fo_lib.gemm_sm90")
+                 kernel="fo_lib.gemm.sm90")
     wide = df.pivot_table(index=["M", "N", "K"], columns="variant", values="median_ms", aggfunc="first")
     wide = wide.astype(float)
     ratio = wide["torch"] / wide["sm90"]

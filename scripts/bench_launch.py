@@ -28,7 +28,8 @@ def main(argv=None) -> None:
     import pandas as pd
     import torch
 
-    from fo_lib import gemm, gemm_sm90, postops, reorder
+    from fo_lib import gemm, postops, reorder
+    from fo_lib.gemm import sm90 as gemm_sm90
     from fo_lib.provenance import write_result
     from fo_lib.testing import host_and_gpu_time
 

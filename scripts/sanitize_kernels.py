@@ -81,7 +81,7 @@ def main() -> None:
 
 def sm90() -> None:
     """The sm_90a GEMM (TMA + wgmma) in every epilogue, tails in M, N and K, few CTAs."""
-    from fo_lib import gemm_sm90
+    from fo_lib.gemm import sm90 as gemm_sm90
 
     exercise(gemm_sm90.SM90, list(gemm_sm90.CONFIGS.values()), ((130, 200, 72), (257, 136, 40), (300, 520, 136)))
     print("sanitize: ok")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fo_lib import gemm, kernels  # noqa: E402
+from fo_lib import gemm, jit  # noqa: E402
 
 _INSTR = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[0-9T]+\s+)?([A-Z0-9_]+(?:\.[A-Z0-9_]+)*)")
 _LABEL = re.compile(r"^(\.L_x_\d+):")
@@ -98,7 +98,7 @@ def main(argv=None) -> int:
     ap.add_argument("--config", default="256x128x64", choices=sorted(gemm.CONFIGS))
     ap.add_argument("--epilogues", nargs="*", default=list(gemm.PORTABLE_KERNELS), choices=gemm.PORTABLE_KERNELS)
     ap.add_argument("--dtype", default="bf16", choices=gemm.DTYPES)
-    ap.add_argument("--arch", default="sm_90a", choices=kernels.ARCHS)
+    ap.add_argument("--arch", default="sm_90a", choices=jit.ARCHS)
     ap.add_argument("--nvdisasm", help="path of nvdisasm (default: PATH, then the nvidia-cuda-nvdisasm wheel)")
     ap.add_argument("--dump", type=Path, help="folder for the cubins and their SASS")
     args = ap.parse_args(argv)
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
     ref_hot = None
     for epi in args.epilogues:
         src, _ = gemm.generate_source(cfg, args.dtype, epi)
-        cubin, log = kernels.compile_with_log(src, args.arch, extra_options=("--ptxas-options=-v",))
+        cubin, log = jit.compile_with_log(src, args.arch, extra_options=("--ptxas-options=-v",))
         regs = re.search(r"Used (\d+) registers", log).group(1)
         spill = re.search(r"(\d+) bytes spill stores", log).group(1)
         row = f"{epi:14s} {regs:>5s} {spill:>8s}"

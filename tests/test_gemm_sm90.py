@@ -1,12 +1,14 @@
 """CPU checks of the sm_90a GEMM's host logic: configs, heuristic, source generation, tensor-map
 geometry, and ptxas' report for every specialization (no spills, setmaxnreg honoured, wgmma not
-serialized). Plain compile checks of the same sources run in tests/test_kernels.py (sm_90a only)."""
+serialized). Plain compile checks of the same sources run in tests/test_jit.py (sm_90a only)."""
 import os
 import re
 
 import pytest
 
-from fo_lib import gemm, gemm_sm90, kernels
+from fo_lib import gemm, jit
+from fo_lib.gemm import sm90 as gemm_sm90
+from fo_lib.jit import catalog
 from fo_lib.tiling import TileGrid
 
 SOURCES = list(gemm_sm90.compile_check_sources())
@@ -14,8 +16,8 @@ SOURCES = list(gemm_sm90.compile_check_sources())
 
 def _nvrtc_or_skip():
     try:
-        kernels.nvrtc_version()
-    except kernels.CudaUnavailableError:
+        jit.nvrtc_version()
+    except jit.CudaUnavailableError:
         if os.environ.get("CI"):
             raise
         pytest.skip("NVRTC (cupy) not installed")
@@ -28,15 +30,15 @@ def test_compile_check_covers_every_config_dtype_epilogue():
         for dtype in gemm.DTYPES:
             for epi in gemm.EPILOGUES:
                 assert f"gemm_sm90 {cname} {dtype} {epi}" in labels
-    assert labels <= {label for label, _ in kernels.compile_check_sources("sm_90a")}
-    assert not labels & {label for label, _ in kernels.compile_check_sources("sm_80")}
+    assert labels <= {label for label, _ in catalog.compile_check_sources("sm_90a")}
+    assert not labels & {label for label, _ in catalog.compile_check_sources("sm_80")}
 
 
 @pytest.mark.parametrize("label,source", SOURCES, ids=[label for label, _ in SOURCES])
 def test_ptxas_report(label, source):
     """No local memory, and neither C7508 (setmaxnreg ignored) nor C7510 (wgmma serialized)."""
     _nvrtc_or_skip()
-    cubin, log = kernels.compile_with_log(source, "sm_90a", f"{label}.cu", ("--ptxas-options=-v",))
+    cubin, log = jit.compile_with_log(source, "sm_90a", f"{label}.cu", ("--ptxas-options=-v",))
     assert cubin[:4] == b"\x7fELF"
     assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in log, log
     assert not re.search(r"C75\d\d|warning", log, re.IGNORECASE), log
@@ -55,7 +57,7 @@ def test_smem_bytes_matches_device_code(cname):
            f"static_assert(fo::Sm90Shape<{cfg.BN}, {cfg.stages}>::BK == {cfg.BK}, \"BK\");\n"
            f"static_assert(fo::Sm90Shape<{cfg.BN}, {cfg.stages}>::THREADS == {cfg.threads}, \"threads\");\n"
            'extern "C" __global__ void k(int* x) { x[0] = 1; }\n')
-    kernels.compile_cubin(src, "sm_90a")
+    jit.compile_cubin(src, "sm_90a")
 
 
 def test_kernel_names_unique_and_distinct_from_portable():
@@ -164,7 +166,7 @@ def test_import_without_gpu_libraries():
     import subprocess
     import sys
     code = ("import sys; sys.modules['cupy'] = None; sys.modules['torch'] = None; sys.modules['cuda'] = None\n"
-            "import fo_lib.gemm_sm90 as g; print(g.default_config(1024, 1024, 1024, 132).tile_name)\n"
+            "import fo_lib.gemm.sm90 as g; print(g.default_config(1024, 1024, 1024, 132).tile_name)\n"
             "assert not g.is_supported()")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

@@ -1,20 +1,21 @@
-"""The NVRTC layer: every registered kernel source compiles for every target (CPU only, no GPU),
+"""The JIT layer: every cataloged kernel source compiles for every target (CPU only, no GPU),
 the cache key covers every header, and compile errors carry the log."""
 import os
 
 import pytest
 
-from fo_lib import kernels
+from fo_lib import jit
+from fo_lib.jit import catalog, compiler
 
-SOURCES = list(kernels.compile_check_sources())
+SOURCES = list(catalog.compile_check_sources())
 # (label, source, arch): each source for every target it declares (sm_90a-only ones: wgmma, TMA).
-CASES = list(kernels.compile_check_cases())
+CASES = list(catalog.compile_check_cases())
 
 
 def _nvrtc_or_skip():
     try:
-        kernels.nvrtc_version()
-    except kernels.CudaUnavailableError:
+        jit.nvrtc_version()
+    except jit.CudaUnavailableError:
         if os.environ.get("CI"):  # CI installs NVRTC: its absence is a failure there, not a skip
             raise
         pytest.skip("NVRTC (cupy) not installed")
@@ -23,7 +24,7 @@ def _nvrtc_or_skip():
 @pytest.mark.parametrize("label,source,arch", CASES, ids=[f"{label}-{arch}" for label, _, arch in CASES])
 def test_every_kernel_compiles(label, source, arch):
     _nvrtc_or_skip()
-    cubin = kernels.compile_cubin(source, arch, name=f"{label}.cu")
+    cubin = jit.compile_cubin(source, arch, name=f"{label}.cu")
     assert cubin[:4] == b"\x7fELF"
 
 
@@ -34,75 +35,75 @@ def test_cubin_is_a_whole_elf_image():
 
     _nvrtc_or_skip()
     label, source, arch = CASES[0]
-    cubin = kernels.compile_cubin(source, arch)
+    cubin = jit.compile_cubin(source, arch)
     ph_off, sh_off = struct.unpack_from("<QQ", cubin, 0x20)
     ph_size, ph_num, sh_size, sh_num = struct.unpack_from("<HHHH", cubin, 0x36)
     assert len(cubin) >= max(ph_off + ph_size * ph_num, sh_off + sh_size * sh_num)
-    assert kernels._whole_elf(b"not an elf") == b"not an elf"
+    assert compiler._whole_elf(b"not an elf") == b"not an elf"
 
 
 def test_extra_nvrtc_options_enter_the_cache_key(monkeypatch):
     _nvrtc_or_skip()
     monkeypatch.delenv("FO_NVRTC_OPTIONS", raising=False)
-    plain_key = kernels.source_key("x", "sm_80")
+    plain_key = jit.source_key("x", "sm_80")
     monkeypatch.setenv("FO_NVRTC_OPTIONS", "-DFO_SOME_SWITCH=1")
-    assert kernels.nvrtc_options("sm_80")[-1] == "-DFO_SOME_SWITCH=1"
-    assert kernels.source_key("x", "sm_80") != plain_key
+    assert jit.nvrtc_options("sm_80")[-1] == "-DFO_SOME_SWITCH=1"
+    assert jit.source_key("x", "sm_80") != plain_key
 
 
-def test_registry_covers_every_family():
+def test_catalog_covers_every_family():
     labels = " ".join(label for label, _ in SOURCES)
     for family in ("gemm", "post_reorder", "wait", "raster_tile"):
         assert family in labels, family
     assert len({label for label, _ in SOURCES}) == len(SOURCES)
 
 
-def test_registry_targets():
-    """Sources registered for one target are offered for that target only; the rest for all."""
-    per_arch = {arch: {label for label, _ in kernels.compile_check_sources(arch)} for arch in kernels.ARCHS}
+def test_catalog_targets():
+    """Sources cataloged for one target are offered for that target only; the rest for all."""
+    per_arch = {arch: {label for label, _ in catalog.compile_check_sources(arch)} for arch in jit.ARCHS}
     assert {label for label, _ in SOURCES} == set().union(*per_arch.values())
     sm90_only = {label for label in per_arch["sm_90a"] if label.startswith("gemm_sm90 ")}
-    assert sm90_only, "the sm_90a GEMM is registered"
+    assert sm90_only, "the sm_90a GEMM is cataloged"
     for arch in ("sm_80", "sm_86", "sm_89"):
         assert not sm90_only & per_arch[arch]
         assert per_arch[arch] == per_arch["sm_90a"] - sm90_only
     assert len(CASES) == sum(len(v) for v in per_arch.values())
     with pytest.raises(ValueError, match="unknown target"):
-        list(kernels.compile_check_sources("sm_70"))
+        list(catalog.compile_check_sources("sm_70"))
     with pytest.raises(ValueError, match="unknown target"):
-        kernels.register_compile_check(archs=("sm_100",))
+        catalog.CompileCheck(lambda: iter(()), archs=("sm_100",))
 
 
 def test_options_per_arch():
-    assert "-arch=sm_90a" in kernels.nvrtc_options("sm_90a")
-    assert "-DNDEBUG" in kernels.nvrtc_options("sm_80")
+    assert "-arch=sm_90a" in jit.nvrtc_options("sm_90a")
+    assert "-DNDEBUG" in jit.nvrtc_options("sm_80")
     with pytest.raises(ValueError, match="unknown target"):
-        kernels.nvrtc_options("sm_70")
+        jit.nvrtc_options("sm_70")
 
 
 def test_cache_key_covers_headers(tmp_path, monkeypatch):
     _nvrtc_or_skip()
     src = '#include "common.cuh"\nextern "C" __global__ void k(int* x) { x[0] = 1; }\n'
-    key = kernels.source_key(src, "sm_80")
-    assert kernels.source_key(src, "sm_86") != key
-    for f in kernels.CUDA_DIR.glob("*.cuh"):
+    key = jit.source_key(src, "sm_80")
+    assert jit.source_key(src, "sm_86") != key
+    for f in jit.CUDA_DIR.glob("*.cuh"):
         (tmp_path / f.name).write_bytes(f.read_bytes())
-    monkeypatch.setattr(kernels, "CUDA_DIR", tmp_path)
-    kernels.reload_headers()
+    monkeypatch.setattr(compiler, "CUDA_DIR", tmp_path)
+    jit.reload_headers()
     try:
-        assert kernels.source_key(src, "sm_80") == key
+        assert jit.source_key(src, "sm_80") == key
         (tmp_path / "tile_schedule.cuh").write_text((tmp_path / "tile_schedule.cuh").read_text() + "\n// edit\n")
-        kernels.reload_headers()
-        assert kernels.source_key(src, "sm_80") != key  # a header the source does not even include
+        jit.reload_headers()
+        assert jit.source_key(src, "sm_80") != key  # a header the source does not even include
     finally:
         monkeypatch.undo()
-        kernels.reload_headers()
+        jit.reload_headers()
 
 
 def test_compile_error_carries_log():
     _nvrtc_or_skip()
-    with pytest.raises(kernels.KernelCompileError, match="undefined_symbol_xyz") as info:
-        kernels.compile_cubin('extern "C" __global__ void k() { undefined_symbol_xyz(); }', "sm_80")
+    with pytest.raises(jit.KernelCompileError, match="undefined_symbol_xyz") as info:
+        jit.compile_cubin('extern "C" __global__ void k() { undefined_symbol_xyz(); }', "sm_80")
     assert "sm_80" in str(info.value)
 
 
@@ -114,13 +115,13 @@ def test_gpu_entry_points_say_what_is_missing():
         has_gpu = False
     if has_gpu:
         pytest.skip("a GPU is present")
-    with pytest.raises(kernels.CudaUnavailableError):
-        kernels.current_arch()
+    with pytest.raises(jit.CudaUnavailableError):
+        jit.current_arch()
 
 
 # --- the launch path (CPU: everything that does not touch a GPU) -----------------------------------
 def test_launch_memo_builds_once_and_evicts_oldest():
-    memo = kernels.LaunchMemo(size=2)
+    memo = jit.LaunchMemo(size=2)
     built = []
 
     def build(tag):
@@ -135,7 +136,7 @@ def test_launch_memo_builds_once_and_evicts_oldest():
 
 
 def test_launch_memo_never_stores_unusable_keys():
-    memo = kernels.LaunchMemo()
+    memo = jit.LaunchMemo()
     for key in (None, ({"unhashable": 1},)):
         assert memo.get_or_build(key, lambda: "x") == "x"
         assert memo.get(key) is None
@@ -145,13 +146,13 @@ def test_launch_memo_never_stores_unusable_keys():
 def test_memo_key_follows_every_tensor_property():
     torch = pytest.importorskip("torch")
     a = torch.zeros(4, 8)
-    base = kernels.memo_key(("plain",), a, None)
-    assert base == kernels.memo_key(("plain",), a, None)
+    base = jit.memo_key(("plain",), a, None)
+    assert base == jit.memo_key(("plain",), a, None)
     # Another address, dtype, shape or stride is another key (its checks and arguments differ).
     for other in (torch.zeros(4, 8), a.double(), a.view(8, 4), a.t(), a[:, :4]):
-        assert kernels.memo_key(("plain",), other, None) != base
-    assert kernels.memo_key(("plain",), a, None) != kernels.memo_key(("plain",), a, a)
-    assert kernels.memo_key(("plain",), a, [1, 2]) is None  # not a tensor: no memo, the checks raise
+        assert jit.memo_key(("plain",), other, None) != base
+    assert jit.memo_key(("plain",), a, None) != jit.memo_key(("plain",), a, a)
+    assert jit.memo_key(("plain",), a, [1, 2]) is None  # not a tensor: no memo, the checks raise
 
 
 @pytest.mark.parametrize("args,grid,block,match", [
@@ -160,4 +161,4 @@ def test_memo_key_follows_every_tensor_property():
     ((), (0,), (1,), "grid"), ((), (1,), (1, 1, 1, 1), "block")])
 def test_prepared_launch_rejects_bad_arguments_before_any_device_call(args, grid, block, match):
     with pytest.raises((TypeError, ValueError), match=match):
-        kernels.PreparedLaunch(None, grid, block, args, device_index=0)
+        jit.PreparedLaunch(None, grid, block, args, device_index=0)

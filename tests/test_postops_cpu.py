@@ -1,4 +1,4 @@
-"""CPU checks of fo_lib.postops: every registered kernel source compiles for every target (NVRTC
+"""CPU checks of fo_lib.postops: every cataloged kernel source compiles for every target (NVRTC
 only), PostOps validation, the launch geometry, and the NumPy reference against a direct formula."""
 import dataclasses
 import math
@@ -6,24 +6,25 @@ import math
 import numpy as np
 import pytest
 
-from fo_lib import kernels, postops
+from fo_lib import jit, postops
+from fo_lib.jit import catalog
 from fo_lib.postops import PostOps
 from fo_lib.testing import random_tile_layout
 
 
 def _nvrtc_or_skip():
     try:
-        kernels.nvrtc_version()
-    except kernels.CudaUnavailableError as exc:  # pragma: no cover - depends on the install
+        jit.nvrtc_version()
+    except jit.CudaUnavailableError as exc:  # pragma: no cover - depends on the install
         pytest.skip(str(exc))
 
 
 # --- compile checks ----------------------------------------------------------------------------
-_SOURCES = list(postops._compile_checks())
+_SOURCES = list(postops.compile_check_sources())
 
 
-def test_compile_check_registered():
-    assert postops._compile_checks in kernels._compile_checks
+def test_compile_check_cataloged():
+    assert postops.compile_check_sources in [check.sources for check in catalog.CHECKS]
     labels = [label for label, _ in _SOURCES]
     assert len(labels) == len(set(labels))
     # every flag alone, all together, both dtypes, both paths

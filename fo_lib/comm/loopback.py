@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import kernels
+from .. import jit as kernels
 from . import check_counts
 
 MODES = ("copy_engine", "sm_copy")
@@ -54,7 +54,6 @@ def torch_repeat(src, dst, world_size: int) -> None:
     dst.view(world_size, -1).copy_(src.reshape(1, -1).expand(world_size, -1))
 
 
-@kernels.register_compile_check
 def _compile_checks():
     yield "link_emulation", LINK_SOURCE
 
@@ -122,7 +121,7 @@ class LoopbackCommunicator:
         matters here, so the source is read from its 16-byte-aligned start and ``n`` rounded down."""
         import torch
 
-        from .. import kernels
+        from .. import jit as kernels
 
         if self._kernel is None:
             with kernels._cupy().cuda.Device(self.device.index):

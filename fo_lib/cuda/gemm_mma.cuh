@@ -158,9 +158,8 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
     constexpr bool kTableStore = EPILOGUE == 1 || EPILOGUE == 3;
     constexpr bool kSignal = EPILOGUE == 1 || EPILOGUE == 4;
     // signal_store: C row-major (ldc) into the communication buffer, or, when row_offset holds tile
-    // places, each tile at its place: chosen per launch. NOTES: compiled as two kernels, their k-loops
-    // scheduled unlike plain's (SASS 0.91 similar) and cost ~1 % over plain at K = 8192; compiled as
-    // one, the loop is plain's (0.99) and the cost ~0.2 % (docs/perf-log.md, session 9).
+    // places, each tile at its place: chosen per launch. NOTES: one kernel for both, because compiled
+    // as two their k-loops were scheduled unlike plain's and ran slower; as one, the loop is plain's.
     const bool placed = EPILOGUE == 4 && row_offset != nullptr;
 
     extern __shared__ __align__(128) unsigned char fo_gemm_smem[];
@@ -184,8 +183,8 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
     // NOTES: the per-k-tile loads are straight-line code (no branch), so the scheduler interleaves
     // them with the MMAs; everything that depends on the tile (raster, row pointers, how many of the
     // thread's rows exist) is computed once per tile in ld_start_tile, outside the MMA stream. Computing the
-    // addresses and row guards of all 12 loads per k-tile inside `if (tile < tiles)` had cost ~190
-    // serial instructions per k-tile in front of the MMAs (docs/perf-log.md, session 7).
+    // addresses and row guards of all 12 loads per k-tile inside `if (tile < tiles)` put a long
+    // serial chain in front of the MMAs of every k-tile.
     const int ld_row0 = tid / S::CPR;
     const int ld_chunk = tid % S::CPR;
     const u32 ld_dst = ld_row0 * (BK * 2) + operand_swizzle<BK>(ld_row0, ld_chunk) * 16;
@@ -242,13 +241,10 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         ld_stage = ld_stage + 1 == STAGES ? 0 : ld_stage + 1;
     };
     // Signal epilogue: thread 0 releases a finished tile's counter after k-tile FO_SIGNAL_RELEASE_KTILE
-    // of the CTA's next tile, in the load cursor's once-per-tile branch below, so the k-loop's code
-    // is the plain kernel's (a test per k-tile, or a loop split in two, cost 3-5 %: session 7). By
-    // then the tile's stores have drained: released at the next tile's top barrier instead, the
-    // release's fence (MEMBAR.GPU) stalls warp 0 on them while the other warps wait for it at the
-    // next barrier (row-major signal +4.5 % there against +2.9 % here at the H200's own clocks; alike
-    // at base clocks: docs/perf-log.md, session 8). With too few k-tiles for that (KT <=
-    // FO_SIGNAL_RELEASE_KTILE + STAGES), at the next tile's top barrier.
+    // of the CTA's next tile, from the load cursor's once-per-tile branch, so the k-loop's code stays
+    // the plain kernel's, and the tile's stores have drained by then (released at the next tile's top
+    // barrier, the fence would stall warp 0 on them while the other warps wait at the barrier). With
+    // too few k-tiles (KT <= FO_SIGNAL_RELEASE_KTILE + STAGES), at the next tile's top barrier.
     // NOTES: the release is predicated, not branched around (only thread 0 ever has a group due): a
     // divergent branch here put a convergence barrier into the k-loop's code on sm_80.
     int pending_group = -1;  // group of the tile whose release is due (thread 0 only; -1: none)
@@ -312,8 +308,7 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
 
     // The tile's coordinates: the next tile's are computed at the end of each tile, among its
     // draining stores. NOTES: computed at the tile's top (where the compiler had hoisted them in the
-    // signal kernels), their ~25 serial uniform instructions stalled every warp before the barrier
-    // (~0.9 % of a K = 1024 GEMM in ncu's stall samples, docs/perf-log.md, session 9).
+    // signal kernels), their serial uniform instructions stalled every warp before the barrier.
     int tm, tn;
     raster.tile(blockIdx.x, tm, tn);
 #pragma unroll 1
@@ -333,15 +328,14 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         if (EPILOGUE == 2 && tid == 0) probe[(tm * tiles_n + tn) * 4 + 0] = globaltimer_ns();
         if (kTableStore && tid < BM) {
             // NOTES: the tile's BM row offsets ride in the cp.async group of this tile's first
-            // issue_load, so they land during the main loop; a dependent global load per 16-byte
-            // store in the epilogue instead cost ~20 % at K = 1024.
+            // issue_load, so they land during the main loop instead of costing a dependent global
+            // load per 16-byte store in the epilogue.
             const int grow = tm * BM + tid;
             const bool ok = grow < M;
             cp_async8(smem_ro + tid * 8, ok ? row_offset + i64(grow) * tiles_n + tn : row_offset, ok);
         }
         // A placed tile needs its 32-byte place only: two cp.async in the same group. It replaces the
-        // BM row offsets, and the epilogue's per-store shared load of one (signal: +2-4 % over plain
-        // on mma.sync, docs/perf-log.md).
+        // BM row offsets, and the epilogue's per-store shared load of one.
         if (placed && tid < 2) cp_async16(smem_ro + tid * 16, row_offset + i64(tm * tiles_n + tn) * 4 + tid * 2, true);
         load_frags(0, rd_stage, 0);
 
@@ -409,8 +403,8 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         // rows at a time (C_ROW_STEP rows per store instruction): lane l stores chunk st_ch of rows
         // st_r0, st_r0 + C_ROW_STEP, ... NOTES: the rows are written as a base plus a step (not as a
         // division per store, which had the compiler keep every store's smem address in registers
-        // across the k-loop); the CTA's warps writing rows BM / WARPS apart, rather than 16
-        // consecutive rows at once, made the row-table store ~1 % faster (docs/perf-log.md, session 8).
+        // across the k-loop); the CTA's warps write rows BM / WARPS apart rather than 16 consecutive
+        // rows at once, which measured faster for the row-table store.
         constexpr int ROWS_PER_WARP = BM / (WARPS_M * WARPS_N);
         const int st_r0 = warp * ROWS_PER_WARP + lane / S::C_CPR;
         const int st_ch = lane % S::C_CPR;
@@ -441,8 +435,8 @@ __device__ __forceinline__ void gemm_nt_body(const bits16* __restrict__ A, const
         };
         // Row r at base + r * stride (row-major C, a whole tile at its place). NOTES: when every row
         // of the thread is a whole aligned chunk, a store is its row guard, the smem load and the
-        // 16-byte store (address: one add); the per-store address and checks of store_rows were ~20
-        // instructions a store, a large share of a tile at K = 1024 (docs/perf-log.md, session 8).
+        // 16-byte store (address: one add); store_rows' per-store address and checks are several
+        // times that, a large share of a tile when K is small.
         auto store_strided = [&](bits16* base, i64 stride) {
             bits16* p = base + i64(st_r0) * stride + st_ch * 8;
             if (st_n >= 8 && ((reinterpret_cast<unsigned long long>(p) | u64(stride) * 2) & 15) == 0) {

@@ -27,8 +27,9 @@
 //
 // EPILOGUE 0 plain, 1 signal (comm_buf through row_offset, then red.release.gpu on the tile's group
 // counter), 2 probe (plain + per-tile start/end %globaltimer, smid, CTA), 3 scatter (table store, no
-// signal), 4 signal_rows (plain row-major store, then the signal) -- the same meaning and arguments
-// as gemm_mma.cuh.
+// signal), 4 signal_rows (plain row-major store, then the signal), 5 signal_tiles (each tile at its
+// place from tile_place, then the signal) -- the same meaning and arguments as gemm_mma.cuh (the
+// order of fo_lib.gemm.config.EPILOGUES).
 #pragma once
 
 #include "common.cuh"

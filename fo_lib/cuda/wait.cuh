@@ -10,13 +10,14 @@
 // into a device error word (atomicCAS from 0: the first failure wins) and returns, letting the
 // stream drain. A wait that finds the error word already set returns at once, so one failure costs
 // one timeout, not one per later group. The host reads the word after synchronizing
-// (fo_lib.postops.check_wait_error).
+// (fo_lib.counting.check_wait_error).
 //
-// Generated entry points (fo_lib/postops.py):
+// Generated entry points (fo_lib/counting.py), each launched with one block of one thread:
 //   extern "C" __global__ void fo_wait_counter(const u32* counter, int group, u32 target,
 //                                              u32* error, u64 timeout_ns)
+//   extern "C" __global__ void fo_wait_epoch(const u32* counter, int group, u32 group_tiles,
+//                                            const u32* epoch, u32* error, u64 timeout_ns)
 //   extern "C" __global__ void fo_bump_counter(u32* counter, int group, u32 value)
-// Both are launched with one block of one thread.
 #pragma once
 #include "common.cuh"
 

@@ -9,7 +9,7 @@ import sys
 
 import pandas as pd
 
-from . import load
+from .common import load
 from ..provenance import DATA_DIR, REPO_ROOT
 
 PAPER = {"speedup_a800_nvlink": 1.30, "speedup_4090_pcie": 1.65}
@@ -34,7 +34,7 @@ def gpu_count() -> int:
 def run(mode: str = "auto", data_set: str | None = None, quick: bool = False) -> str:
     """Measure with every visible GPU (``torchrun scripts/bench_nccl.py``) when asked and possible,
     else keep the recorded data; returns the data set to load."""
-    from . import MODES
+    from .common import MODES
 
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -42,7 +42,7 @@ def run(mode: str = "auto", data_set: str | None = None, quick: bool = False) ->
     if mode == "measure" and gpus < 2:
         raise RuntimeError(f"mode='measure' needs 2+ GPUs for NCCL (found {gpus}); use mode='replay'")
     if mode == "measure" or (mode == "auto" and gpus >= 2):
-        from . import measured_set
+        from .common import measured_set
         data_set = measured_set(quick, world=gpus)
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus),
                str(REPO_ROOT / "scripts" / "bench_nccl.py"), "--out", str(DATA_DIR / data_set)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from . import load
+from .common import load
 
 # Paper Table 5 (A800 / RTX 4090): RMSNorm with reorder (tile unit) and the GEMM epilogue (tile unit).
 PAPER_TABLE5 = pd.DataFrame([

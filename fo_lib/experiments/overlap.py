@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from . import load
+from .common import load
 # The measuring half, re-exported: scripts and tests import these names from here.
 from .measure_common import (LINK, LLAMA70B_TP8_SHAPES, PAPER_SHAPES, QUICK_SHAPES, SHAPES, _agree,  # noqa: F401
                              benchmark_routing, full_collective, link_label, measured_profile, routed_profile)
@@ -132,7 +132,7 @@ def search_time(waves=(4, 8, 12, 14, 16, 64, 128, 200), brute_force_limit: int =
 def run(mode: str = "auto", data_set: str = "h200", quick: bool = False) -> str:
     """Measure and record the overlap benchmark (GPU) or keep the recorded one; returns the data set
     the loaders above should read."""
-    from . import measured_set, resolve_mode
+    from .common import measured_set, resolve_mode
     from ..provenance import DATA_DIR
 
     if resolve_mode(mode) != "measure":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from . import load, measured_set, resolve_mode
+from .common import load, measured_set, resolve_mode
 
 NAME = "timeline"
 LOOPBACK_SHAPES = (("all_reduce", 4096, 8192, 8192), ("reduce_scatter", 4096, 8192, 8192),
@@ -73,7 +73,7 @@ def run(mode: str = "auto", data_set: str = "h200", quick: bool = False) -> tupl
     """Measure on this GPU over the loopback link and record into ``data/<gpu>[-quick]/``, or load the
     recorded timeline of ``data_set`` (FileNotFoundError if it has none)."""
     if resolve_mode(mode) == "measure":
-        from . import record
+        from .common import record
         df = measure(shapes=LOOPBACK_SHAPES[:1] if quick else LOOPBACK_SHAPES, repeats=3 if quick else 5)
         record(df, NAME, measured_set(quick), link=str(df.link.iloc[0]), world_size=2)
         data_set = measured_set(quick)

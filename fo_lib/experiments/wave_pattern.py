@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import load, resolve_mode
+from .common import load, resolve_mode
 
 NAME = "wave_pattern"
 
@@ -44,7 +44,7 @@ def measure(M=2048, N=8192, K=8192, configs=(("256x128x64", "row", 1), ("256x128
 def run(mode="auto", data_set="h200", quick=False, **kw) -> tuple[pd.DataFrame, dict]:
     """Measure (and record into ``data/<gpu>[-quick]/``, see :func:`measured_set`) or replay."""
     if resolve_mode(mode) == "measure":
-        from . import measured_set, record
+        from .common import measured_set, record
         if quick:
             kw.setdefault("repeats", 1)
         df = measure(**kw)

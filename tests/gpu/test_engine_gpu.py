@@ -305,7 +305,7 @@ def test_loopback_rejects_bad_mode():
 def test_engine_default_gemm_is_hopper_on_sm90(primitive):
     """Without a config the plan takes the wgmma/TMA kernel on an sm_90 device, and the overlapped op
     is still exact with tails and several groups."""
-    from fo_lib import gemm_sm90
+    from fo_lib.gemm import sm90 as gemm_sm90
 
     W, M, N, K = 2, 1500, 1300, 200
     routing = None
@@ -412,7 +412,7 @@ def _fused_all_reduce(M, N, K, W, seed, hopper, order, swizzle):
     """An AllReduce case with fused bias + residual + RMSNorm on ``W`` identical loopback ranks: the
     GEMM config (Hopper or portable, skipped where the GPU has no Hopper kernel), the inputs, the
     post-op operands and their float64 result."""
-    from fo_lib import gemm_sm90
+    from fo_lib.gemm import sm90 as gemm_sm90
     if hopper and not gemm_sm90.is_supported():
         pytest.skip("needs a compute capability 9.0 GPU")
     cfg = (gemm_sm90.CONFIGS["128x128x64"] if hopper else gemm.CONFIGS["128x128x32"]).with_raster(order, swizzle)

@@ -8,7 +8,7 @@ pytest.importorskip("cupy")
 if not torch.cuda.is_available():  # pragma: no cover - conftest skips these anyway
     pytest.skip("no CUDA GPU", allow_module_level=True)
 
-from fo_lib import gemm, kernels  # noqa: E402
+from fo_lib import gemm, jit  # noqa: E402
 from fo_lib.testing import calc_diff  # noqa: E402
 from fo_lib.tiling import TileGrid, raster_tile  # noqa: E402
 from gemm_helpers import DTYPES, SHAPES, TOL, check_signal_rejects_bad_tables  # noqa: E402
@@ -224,7 +224,7 @@ def test_gemm_probe_waves_and_raster(cname, M, N, K, ctas, order, swizzle):
 def test_raster_tile_matches_python():
     import cupy
     src, name = gemm.raster_check_source()
-    kern = kernels.get_kernel(src, name)
+    kern = jit.get_kernel(src, name)
     rng = np.random.default_rng(0)
     cases = [(tm, tn, o, sw) for tm in (1, 2, 3, 7, 8, 16, 33) for tn in (1, 2, 5, 8, 31)
              for o in (0, 1) for sw in (1, 2, 3, 4, 8, 64)]

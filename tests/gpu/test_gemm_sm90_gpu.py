@@ -1,4 +1,4 @@
-"""GPU checks of fo_lib.gemm_sm90 (compute capability 9.0 only): numerics against float64 on fresh
+"""GPU checks of fo_lib.gemm.sm90 (compute capability 9.0 only): numerics against float64 on fresh
 random inputs with poisoned outputs and guard frames, the signal epilogue's row tables (random and
 fo_lib.reorder's tile / subtile / subtoken layouts) and exact counters over back-to-back epochs, a
 counter-gated reader on a second stream, and the probe's timestamps against the wave model."""
@@ -10,7 +10,8 @@ pytest.importorskip("cupy")
 if not torch.cuda.is_available():  # pragma: no cover - conftest skips these anyway
     pytest.skip("no CUDA GPU", allow_module_level=True)
 
-from fo_lib import counting, gemm, gemm_sm90, reorder  # noqa: E402
+from fo_lib import counting, gemm, reorder  # noqa: E402
+from fo_lib.gemm import sm90 as gemm_sm90  # noqa: E402
 from fo_lib.testing import calc_diff  # noqa: E402
 from fo_lib.tiling import TileGrid  # noqa: E402
 from gemm_helpers import (DTYPES, SHAPES, TOL, check_signal_rejects_bad_tables, gather_index,  # noqa: E402

@@ -1,4 +1,4 @@
-"""GPU checks of the prepared launch path (fo_lib.kernels.PreparedLaunch, LaunchMemo): a memoized
+"""GPU checks of the prepared launch path (fo_lib.jit.PreparedLaunch, LaunchMemo): a memoized
 launch computes on whatever its tensors hold now, new tensors get their own launch, a memo hit
 never skips the checks of a different call, and a thread with no current context still launches."""
 import threading
@@ -10,7 +10,7 @@ pytest.importorskip("cupy")
 if not torch.cuda.is_available():  # pragma: no cover - conftest skips these anyway
     pytest.skip("no CUDA GPU", allow_module_level=True)
 
-from fo_lib import gemm, kernels, postops  # noqa: E402
+from fo_lib import gemm, jit, postops  # noqa: E402
 from fo_lib.testing import calc_diff  # noqa: E402
 from gemm_helpers import TOL  # noqa: E402
 from gemm_helpers import inputs as _inputs  # noqa: E402
@@ -24,7 +24,7 @@ FAMILIES = ["portable"] + (["sm90"] if torch.cuda.get_device_capability() == (9,
 def _family(name):
     if name == "portable":
         return gemm.PORTABLE, gemm.default_config(520, 700, 264, gemm.sm_count())
-    from fo_lib import gemm_sm90
+    from fo_lib.gemm import sm90 as gemm_sm90
     return gemm_sm90.SM90, gemm_sm90.default_config(520, 700, 264, gemm.sm_count())
 
 
@@ -39,7 +39,7 @@ def test_memoized_gemm_reads_current_contents(family):
         fam.gemm_nt(a, b, out, config=cfg)
         torch.cuda.synchronize()
         assert calc_diff(out, _ref(a, b)) < TOL["bf16"], f"call {i}"
-    key = kernels.memo_key(("plain", cfg, None), a, b, out)
+    key = jit.memo_key(("plain", cfg, None), a, b, out)
     stored = fam._memo.get(key)
     assert stored is not None, "the call's launch must be in the memo"
     fam.gemm_nt(a, b, out, config=cfg)

@@ -1,5 +1,6 @@
 """The Hopper GEMM ``C = A @ B^T`` (sm_90a: TMA + wgmma, warp-specialized, persistent) and its
-FlashOverlap epilogues (host side). Same public API and epilogue semantics as :mod:`fo_lib.gemm`.
+FlashOverlap epilogues (host side). Same public API and epilogue semantics as
+:mod:`fo_lib.gemm.portable`.
 
 Device code: ``fo_lib/cuda/gemm_sm90.cuh`` (the tile schedule is ``fo_lib/cuda/tile_schedule.cuh``,
 shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the waves of both).
@@ -12,17 +13,19 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
   must be a multiple of 16 bytes. Operands must be 16-byte aligned.
 * Tile ``128 x BN x 64`` (``BN`` 256 or 128), 384 threads: one producer warpgroup (a TMA warp and
   three store warps) and two consumer warpgroups (64 rows each). ``stages`` is the depth of the
-  operand ring. Run-time raster (``order``, ``swizzle``) and CTA count (``ctas``) as in fo_lib.gemm.
+  operand ring. Run-time raster (``order``, ``swizzle``) and CTA count (``ctas``) as in
+  fo_lib.gemm.portable.
 * Epilogues: ``plain`` stores ``C``; ``signal`` stores row ``i`` of tile column ``tn`` at
   ``comm_buf[row_offset[i, tn] + c]`` then adds 1 to ``group_counter[tile_group[tile_id]]`` (release,
   gpu scope, never reset); ``signal_rows`` stores ``C`` row-major into ``comm_buf`` and
-  ``signal_tiles`` each tile at its place (fo_lib.gemm), both signalling the same way; ``probe`` stores ``C`` and records per tile ``(start ns, end ns, smid,
-  cta)``; ``scatter`` is ``signal`` without the counter. The stores, the release and the probe's end
-  stamp are done by the store warps after the consumers hand the tile over in shared memory, so a
-  tile's probe interval may overlap the next tile's start on the same CTA (start = the consumers
-  begin the tile's main loop, end = the tile is in global memory: the moment the signal is sent).
+  ``signal_tiles`` each tile at its place (fo_lib.gemm.portable), both signalling the same way;
+  ``probe`` stores ``C`` and records per tile ``(start ns, end ns, smid, cta)``; ``scatter`` is
+  ``signal`` without the counter. The stores, the release and the probe's end stamp are done by the
+  store warps after the consumers hand the tile over in shared memory, so a tile's probe interval
+  may overlap the next tile's start on the same CTA (start = the consumers begin the tile's main
+  loop, end = the tile is in global memory: the moment the signal is sent).
 
-``import fo_lib.gemm_sm90`` needs neither torch, CuPy nor cuda-bindings; they are imported at launch.
+``import fo_lib.gemm.sm90`` needs neither torch, CuPy nor cuda-bindings; they are imported at launch.
 """
 from __future__ import annotations
 
@@ -30,17 +33,16 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import ClassVar
 
-from . import kernels
-from .gemm import (_EPILOGUE_ID, DTYPES, EPILOGUES, GemmError, GemmFamily, RasterMixin, _check_operands,
-                   pick_by_waves, sm_count)
-from .tiling import RASTER_ORDERS
+from .._util import DTYPE_TAG, CudaUnavailableError, ceil_div, sm_count
+from ..tiling import RASTER_ORDERS
+from .checks import check_operands
+from .config import DTYPES, EPILOGUE_ID, EPILOGUES, MAX_SMEM, GemmError, RasterMixin, pick_by_waves
+from .family import GemmFamily
 
 __all__ = ["Sm90Config", "CONFIGS", "default_config", "gemm_nt", "gemm_nt_signal", "gemm_nt_scatter",
            "gemm_nt_probe", "generate_source", "kernel_name", "tma_desc_fields", "is_supported",
            "GemmError", "sm_count"]
 
-_DTYPE_TAG = {"bf16": "fo::bf16_tag", "f16": "fo::f16_tag"}
-_MAX_SMEM = 227 * 1024  # sm_90 opt-in limit per block (232448 B)
 ARCH = "sm_90a"
 
 
@@ -82,8 +84,8 @@ class Sm90Config(RasterMixin):
             bad(f"BN must be 128 or 256 (wgmma m64n128 / m64n256), got {self.BN}")
         if not 2 <= self.stages <= 8:
             bad(f"stages must be in [2, 8], got {self.stages}")
-        if self.smem_bytes > _MAX_SMEM:
-            bad(f"needs {self.smem_bytes} B of shared memory, more than {_MAX_SMEM}")
+        if self.smem_bytes > MAX_SMEM:
+            bad(f"needs {self.smem_bytes} B of shared memory, more than {MAX_SMEM}")
         if self.order not in RASTER_ORDERS:
             bad(f"order must be one of {RASTER_ORDERS}, got {self.order!r}")
         return self
@@ -104,12 +106,8 @@ _TILE_SPEED = {"128x256x64": 1.0, "128x128x64": 0.9}
 _DEFAULT_CANDIDATES = ("128x256x64", "128x128x64")
 
 
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 @lru_cache(maxsize=1024)
-def default_config(M: int, N: int, K: int, sm_count: int = 132, smem_limit: int = _MAX_SMEM) -> Sm90Config:
+def default_config(M: int, N: int, K: int, sm_count: int = 132, smem_limit: int = MAX_SMEM) -> Sm90Config:
     """Pick a config by the wave-count model of :func:`fo_lib.gemm.default_config` (pure): estimated
     time = waves x padded tile area / tile speed; the smaller tile must win by 3 %. Raster: row
     order, bands of up to 8 tile rows; swizzle 1 when everything fits in one wave."""
@@ -132,7 +130,7 @@ def generate_source(cfg: Sm90Config, dtype: str, epilogue: str) -> tuple[str, st
     if epilogue not in EPILOGUES:
         raise GemmError(f"epilogue must be one of {EPILOGUES}, got {epilogue!r}")
     name = kernel_name(cfg, dtype, epilogue)
-    targs = f"{cfg.BN}, {cfg.stages}, {_DTYPE_TAG[dtype]}, {_EPILOGUE_ID[epilogue]}"
+    targs = f"{cfg.BN}, {cfg.stages}, {DTYPE_TAG[dtype]}, {EPILOGUE_ID[epilogue]}"
     # NOTES: __launch_bounds__(384, 1) gives the kernel a register cap at entry, without which
     # setmaxnreg is ignored (ptxas warning C7508).
     source = f"""#include "gemm_sm90.cuh"
@@ -149,9 +147,9 @@ extern "C" __global__ void __launch_bounds__({cfg.threads}, 1)
     return source, name
 
 
-@kernels.register_compile_check(archs=(ARCH,))
 def compile_check_sources():
-    """Every config x dtype x epilogue; wgmma/setmaxnreg exist on sm_90a only."""
+    """Every config x dtype x epilogue (fo_lib.jit.catalog: compiled for sm_90a only, where wgmma and
+    setmaxnreg exist)."""
     for cname, cfg in CONFIGS.items():
         for dtype in DTYPES:
             for epi in EPILOGUES:
@@ -167,7 +165,7 @@ def tma_desc_fields(rows: int, cols: int, row_stride: int, box_rows: int, box_co
     if min(rows, cols, box_rows, box_cols) <= 0:
         raise GemmError(f"tensor map of a {rows} x {cols} matrix in {box_rows} x {box_cols} boxes is empty")
     # A single row's stride is never used, but it must still be a legal multiple of 16 bytes.
-    stride = row_stride if rows > 1 else _ceil_div(cols, 8) * 8
+    stride = row_stride if rows > 1 else ceil_div(cols, 8) * 8
     stride_bytes = stride * elem_bytes
     if stride_bytes % 16 or stride < cols:
         raise GemmError(f"tensor map row stride {stride} elements must be >= {cols} and a multiple of "
@@ -185,8 +183,8 @@ def _driver():
     try:
         from cuda.bindings import driver
     except ImportError as exc:
-        raise kernels.CudaUnavailableError(
-            "fo_lib.gemm_sm90 builds TMA tensor maps with cuda-bindings: pip install 'fo_lib[cuda13]' "
+        raise CudaUnavailableError(
+            "fo_lib.gemm.sm90 builds TMA tensor maps with cuda-bindings: pip install 'fo_lib[cuda13]' "
             "(or [cuda12])") from exc
     # Idempotent; torch/CuPy have normally initialised the driver already.
     driver.cuInit(0)
@@ -240,17 +238,17 @@ def is_supported(device=None) -> bool:
 
 def _check_config(config) -> None:
     if config is not None and not isinstance(config, Sm90Config):
-        raise GemmError(f"config must be an fo_lib.gemm_sm90.Sm90Config, got {type(config).__name__} "
+        raise GemmError(f"config must be an fo_lib.gemm.sm90.Sm90Config, got {type(config).__name__} "
                         "(fo_lib.gemm.GemmConfig belongs to the portable kernel)")
 
 
 def _operands(a, b, config, ctas):
     _check_config(config)
-    dtype, M, N, K, cfg, ctas = _check_operands(a, b, config, ctas, pick_default=default_config)
+    dtype, M, N, K, cfg, ctas = check_operands(a, b, config, ctas, pick_default=default_config)
     import torch
     cap = torch.cuda.get_device_capability(a.device)
     if cap != (9, 0):
-        raise GemmError(f"fo_lib.gemm_sm90 needs a compute capability 9.0 GPU (TMA + wgmma), "
+        raise GemmError(f"fo_lib.gemm.sm90 needs a compute capability 9.0 GPU (TMA + wgmma), "
                         f"{a.device} is {cap[0]}.{cap[1]}: use fo_lib.gemm")
     return dtype, M, N, K, cfg, ctas
 
@@ -262,11 +260,11 @@ def _sm90_operand_args(cfg, dtype, a, b, c_ptr, ldc):
             np.int32(b.shape[0]), np.int32(K), np.int64(ldc))
 
 
-# The same public calls as fo_lib.gemm (see fo_lib.gemm.GemmFamily). Probe stamps: start when the
-# consumers begin the tile, end when its stores are done (when a signal would be sent).
-# The store warps fetch a tile's row offsets while the consumers compute it, so the row table costs
-# nothing here (signal through it: -0.09 % of plain), while the places' per-store arithmetic in the
-# three store warps cost +0.98 % (both at 0aa9a2a, CUDA graphs, 16 shapes).
+# The same public calls as the portable family (fo_lib.gemm.family.GemmFamily). Probe stamps: start
+# when the consumers begin the tile, end when its stores are done (when a signal would be sent).
+# place_store=False: the store warps fetch a tile's row offsets while the consumers compute it, so
+# the row table costs nothing measurable here, while tile places add per-store arithmetic to the
+# three store warps (docs/perf-log.md, "Tile places").
 SM90 = GemmFamily(_operands, generate_source, _sm90_operand_args, place_store=False)
 gemm_nt = SM90.gemm_nt
 gemm_nt_signal = SM90.gemm_nt_signal

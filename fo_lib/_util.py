@@ -1,0 +1,62 @@
+"""Small helpers that several fo_lib modules share: the lazy imports of the GPU stack, integer
+ceiling division, the dtype tags of the generated kernel sources, and a device's SM count.
+
+``import fo_lib._util`` needs neither torch nor CuPy: they are imported on first use, so the pure
+core and the CPU compile checks run without them.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+# The C++ tag type of each 16-bit element type (fo_lib/cuda/common.cuh), as generated sources spell it.
+DTYPE_TAG = {"bf16": "fo::bf16_tag", "f16": "fo::f16_tag"}
+
+
+class CudaUnavailableError(RuntimeError):
+    """A GPU path was asked for where CuPy, NVRTC or a GPU is missing."""
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def require_torch():
+    """The torch module, or :class:`CudaUnavailableError` naming the fix."""
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise CudaUnavailableError("the GPU entry points take torch tensors: install torch") from exc
+    return torch
+
+
+def require_cupy():
+    """The cupy module with at least one visible GPU, or :class:`CudaUnavailableError`."""
+    try:
+        import cupy
+    except ImportError as exc:
+        raise CudaUnavailableError("GPU kernels need CuPy: pip install 'fo_lib[cuda12]' (or [cuda13])") from exc
+    try:
+        if cupy.cuda.runtime.getDeviceCount() == 0:
+            raise CudaUnavailableError("no CUDA GPU is visible")
+    except cupy.cuda.runtime.CUDARuntimeError as exc:
+        raise CudaUnavailableError(f"no usable CUDA GPU: {exc}") from exc
+    return cupy
+
+
+@lru_cache(maxsize=None)
+def device_limits(device_index: int) -> tuple[int, int]:
+    """(SM count, opt-in shared memory per block) of a device."""
+    import cupy
+    with cupy.cuda.Device(device_index):
+        sms = cupy.cuda.runtime.deviceGetAttribute(cupy.cuda.runtime.cudaDevAttrMultiProcessorCount,
+                                                   device_index)
+        smem = cupy.cuda.runtime.deviceGetAttribute(
+            cupy.cuda.runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin, device_index)
+    return int(sms), int(smem)
+
+
+def sm_count(device=None) -> int:
+    """The SM count of a torch device (default: the current one)."""
+    import torch
+    dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    return device_limits(dev.index if dev.index is not None else torch.cuda.current_device())[0]

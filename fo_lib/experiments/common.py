@@ -1,0 +1,77 @@
+"""What every figure's experiment shares: the measure/replay modes, recorded data sets, figure stamps
+and files. Re-exported by :mod:`fo_lib.experiments`."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from ..provenance import DATA_DIR
+
+MODES = ("auto", "measure", "replay")
+
+
+def have_gpu() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+def resolve_mode(mode: str, needs_gpu: bool = True) -> str:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode == "auto":
+        return "measure" if (not needs_gpu or have_gpu()) else "replay"
+    if mode == "measure" and needs_gpu and not have_gpu():
+        raise RuntimeError("mode='measure' needs a CUDA GPU; use mode='replay' to load recorded data")
+    return mode
+
+
+def load(data_set: str, name: str) -> tuple[pd.DataFrame, dict]:
+    """Recorded ``data/<data_set>/<name>.csv`` and its provenance sidecar."""
+    path = DATA_DIR / data_set / f"{name}.csv"
+    if not path.exists():
+        raise FileNotFoundError(f"no recorded data {path}; run the experiment in measure mode on a GPU first")
+    meta_path = path.with_suffix(".meta.json")
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    return pd.read_csv(path), meta
+
+
+def stamp(fig, meta: dict, extra: str = "") -> None:
+    """Stamp a figure with the GPU, the link and the date of its data."""
+    gpu = meta.get("gpu", "?")
+    link = meta.get("link", "none")
+    date = str(meta.get("date", "?"))[:10]
+    text = f"{gpu} | link: {link} | data: {date}" + (f" | {extra}" if extra else "")
+    fig.text(0.5, 1.0, text, ha="center", va="bottom", fontsize=7, color="0.35")
+
+
+def measured_set(quick: bool = False, world: int | None = None) -> str:
+    """The data set a measurement on this machine writes: ``h200``, ``h200x2`` for ``world=2``, with
+    ``-quick`` for the small sweeps of ``run_all.sh --quick`` (so they never replace a full record)."""
+    from ..provenance import gpu_tag
+    return gpu_tag() + (f"x{world}" if world else "") + ("-quick" if quick else "")
+
+
+def record(df: pd.DataFrame, name: str, data_set: str | None = None, **meta) -> Path:
+    """Write a measured DataFrame to ``data/<gpu>/<name>.csv`` with its provenance sidecar."""
+    from ..provenance import gpu_tag, write_result
+    return write_result(df, DATA_DIR / (data_set or gpu_tag()) / f"{name}.csv", **meta)
+
+
+def save(fig, name: str, figures_dir: str | Path = "figures") -> list[Path]:
+    """Write ``<name>.png`` and ``<name>.svg``; return the paths."""
+    out = Path(figures_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{name}.png", out / f"{name}.svg"]
+    import matplotlib
+
+    # Same data -> same bytes (no dates, fixed SVG ids): regenerated figures only differ in git
+    # when the data did.
+    matplotlib.rcParams["svg.hashsalt"] = "fo_lib"
+    fig.savefig(paths[0], dpi=150, bbox_inches="tight", metadata={"Software": None})
+    fig.savefig(paths[1], bbox_inches="tight", metadata={"Date": None})
+    return paths

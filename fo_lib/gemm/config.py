@@ -1,0 +1,64 @@
+"""What both GEMM families' tile configs share, and the wave-count heuristic that picks one.
+
+A config names a tile shape (a compiled specialization) plus a run-time raster (``order``,
+``swizzle``). :func:`pick_by_waves` is DeepGEMM's kind of choice: among the configs that fit, the
+lowest waves x padded tile area / full-tile throughput. Pure: no torch, no CuPy.
+"""
+from __future__ import annotations
+
+import math
+
+from .._util import ceil_div
+
+DTYPES = ("bf16", "f16")
+# The store modes of both kernel families (the calls choose one).
+EPILOGUES = ("plain", "signal", "probe", "scatter", "signal_rows", "signal_tiles")
+# The Hopper kernel's EPILOGUE template argument (gemm_sm90.cuh numbers the modes in this order).
+EPILOGUE_ID = {name: i for i, name in enumerate(EPILOGUES)}
+# The H100/H200 opt-in shared memory per block (232448 B); a device's own limit is checked at launch.
+MAX_SMEM = 227 * 1024
+
+
+class GemmError(ValueError):
+    """A GEMM call or config that cannot run (bad dtype, shape, stride, table, ...)."""
+
+
+class RasterMixin:
+    """What every tile config (portable or Hopper) shares: ``BM``, ``BN``, ``order``, ``swizzle``."""
+
+    def grid(self, M: int, N: int, ctas: int):
+        """The :class:`~fo_lib.tiling.TileGrid` (tiles, raster, waves) of ``M x N`` on ``ctas`` CTAs."""
+        from ..tiling import TileGrid
+        return TileGrid(M, N, self.BM, self.BN, order=self.order, swizzle=self.swizzle, _ctas=ctas)
+
+    def with_raster(self, order: str | None = None, swizzle: int | None = None):
+        """The same tiles walked in another raster order (a run-time argument: no recompile)."""
+        from dataclasses import replace
+        return replace(self, order=self.order if order is None else order,
+                       swizzle=self.swizzle if swizzle is None else swizzle)
+
+
+def pick_by_waves(candidates: dict, tile_speed: dict, M: int, N: int, K: int, sm_count: int, smem_limit: int,
+                  family: str = ""):
+    """The wave-count model shared by both GEMM families: among ``candidates`` (name -> config) that
+    fit ``smem_limit``, the lowest waves x padded tile area / ``tile_speed[name]``; a later candidate
+    must win by 3 %. Returns it with a row raster in bands of up to 8 tile rows."""
+    for name, v in (("M", M), ("N", N), ("K", K), ("sm_count", sm_count), ("smem_limit", smem_limit)):
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise GemmError(f"{name} must be a positive int, got {v!r}")
+    best, best_cost = None, math.inf
+    for name, cfg in candidates.items():
+        if cfg.smem_bytes > smem_limit:
+            continue
+        tiles = ceil_div(M, cfg.BM) * ceil_div(N, cfg.BN)
+        # Tile work is spent on the padding past M/N (tails) too, so use the padded area.
+        cost = ceil_div(tiles, sm_count) * cfg.BM * cfg.BN / tile_speed[name]
+        if cost < best_cost * 0.97:
+            best, best_cost = cfg, cost
+    if best is None:
+        raise GemmError(f"no {family + ' ' if family else ''}GEMM config fits {smem_limit} B of shared memory "
+                        "per block")
+    tiles_m = ceil_div(M, best.BM)
+    tiles = tiles_m * ceil_div(N, best.BN)
+    swizzle = 1 if tiles <= sm_count else min(8, tiles_m)
+    return best.with_raster("row", swizzle)

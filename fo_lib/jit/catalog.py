@@ -1,0 +1,75 @@
+"""The catalog: every kernel source fo_lib generates, and the targets it must compile for.
+
+CI compiles each for every target it declares (tests/test_kernels.py, NVRTC only, no GPU), and
+``python -m fo_lib build`` fills the disk cache with them (:func:`build_all`). The list is explicit:
+a kernel module exposes a generator of ``(label, source)`` pairs and is named here; this module
+imports the kernel modules, never the reverse.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from .. import counting
+from ..comm import loopback
+from ..gemm import portable, sm90
+from ..postops import kernel as post_reorder
+from .compiler import ARCHS, check_arch, current_arch, ensure_cubin
+
+
+@dataclass(frozen=True)
+class CompileCheck:
+    """A generator of ``(label, source)`` pairs and the targets its sources exist on."""
+
+    sources: Callable[[], Iterable[tuple[str, str]]]
+    archs: tuple[str, ...] = ARCHS
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "archs", tuple(check_arch(a) for a in self.archs))
+
+
+CHECKS: tuple[CompileCheck, ...] = (
+    CompileCheck(counting.compile_check_sources),
+    CompileCheck(portable.compile_check_sources),
+    CompileCheck(sm90.compile_check_sources, archs=(sm90.ARCH,)),  # wgmma and setmaxnreg: sm_90a only
+    CompileCheck(post_reorder.compile_check_sources),
+    CompileCheck(loopback._compile_checks),
+)
+
+
+def compile_check_sources(arch: str | None = None) -> Iterator[tuple[str, str]]:
+    """``(label, source)`` of every cataloged kernel; with ``arch``, only those built for that target."""
+    if arch is not None:
+        check_arch(arch)
+    for check in CHECKS:
+        if arch is None or arch in check.archs:
+            yield from check.sources()
+
+
+def compile_check_cases() -> Iterator[tuple[str, str, str]]:
+    """``(label, source, arch)`` for every cataloged source and every target it declares."""
+    for check in CHECKS:
+        for label, source in check.sources():
+            for arch in check.archs:
+                yield label, source, arch
+
+
+def _build_one(job: tuple[str, str, str]) -> tuple[str, float]:
+    label, source, arch = job
+    t0 = time.perf_counter()
+    ensure_cubin(source, arch)
+    return label, time.perf_counter() - t0
+
+
+def build_all(arch: str | None = None, jobs: int | None = None) -> list[tuple[str, float]]:
+    """Compile every cataloged kernel for ``arch`` (default: this device) into the disk cache, in
+    parallel processes; returns (label, seconds) per source. Later ``get_kernel`` calls hit the cache."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    arch = arch or current_arch()
+    work = [(label, src, arch) for label, src in compile_check_sources(arch)]
+    jobs = jobs or max(1, min(len(work), os.cpu_count() or 1))
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(_build_one, work))
