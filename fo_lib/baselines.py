@@ -14,16 +14,13 @@ from __future__ import annotations
 import numpy as np
 
 from .postops import PostOps
+from ._util import require_torch
 
-
-def _torch():
-    import torch
-    return torch
 
 
 def torch_post_ops(y, ops: PostOps, *, bias=None, residual=None, weight=None):
     """The fused post-ops of :mod:`fo_lib.postops` written in torch (fp32 math, one rounding)."""
-    torch = _torch()
+    torch = require_torch()
     F = torch.nn.functional
     v = y.float()
     if ops.bias:
@@ -52,7 +49,7 @@ def _matmul(a, b):
 def _index(idx, device):
     """A host index array on ``device`` without a host-device synchronisation (a pageable copy would
     block the host until the GPU reaches it, serialising the baseline's launches)."""
-    torch = _torch()
+    torch = require_torch()
     t = torch.from_numpy(np.ascontiguousarray(idx, dtype=np.int64))
     if device.type != "cuda":
         return t
@@ -64,7 +61,7 @@ def _exchange(plan, c, rows: np.ndarray):
 
     Returns ``(local_rows, values)``: which rows of this rank's output the result fills, and them.
     """
-    torch = _torch()
+    torch = require_torch()
     comm, W, N = plan.comm, plan.world_size, plan.N
     if plan.primitive == "all_reduce":
         flat = c.reshape(-1).contiguous()
@@ -97,7 +94,7 @@ def _exchange(plan, c, rows: np.ndarray):
 
 
 def _finish(plan, pieces, ops, operands):
-    torch = _torch()
+    torch = require_torch()
     out = None
     for local, values in pieces:
         local = np.asarray(local, dtype=np.int64)
@@ -121,7 +118,7 @@ def sequential(plan, a, b, *, ops: PostOps = PostOps(), **operands):
 
 def decomposition(plan, a, b, *, chunks: int = 2, ops: PostOps = PostOps(), comm_stream=None, **operands):
     """GEMM in ``chunks`` row blocks, each block's collective overlapped with the next block's GEMM."""
-    torch = _torch()
+    torch = require_torch()
     if not isinstance(chunks, int) or chunks < 1:
         raise ValueError(f"chunks must be a positive integer, got {chunks!r}")
     bounds = np.linspace(0, plan.M, chunks + 1).astype(int)

@@ -29,20 +29,17 @@ import dataclasses
 
 from .engine import OverlapPlan, PlanError, Routing
 from .postops import PostOps
+from ._util import require_torch
 
-
-def _torch():
-    import torch
-    return torch
 
 
 def _tdtype(dtype: str):
-    torch = _torch()
+    torch = require_torch()
     return {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
 
 
 def _module_base():
-    return _torch().nn.Module
+    return require_torch().nn.Module
 
 
 class _PlanCache:
@@ -118,7 +115,7 @@ class _LinearBase(_module_base()):
                  dtype: str = "bf16", device: str = "cuda", partition=None, graphs: bool = False,
                  plan_kw: dict | None = None, check=None):
         super().__init__()
-        torch = _torch()
+        torch = require_torch()
         if ops.residual_out:
             raise PlanError("residual_out is not exposed by the modules (pass residual= for the add)")
         ops = dataclasses.replace(ops, bias=bool(bias))
@@ -185,7 +182,7 @@ class MoECombine(_module_base()):
     def __init__(self, in_features: int, out_features: int, comm, *, ops: PostOps = PostOps(), dtype: str = "bf16",
                  device: str = "cuda", partition=None, plan_kw: dict | None = None, check=None):
         super().__init__()
-        torch = _torch()
+        torch = require_torch()
         if ops.bias or ops.rmsnorm:
             raise PlanError("MoECombine fuses activation and residual only (no bias or RMSNorm here)")
         self.in_features, self.out_features, self.comm, self.ops = int(in_features), int(out_features), comm, ops

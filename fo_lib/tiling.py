@@ -22,11 +22,10 @@ from functools import cached_property
 
 import numpy as np
 
+from ._util import ceil_div
+
 RASTER_ORDERS = ("row", "col")
 
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _check_positive(**values: int) -> None:
@@ -97,11 +96,11 @@ class TileGrid:
     # --- sizes -------------------------------------------------------------------------------
     @property
     def tiles_m(self) -> int:
-        return _ceil_div(self.M, self.BM)
+        return ceil_div(self.M, self.BM)
 
     @property
     def tiles_n(self) -> int:
-        return _ceil_div(self.N, self.BN)
+        return ceil_div(self.N, self.BN)
 
     @property
     def num_tiles(self) -> int:
@@ -116,7 +115,7 @@ class TileGrid:
 
     @property
     def num_waves(self) -> int:
-        return _ceil_div(self.num_tiles, self.ctas)
+        return ceil_div(self.num_tiles, self.ctas)
 
     @property
     def has_tail_m(self) -> bool:

@@ -17,11 +17,8 @@ import numpy as np
 from .predictor import OverlapModel
 from .profiles import BandwidthCurve, GemmProfile
 from .tiling import TileGrid
+from ._util import require_torch
 
-
-def _torch():
-    import torch
-    return torch
 
 
 def _event_ms(fn, repeats: int, warmup: int = 2, calls: int = 3) -> float:
@@ -52,7 +49,7 @@ def wave_durations(probe: np.ndarray, grid: TileGrid) -> np.ndarray:
 
 def measure_gemm_profile(M: int, N: int, K: int, *, config=None, ctas: int | None = None, comm_sms: int = 0,
                          dtype: str = "bf16", repeats: int = 5) -> GemmProfile:
-    torch = _torch()
+    torch = require_torch()
     from . import gemm
 
     sms = gemm.sm_count()
@@ -90,7 +87,7 @@ def measure_gemm_profile(M: int, N: int, K: int, *, config=None, ctas: int | Non
 
 def measure_curve(comm, primitive: str, sizes_bytes, *, dtype: str = "bf16", repeats: int = 5) -> BandwidthCurve:
     """Median latency of ``primitive`` on ``comm`` for each message size (bytes handed to the collective)."""
-    torch = _torch()
+    torch = require_torch()
     points = []
     for nbytes in sorted(set(int(s) for s in sizes_bytes)):
         fn, moved = collective_fn(comm, primitive, nbytes, dtype)
@@ -104,7 +101,7 @@ def collective_fn(comm, primitive: str, nbytes: int, dtype: str = "bf16"):
     returns ``(fn, bytes actually moved per call)``. ``"all_gather"`` is the in-place AllGather of
     ``OverlapPlan(reduction="post_reorder")``: ``nbytes`` from every rank, in a buffer from
     ``comm.empty`` where the communicator has one (NCCL's symmetric windows)."""
-    torch = _torch()
+    torch = require_torch()
     tdtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
     elem = torch.finfo(tdtype).bits // 8
     W = comm.world_size
@@ -134,7 +131,7 @@ def _kernel_grids(fn, name_part: str) -> list[tuple[int, int]]:
     import json
     import tempfile
 
-    torch = _torch()
+    torch = require_torch()
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -163,7 +160,7 @@ def measure_sm_footprint(comm, primitive: str = "all_reduce", nbytes: int = 256 
     A persistent GEMM that should overlap the collective must leave ``footprint`` (the larger of the
     two) SMs free: a collective CTA that finds no room waits for the whole GEMM.
     """
-    torch = _torch()
+    torch = require_torch()
     from . import gemm
 
     sms = gemm.sm_count()

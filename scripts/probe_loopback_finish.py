@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def variants(world: int) -> dict:
-    from fo_lib.comm.loopback import LoopbackCommunicator, torch_repeat, torch_sum_of_copies
+    from fo_lib.comm.loopback import LoopbackCommunicator
+    from fo_lib.comm.virtual import repeat as torch_repeat, sum_of_copies as torch_sum_of_copies
 
     class TorchOps(LoopbackCommunicator):
         def _repeat(self, src, dst):

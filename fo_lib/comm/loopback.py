@@ -1,8 +1,7 @@
 """A single-GPU emulated link: ``W`` identical virtual ranks, real bytes through pinned host memory.
 
-Every rank holds the same data, so the collectives' results are known in closed form (AllReduce
-gives ``W * x``; ReduceScatter gives rank ``r`` ``W`` times its chunk; AllGather repeats the input;
-All-to-All returns the chunk a rank sends to itself from every source). The time is what a ring
+Every rank holds the same data, so the collectives' results are known in closed form
+(:mod:`fo_lib.comm.virtual`; the CPU loopback gives the same). The time is what a ring
 over a slow link would take: the bytes one rank of a ring sends (``2 (W-1)/W`` of the buffer for
 AllReduce, ``(W-1)/W`` for ReduceScatter and AllGather, for All-to-All the off-rank share of the
 virtual rank that keeps the fewest rows) are
@@ -17,8 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import jit as kernels
-from . import check_counts
+from .. import jit
+from .._util import ceil_div, require_cupy
+from . import virtual
 
 MODES = ("copy_engine", "sm_copy")
 SM_COPY_KERNEL = "fo_sm_copy16"
@@ -42,26 +42,14 @@ extern "C" __global__ void {SCALE_KERNELS["f16"]}(const fo::bits16* src, fo::bit
 """
 
 
-def torch_sum_of_copies(src, dst, world_size: int) -> None:
-    """``dst = world_size * src`` with torch ops (``dst`` may be ``src``)."""
-    if src.data_ptr() != dst.data_ptr():
-        dst.copy_(src)
-    dst.mul_(world_size)
-
-
-def torch_repeat(src, dst, world_size: int) -> None:
-    """``dst`` = ``src`` repeated ``world_size`` times, by one broadcast kernel."""
-    dst.view(world_size, -1).copy_(src.reshape(1, -1).expand(world_size, -1))
-
-
-def _compile_checks():
+def compile_check_sources():
     yield "link_emulation", LINK_SOURCE
 
 
 class LoopbackCommunicator:
     link = "emulated"
-    # SMs to leave free while the GEMM runs: the wait kernel plus the link's scaling/copy kernels.
-    # 4 measured on the H200: with 0 nothing overlapped (docs/perf-log.md).
+    # SMs to leave free while the GEMM runs: the wait kernel plus the link's scaling and copy
+    # kernels (with none left, nothing overlapped on the H200).
     sm_footprint = 4
 
     def __init__(self, world_size: int, rank: int = 0, *, mode: str = "copy_engine", ctas: int = 8,
@@ -83,7 +71,7 @@ class LoopbackCommunicator:
         if mode == "sm_copy":
             self.sm_footprint = ctas  # the copy kernel's CTAs (the wait kernel fits beside a GEMM CTA)
         self._kernel = None
-        self._scales = kernels.LaunchMemo(64)
+        self._scales = jit.LaunchMemo(64)
         self.device = torch.device("cuda", torch.cuda.current_device() if device is None else device)
         self._host = None
         self._scratch = None
@@ -121,18 +109,16 @@ class LoopbackCommunicator:
         matters here, so the source is read from its 16-byte-aligned start and ``n`` rounded down."""
         import torch
 
-        from .. import jit as kernels
-
         if self._kernel is None:
-            with kernels._cupy().cuda.Device(self.device.index):
-                self._kernel = kernels.get_kernel(LINK_SOURCE, SM_COPY_KERNEL)
+            with require_cupy().cuda.Device(self.device.index):
+                self._kernel = jit.get_kernel(LINK_SOURCE, SM_COPY_KERNEL)
         vecs = n // 16
         if vecs == 0:
             return
         base = raw.data_ptr() & ~15
         stream = torch.cuda.current_stream(self.device)
         for src, dst in ((base, self._host.data_ptr()), (self._host.data_ptr(), self._scratch.data_ptr())):
-            kernels.launch(self._kernel, (self.ctas,), (512,), (np.uint64(src), np.uint64(dst), np.uint64(vecs)),
+            jit.launch(self._kernel, (self.ctas,), (512,), (np.uint64(src), np.uint64(dst), np.uint64(vecs)),
                            stream=stream, device_index=self.device.index)
 
     def _sum_of_copies(self, src, dst) -> None:
@@ -145,65 +131,56 @@ class LoopbackCommunicator:
         dtype = {torch.bfloat16: "bf16", torch.float16: "f16"}.get(dst.dtype)
         if (dtype is None or src.dtype != dst.dtype or src.numel() != dst.numel() or not src.is_contiguous()
                 or not dst.is_contiguous() or src.data_ptr() % 16 or dst.data_ptr() % 16):
-            torch_sum_of_copies(src, dst, W)
+            virtual.sum_of_copies(src, dst, W)
             return
         if dst.numel():
-            self._scales.get_or_build(kernels.memo_key((dtype, W), src, dst),
+            self._scales.get_or_build(jit.memo_key((dtype, W), src, dst),
                                       lambda: self._scale_launch(src, dst, dtype))()
 
     def _scale_launch(self, src, dst, dtype: str):
         import torch
 
         dev = dst.device.index
-        with kernels._cupy().cuda.Device(dev):
-            kernel = kernels.get_kernel(LINK_SOURCE, SCALE_KERNELS[dtype])
+        with require_cupy().cuda.Device(dev):
+            kernel = jit.get_kernel(LINK_SOURCE, SCALE_KERNELS[dtype])
         n = dst.numel()
         sms = torch.cuda.get_device_properties(dev).multi_processor_count
-        blocks = max(1, min(-(-n // (8 * SCALE_THREADS * SCALE_UNROLL)), 8 * sms))
-        args = (kernels.ptr(src), kernels.ptr(dst), np.uint64(n), np.float32(self.world_size))
-        return kernels.PreparedLaunch(kernel, (blocks,), (SCALE_THREADS,), args, device_index=dev)
+        blocks = max(1, min(ceil_div(n, 8 * SCALE_THREADS * SCALE_UNROLL), 8 * sms))
+        args = (jit.ptr(src), jit.ptr(dst), np.uint64(n), np.float32(self.world_size))
+        return jit.PreparedLaunch(kernel, (blocks,), (SCALE_THREADS,), args, device_index=dev)
 
-    def all_reduce(self, buf) -> None:
+    def all_reduce(self, buf, *, timeout_s: float | None = None) -> None:
         W = self.world_size
         self._transfer(buf, 2 * (W - 1) * buf.numel() * buf.element_size() // W)
         self._sum_of_copies(buf, buf)
 
-    def reduce_scatter(self, send, recv) -> None:
+    def reduce_scatter(self, send, recv, *, timeout_s: float | None = None) -> None:
         W = self.world_size
-        if send.numel() != recv.numel() * W:
-            raise ValueError(f"reduce_scatter: send has {send.numel()} elements, expected {W} x {recv.numel()}")
+        virtual.check_sizes("reduce_scatter send", send, recv, W)
         self._transfer(send, (W - 1) * send.numel() * send.element_size() // W)
         c = recv.numel()
         self._sum_of_copies(send[self.rank * c:(self.rank + 1) * c], recv)
 
-    def all_gather(self, send, recv) -> None:
+    def all_gather(self, send, recv, *, timeout_s: float | None = None) -> None:
         W = self.world_size
-        if recv.numel() != send.numel() * W:
-            raise ValueError(f"all_gather: recv has {recv.numel()} elements, expected {W} x {send.numel()}")
+        virtual.check_sizes("all_gather recv", recv, send, W)
         self._transfer(send, (W - 1) * recv.numel() * recv.element_size() // W)
         self._repeat(send, recv)
 
-    def all_to_all(self, send, send_counts, recv, recv_counts) -> None:
-        W, r = self.world_size, self.rank
-        sc = check_counts(send_counts, W, send.numel(), "all_to_all send")
-        rc = check_counts(recv_counts, W, recv.numel(), "all_to_all recv")
-        if any(c != sc[r] for c in rc):
-            raise ValueError(f"identical virtual ranks: every source sends rank {r} {sc[r]} elements, "
-                             f"but recv_counts are {rc}")
+    def all_to_all(self, send, send_counts, recv, recv_counts, *, timeout_s: float | None = None) -> None:
+        sc, mine = virtual.own_chunk(send, send_counts, recv, recv_counts, self.world_size, self.rank)
         # Every virtual rank routes alike, and a collective ends with its slowest rank: the one that
         # keeps the fewest of its own rows moves the most off-rank (what the model counts as well,
         # fo_lib.tuning.all_to_all_wave_bytes).
         self._transfer(send, (send.numel() - min(sc)) * send.element_size())
-        start = sum(sc[:r])
-        mine = send[start:start + sc[r]]
-        if sc[r]:
+        if mine.numel():
             self._repeat(mine, recv)
 
     def _repeat(self, src, dst) -> None:
         """``dst`` = ``src`` repeated ``world_size`` times. In copy-engine mode as ``world_size``
         contiguous device copies, which torch hands to ``cudaMemcpyAsync`` (copy engines): one
         broadcast kernel instead got only the SMs a GEMM beside it left free, and its stride-0
-        source made it slow there (docs/perf-log.md, session 6). In SM-copy mode the link's SMs do
+        source made it slow there. In SM-copy mode the link's SMs do
         it. ``src`` may be ``dst``'s row ``rank`` (an in-place AllGather): the other rows are then
         device copies in either mode."""
         rows = dst.view(self.world_size, -1)
@@ -215,4 +192,4 @@ class LoopbackCommunicator:
             for row in rows:
                 row.copy_(src.reshape(-1))
         else:
-            torch_repeat(src, dst, self.world_size)
+            virtual.repeat(src, dst, self.world_size)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import gemm
+from .._util import ceil_div
 from ..partition import validate_partition
 from ..postops import PostOps
 from .errors import CollectiveError, PlanError, check_plans_agree
@@ -142,7 +143,7 @@ class OverlapPlan:
         if callable(partition):  # a tuner: (M, N, K, waves) -> partition
             partition = partition(self.M, self.N, self.K, T)
         if partition is None:
-            size = -(-T // max_groups)
+            size = ceil_div(T, max_groups)
             partition = (size,) * (T // size) + ((T % size,) if T % size else ())
         return validate_partition(partition, T)
 

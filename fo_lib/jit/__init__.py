@@ -10,9 +10,6 @@ from .compiler import (ARCHS, CUDA_DIR, KernelCompileError, cache_dir, check_arc
                        source_key)
 from .runtime import LaunchMemo, PreparedLaunch, check_cuda_tensor, launch, memo_key, ptr, tensor_signature
 
-# The spelling fo_lib.comm.loopback still uses (it calls ``kernels._cupy()``); goes when it says require_cupy.
-_cupy = require_cupy
-
 __all__ = ["ARCHS", "CUDA_DIR", "CudaUnavailableError", "KernelCompileError", "LaunchMemo", "PreparedLaunch",
            "cache_dir", "check_arch", "check_cuda_tensor", "compile_cubin", "compile_with_log", "current_arch",
            "ensure_cubin", "get_kernel", "launch", "memo_key", "nvrtc_options", "nvrtc_version", "ptr",

@@ -35,7 +35,7 @@ CHECKS: tuple[CompileCheck, ...] = (
     CompileCheck(portable.compile_check_sources),
     CompileCheck(sm90.compile_check_sources, archs=(sm90.ARCH,)),  # wgmma and setmaxnreg: sm_90a only
     CompileCheck(post_reorder.compile_check_sources),
-    CompileCheck(loopback._compile_checks),
+    CompileCheck(loopback.compile_check_sources),
 )
 
 
