@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 
 from .partition import SearchSizeError, check_search_size
+from .provenance import environment_info
 from .profiles import BandwidthCurve, GemmProfile, ProfileError
 from .predictor import MODELS, OverlapModel, TuneResult, synthetic_model
 
@@ -26,45 +26,6 @@ USER_ERRORS = (CliError, ProfileError, SearchSizeError, OSError, UnicodeDecodeEr
 
 def _warn(command: str, message: str) -> None:
     print(f"fo_lib {command}: warning: {message}", file=sys.stderr)
-
-
-def _version(module: str) -> str:
-    try:
-        mod = __import__(module)
-        return getattr(mod, "__version__", "installed")
-    except Exception as exc:  # noqa: BLE001 - report any import failure as text
-        return f"not available ({type(exc).__name__})"
-
-
-def environment_info() -> dict:
-    """Versions and devices, for ``info`` and for provenance sidecars."""
-    from . import __version__
-    info = {"fo_lib": __version__, "python": platform.python_version(), "platform": platform.platform(),
-            "numpy": _version("numpy"), "torch": _version("torch"), "cupy": _version("cupy")}
-    try:
-        import torch
-        info["torch_cuda"] = torch.version.cuda
-        if torch.cuda.is_available():
-            info["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
-            info["gpus"] = [
-                {"name": p.name, "sm_count": p.multi_processor_count,
-                 "capability": f"{p.major}.{p.minor}", "memory_gib": round(p.total_memory / 2**30, 1)}
-                for p in (torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count()))]
-    except Exception:  # noqa: BLE001
-        pass
-    try:
-        import cupy
-        info["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
-        info["cuda_driver"] = cupy.cuda.runtime.driverGetVersion()
-    except Exception:  # noqa: BLE001
-        pass
-    try:
-        from . import jit
-        info["nvrtc"] = ".".join(map(str, jit.nvrtc_version()))
-    except Exception:  # noqa: BLE001
-        pass
-    info.setdefault("gpus", [])
-    return info
 
 
 def _cmd_info(args: argparse.Namespace) -> int:

@@ -4,12 +4,52 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = REPO_ROOT / "data"
+
+
+def _version(module: str) -> str:
+    try:
+        mod = __import__(module)
+        return getattr(mod, "__version__", "installed")
+    except Exception as exc:  # noqa: BLE001 - report any import failure as text
+        return f"not available ({type(exc).__name__})"
+
+
+def environment_info() -> dict:
+    """Versions and devices, for ``info`` and for provenance sidecars."""
+    from . import __version__
+    info = {"fo_lib": __version__, "python": platform.python_version(), "platform": platform.platform(),
+            "numpy": _version("numpy"), "torch": _version("torch"), "cupy": _version("cupy")}
+    try:
+        import torch
+        info["torch_cuda"] = torch.version.cuda
+        if torch.cuda.is_available():
+            info["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+            info["gpus"] = [
+                {"name": p.name, "sm_count": p.multi_processor_count,
+                 "capability": f"{p.major}.{p.minor}", "memory_gib": round(p.total_memory / 2**30, 1)}
+                for p in (torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count()))]
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        import cupy
+        info["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
+        info["cuda_driver"] = cupy.cuda.runtime.driverGetVersion()
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        from . import jit
+        info["nvrtc"] = ".".join(map(str, jit.nvrtc_version()))
+    except Exception:  # noqa: BLE001
+        pass
+    info.setdefault("gpus", [])
+    return info
 
 
 def git_sha() -> str:
@@ -33,8 +73,6 @@ def gpu_tag(name: str | None = None) -> str:
 
 
 def provenance(*, world_size: int = 1, link: str = "none", command: str | None = None, **extra) -> dict:
-    from .cli import environment_info
-
     info = environment_info()
     gpu = info["gpus"][0] if info.get("gpus") else {}
     return {
