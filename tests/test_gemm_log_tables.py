@@ -1,12 +1,7 @@
-"""scripts/gemm_log_tables.py: the benchmark's printed tables read back from a GPU call's log."""
-import sys
-from pathlib import Path
-
+"""fo_lib.reports.gemm_log: the benchmark's printed tables read back from a GPU call's log."""
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-
-from gemm_log_tables import read_log_tables  # noqa: E402
+from fo_lib.reports.gemm_log import read_log_tables
 
 LOG = """=== build (limit 120s): python3 -m fo_lib build
 === bench_gemm (limit 240s): python3 scripts/bench_gemm.py --graph --rounds 30 --control --out x.csv
