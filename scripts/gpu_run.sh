@@ -4,7 +4,7 @@
 # sidecars under $OUT/data/. Run from the repo root:
 #   FO_GIT_SHA=<sha of HEAD> FO_STEPS=build,tests,sanitize,bench_gemm,bench_postops scripts/gpu_run.sh
 # Steps: build tests sanitize sanitize_sm90 bench_gemm exp_gemm signal_cost stall_sites bench_sm90 bench_postops launch profile record host_path
-# timeline probe_finish engine multi_gpu bench_overlap; arguments through FO_TEST_ARGS, FO_GEMM_ARGS, FO_EXP_OPTIONS/FO_EXP_ARGS, FO_STALL_ARGS, FO_SM90_ARGS, FO_POSTOPS_ARGS,
+# timeline engine multi_gpu bench_overlap; arguments through FO_TEST_ARGS, FO_GEMM_ARGS, FO_EXP_OPTIONS/FO_EXP_ARGS, FO_STALL_ARGS, FO_SM90_ARGS, FO_POSTOPS_ARGS,
 # FO_MULTI_ARGS, FO_OVERLAP_ARGS. (tests runs every file in tests/gpu, the sm90 GEMM's included.)
 # (the GPU machine gets a copy without .git: FO_GIT_SHA is what the provenance sidecars record)
 set -uo pipefail
@@ -52,7 +52,6 @@ step profile 200 ncu --clock-control none -k regex:fo_gemm_nt --launch-skip 3 --
 step record 120 bash -c "python3 scripts/record_experiments.py && cp data/*/wave_pattern.* $OUT/data/"
 step host_path 120 python3 scripts/profile_host_path.py --profile
 step timeline 200 python3 scripts/record_timeline.py --out "$OUT/data"
-step probe_finish 300 python3 scripts/probe_loopback_finish.py --out "$OUT/data/loopback_finish_probe.csv"
 step engine 300 python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/gpu/test_engine_gpu.py
 # Multi-GPU (2+ GPUs): correctness with NCCL, then curves, footprint and the speedup sweep.
 step multi_gpu "${FO_MULTI_LIMIT:-560}" env FO_DATA_OUT="$OUT/data/multi" bash scripts/multi_gpu.sh ${FO_MULTI_ARGS:-}
