@@ -1,5 +1,5 @@
 """fo_lib.reports.ncu's reading of Nsight Compute's raw-page CSV (what
-scripts/profile_signal_cost.py runs on the GPU's output), on a synthetic output (no GPU)."""
+scripts/profile/profile_signal_cost.py runs on the GPU's output), on a synthetic output (no GPU)."""
 import pytest
 
 from fo_lib.reports import ncu

@@ -1,5 +1,5 @@
 """CPU checks of fo_lib.reports.ncu's reading of ncu's source page and its classes (what
-scripts/profile_stall_sites.py runs on the GPU's output)."""
+scripts/profile/profile_stall_sites.py runs on the GPU's output)."""
 import pytest
 
 from fo_lib.reports import ncu

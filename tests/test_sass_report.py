@@ -1,4 +1,4 @@
-"""fo_lib.reports.sass: the SASS parsing of scripts/sass_report.py, on a small synthetic
+"""fo_lib.reports.sass: the SASS parsing of scripts/profile/sass_report.py, on a small synthetic
 listing (no nvdisasm needed)."""
 from fo_lib.reports import sass
 

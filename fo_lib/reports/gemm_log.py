@@ -1,11 +1,11 @@
-"""The per-shape tables that ``scripts/bench_gemm.py`` prints, read back from a
+"""The per-shape tables that ``scripts/bench/bench_gemm.py`` prints, read back from a
 ``scripts/gpu_run.sh`` log.
 
 A GPU call's ``run.log`` holds, for every benchmark run of the call (the ``bench_gemm`` step and each
 ``exp_gemm`` option set), the table printed while it ran: per shape the TFLOP/s of cuBLAS, of the
 plain kernel and of the signal (tile places), and the scatter's and the signal's time over plain's
 in percent. :func:`read_log_tables` reads them into one DataFrame (one row per run and shape); the
-command line is ``scripts/gemm_log_tables.py``.
+command line is ``scripts/bench/gemm_log_tables.py``.
 """
 from __future__ import annotations
 

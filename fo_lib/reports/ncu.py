@@ -2,8 +2,8 @@
 executed instructions) and the source page (one row per SASS instruction: executed count and warp
 stall samples by reason), and the classes an instruction falls in by how often it runs per tile.
 
-``scripts/profile_signal_cost.py`` (the signal's cost at locked clocks, launch by launch)
-and ``scripts/profile_stall_sites.py`` (where the stall samples land, instruction by
+``scripts/profile/profile_signal_cost.py`` (the signal's cost at locked clocks, launch by launch)
+and ``scripts/profile/profile_stall_sites.py`` (where the stall samples land, instruction by
 instruction) run ncu on the GPU and read its output with these.
 """
 from __future__ import annotations

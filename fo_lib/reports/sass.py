@@ -3,7 +3,7 @@
 The k-loop is the innermost backward branch around the HMMAs; its hot path is every instruction of
 the loop except the block only taken once per tile (the load cursor's move to the next tile). Two
 instantiations' hot paths compare as opcode sequences (:func:`similarity`, 1.000: the same
-schedule). ``scripts/sass_report.py`` compiles the kernels and prints these per epilogue;
+schedule). ``scripts/profile/sass_report.py`` compiles the kernels and prints these per epilogue;
 docs/perf-log.md (sessions 7 and 9) compares epilogues with it.
 """
 from __future__ import annotations

@@ -8,9 +8,9 @@ cursor's move to the next tile), and compared with the first epilogue's as an op
 (1.000: the same schedule; the parsing is :mod:`fo_lib.reports.sass`). This is how docs/perf-log.md
 (sessions 7 and 9) compares epilogues.
 
-    python scripts/sass_report.py                                    # 256x128x64, every instantiation
-    python scripts/sass_report.py --config 128x256x64 --epilogues plain signal_store --arch sm_80
-    python scripts/sass_report.py --dump /tmp/sass                   # also write the .sass files
+    python scripts/profile/sass_report.py                                    # 256x128x64, every instantiation
+    python scripts/profile/sass_report.py --config 128x256x64 --epilogues plain signal_store --arch sm_80
+    python scripts/profile/sass_report.py --dump /tmp/sass                   # also write the .sass files
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from fo_lib import gemm, jit  # noqa: E402
 from fo_lib.reports.sass import hot_sequence, instruction_count, k_loop, similarity  # noqa: E402

@@ -1,11 +1,11 @@
-"""The per-shape tables that ``scripts/bench_gemm.py`` prints, read back from a ``gpu_run.sh`` log.
+"""The per-shape tables that ``scripts/bench/bench_gemm.py`` prints, read back from a ``gpu_run.sh`` log.
 
 A GPU call's ``run.log`` holds, for every benchmark run of the call (the ``bench_gemm`` step and each
 ``exp_gemm`` option set), the table printed while it ran (read by :mod:`fo_lib.reports.gemm_log`).
 This prints the signal's overhead per run: its median over the shapes and by K. It is how a run
 whose CSVs did not come back is still read (``data/h200/runs/README.md``).
 
-    python scripts/gemm_log_tables.py data/h200/runs/<run>/run.log
+    python scripts/bench/gemm_log_tables.py data/h200/runs/<run>/run.log
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from fo_lib.reports.gemm_log import read_log_tables  # noqa: E402
 

@@ -16,7 +16,7 @@ instructions per class, and per stall reason, for every variant; the difference 
 kernel and a signal kernel on one shape says where the signal's extra time goes (docs/perf-log.md,
 session 9). The per-instruction tables are kept as ``<M>x<N>x<K>_<variant>.csv.gz``.
 
-    python scripts/profile_stall_sites.py --out-dir stalls/          # runs ncu on itself
+    python scripts/profile/profile_stall_sites.py --out-dir stalls/          # runs ncu on itself
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from profile_signal_cost import launch, parse_shape  # noqa: E402
 

@@ -16,8 +16,8 @@ compared shape by shape (median over ``--repeat`` launches):
 
 ncu's CSV is read by :mod:`fo_lib.reports.ncu`.
 
-    python scripts/profile_signal_cost.py --out signal_cost.csv            # runs ncu on itself
-    FO_NVRTC_OPTIONS=-DNAME=1 python scripts/profile_signal_cost.py ...    # a kernel experiment
+    python scripts/profile/profile_signal_cost.py --out signal_cost.csv            # runs ncu on itself
+    FO_NVRTC_OPTIONS=-DNAME=1 python scripts/profile/profile_signal_cost.py ...    # a kernel experiment
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from fo_lib.reports.ncu import KERNEL_OF, VARIANTS, parse_ncu_csv  # noqa: E402
 
@@ -45,8 +45,8 @@ def launch(shapes, repeat: int, variants=VARIANTS) -> None:
     """Launch every variant ``repeat`` times per shape, in the order ``collect`` expects."""
     import torch
 
-    from bench_gemm import tile_tables
     from fo_lib import gemm
+    from fo_lib.testing import tile_tables
 
     sms = gemm.sm_count()
     for M, N, K in shapes:
