@@ -4,6 +4,8 @@
 * :func:`bench_interleaved`: time several variants in interleaved rounds (A, B, C, A, B, C, ...)
   with CUDA events and report per-variant samples, so a power-capped GPU's clock drift hits every
   variant alike. Compare medians only within one call.
+* :func:`tile_tables`: the AllReduce signal tables on the GPU, for benchmarks and profiles of the
+  signalling GEMM outside a plan.
 """
 from __future__ import annotations
 
@@ -139,6 +141,26 @@ def host_and_gpu_time(fn, *, calls: int = 30, rounds: int = 5, sleep_cycles: int
 def summarize(samples: Mapping[str, list[float]]) -> dict[str, float]:
     """Median ms per variant."""
     return {name: median(v) for name, v in samples.items()}
+
+
+def tile_tables(M, N, cfg, ctas, groups=None):
+    """The AllReduce (tile) tables the engine would use, as CUDA tensors ``(row_offset, tile_group,
+    group counters, tile_place)``: one group per wave (the finest partition: a release per tile and
+    the most scattered slices), or the waves split into ``groups`` groups as evenly as possible
+    (later groups take the remainder, as the tuner's growing groups do)."""
+    import torch
+
+    from . import reorder
+
+    grid = cfg.grid(M, N, ctas)
+    if groups is None:
+        part = (1,) * grid.num_waves
+    else:
+        g = min(groups, grid.num_waves)
+        part = tuple(grid.num_waves // g + (i >= g - grid.num_waves % g) for i in range(g))
+    plan = reorder.tile_reorder(grid, part)
+    return (torch.from_numpy(plan.row_offset).cuda(), torch.from_numpy(plan.tile_group).cuda(),
+            torch.zeros(plan.num_groups, dtype=torch.int32, device="cuda"), torch.from_numpy(plan.tile_place).cuda())
 
 
 def random_tile_layout(R: int, N: int, BM: int, BN: int, rng, *, shift: int = 0, gap: int = 0):

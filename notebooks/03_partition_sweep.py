@@ -9,7 +9,7 @@
 # partition must be tuned.
 #
 # **Here.** Every measured candidate partition per shape (GEMM + collective on one H200 over the
-# loopback *emulated* link, W = 2), from `scripts/bench_overlap.py`.
+# loopback *emulated* link, W = 2), from `scripts/bench/bench_overlap.py`.
 
 # %% tags=["parameters"]
 # Parameters (papermill): mode "auto" measures where the needed GPU exists, else replays data/<data_set>/.

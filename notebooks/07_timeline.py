@@ -63,7 +63,7 @@ ex.save(fig, "07_timeline", figures_dir)
 # collective is done, then the last group's rows). The whole call is enqueued behind a GPU sleep, so
 # the spans are the device's, free of the host's launch time (without it, the first wait returned
 # only when the host had launched it, ~0.2 ms late). Under each, the model's timeline for the same
-# partition. Recorded by `scripts/record_timeline.py` (one GPU: loopback; under torchrun: NCCL;
+# partition. Recorded by `scripts/record/record_timeline.py` (one GPU: loopback; under torchrun: NCCL;
 # `--copy-engine`: the AllReduce as an AllGather per group on NCCL's copy engines, summed by the
 # post-reorder, in `data/<set>/copy_engine/`), measured here when a GPU is present.
 
@@ -75,7 +75,7 @@ if ex.resolve_mode(mode) == "measure":
     sets.insert(0, ex.measured_set(quick))
 timelines = ex.timeline.recorded(dict.fromkeys(sets))
 if not timelines:
-    print("no measured timeline recorded yet in", sets, "- run scripts/record_timeline.py on a GPU")
+    print("no measured timeline recorded yet in", sets, "- run scripts/record/record_timeline.py on a GPU")
 for ds, tl, tmeta in timelines:
     shapes = list(tl.groupby(["primitive", "M", "N", "K", "partition"], sort=False))
     fig, axes = plt.subplots(len(shapes), 1, figsize=(12, 3.0 * len(shapes)), squeeze=False, layout="constrained")

@@ -147,7 +147,7 @@ shares.assign(nccl_max_ctas=ar.nccl_max_ctas).groupby("nccl_max_ctas").median().
 # %%
 ce = ex.multi_gpu.copy_engine_sweep(ds)
 if ce is None:
-    print(f"{ds}: no copy-engine sweep recorded (scripts/bench_nccl.py --copy-engine)")
+    print(f"{ds}: no copy-engine sweep recorded (scripts/bench/bench_nccl.py --copy-engine)")
 else:
     ce_sweep, ce_meta = ce
     cmp_ = ex.multi_gpu.copy_engine_comparison(ce_sweep)

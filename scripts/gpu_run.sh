@@ -4,7 +4,7 @@
 # sidecars under $OUT/data/. Run from the repo root:
 #   FO_GIT_SHA=<sha of HEAD> FO_STEPS=build,tests,sanitize,bench_gemm,bench_postops scripts/gpu_run.sh
 # Steps: build tests sanitize sanitize_sm90 bench_gemm exp_gemm signal_cost stall_sites bench_sm90 bench_postops launch profile record host_path
-# timeline probe_finish engine multi_gpu bench_overlap; arguments through FO_TEST_ARGS, FO_GEMM_ARGS, FO_EXP_OPTIONS/FO_EXP_ARGS, FO_STALL_ARGS, FO_SM90_ARGS, FO_POSTOPS_ARGS,
+# timeline engine multi_gpu bench_overlap; arguments through FO_TEST_ARGS, FO_GEMM_ARGS, FO_EXP_OPTIONS/FO_EXP_ARGS, FO_STALL_ARGS, FO_SM90_ARGS, FO_POSTOPS_ARGS,
 # FO_MULTI_ARGS, FO_OVERLAP_ARGS. (tests runs every file in tests/gpu, the sm90 GEMM's included.)
 # (the GPU machine gets a copy without .git: FO_GIT_SHA is what the provenance sidecars record)
 set -uo pipefail
@@ -29,34 +29,33 @@ python3 -m fo_lib info >>"$log" 2>&1
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv >>"$log" 2>&1
 step build 120 python3 -m fo_lib build
 step tests 420 python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/gpu ${FO_TEST_ARGS:-}
-step sanitize 150 bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_kernels.py && compute-sanitizer --tool racecheck --error-exitcode 9 python3 scripts/sanitize_kernels.py"
+step sanitize 150 bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/profile/sanitize_kernels.py && compute-sanitizer --tool racecheck --error-exitcode 9 python3 scripts/profile/sanitize_kernels.py"
 # cuda-bindings probes the driver with cuGetProcAddress calls that fail by design: not kernel errors.
-step sanitize_sm90 150 bash -c "compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python3 scripts/sanitize_kernels.py --sm90 && compute-sanitizer --tool racecheck --report-api-errors no --error-exitcode 9 python3 scripts/sanitize_kernels.py --sm90"
-step bench_gemm 240 python3 scripts/bench_gemm.py ${FO_GEMM_ARGS:-} --out "$OUT/data/gemm_portable.csv"
+step sanitize_sm90 150 bash -c "compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python3 scripts/profile/sanitize_kernels.py --sm90 && compute-sanitizer --tool racecheck --report-api-errors no --error-exitcode 9 python3 scripts/profile/sanitize_kernels.py --sm90"
+step bench_gemm 240 python3 scripts/bench/bench_gemm.py ${FO_GEMM_ARGS:-} --out "$OUT/data/gemm_portable.csv"
 # Kernel experiments: the portable benchmark once per NVRTC option set in FO_EXP_OPTIONS (';'-separated,
 # e.g. "-DFO_SIGNAL_RELEASE_KTILE=0;-DFO_SIGNAL_RELEASE_KTILE=2"), short (FO_EXP_ARGS), each its own CSV.
 if [[ $steps == *",exp_gemm,"* ]]; then
   IFS=';' read -ra exp_options <<<"${FO_EXP_OPTIONS:-}"
   for opt in "${exp_options[@]}"; do
     tag=$(echo "$opt" | tr -c 'A-Za-z0-9=' '_' | sed 's/^_*//; s/_*$//')
-    step exp_gemm 150 env FO_NVRTC_OPTIONS="$opt" python3 scripts/bench_gemm.py \
+    step exp_gemm 150 env FO_NVRTC_OPTIONS="$opt" python3 scripts/bench/bench_gemm.py \
       ${FO_EXP_ARGS:---graph --rounds 20 --M 2048 8192 --N 8192 --K 1024 4096 8192} --out "$OUT/data/exp/gemm_${tag}.csv"
   done
 fi
-step signal_cost 200 python3 scripts/profile_signal_cost.py ${FO_SIGNAL_COST_ARGS:---repeat 5} --out "$OUT/data/gemm_portable_signal_cost.csv"
-step stall_sites 300 python3 scripts/profile_stall_sites.py ${FO_STALL_ARGS:-} --out-dir "$OUT/data/stall_sites"
-step bench_sm90 300 python3 scripts/bench_gemm_sm90.py ${FO_SM90_ARGS:-} --out "$OUT/data/gemm_sm90.csv"
-step bench_postops 120 python3 scripts/bench_postops.py ${FO_POSTOPS_ARGS:-} --out "$OUT/data/postops.csv"
-step launch 120 python3 scripts/bench_launch.py --out "$OUT/data/launch_host_time.csv"
-step profile 200 ncu --clock-control none -k regex:fo_gemm_nt --launch-skip 3 --launch-count 5 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --metrics smsp__inst_executed.sum,smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,launch__registers_per_thread python3 scripts/profile_gemm.py
-step record 120 bash -c "python3 scripts/record_experiments.py && cp data/*/wave_pattern.* $OUT/data/"
-step host_path 120 python3 scripts/profile_host_path.py --profile
-step timeline 200 python3 scripts/record_timeline.py --out "$OUT/data"
-step probe_finish 300 python3 scripts/probe_loopback_finish.py --out "$OUT/data/loopback_finish_probe.csv"
+step signal_cost 200 python3 scripts/profile/profile_signal_cost.py ${FO_SIGNAL_COST_ARGS:---repeat 5} --out "$OUT/data/gemm_portable_signal_cost.csv"
+step stall_sites 300 python3 scripts/profile/profile_stall_sites.py ${FO_STALL_ARGS:-} --out-dir "$OUT/data/stall_sites"
+step bench_sm90 300 python3 scripts/bench/bench_gemm_sm90.py ${FO_SM90_ARGS:-} --out "$OUT/data/gemm_sm90.csv"
+step bench_postops 120 python3 scripts/bench/bench_postops.py ${FO_POSTOPS_ARGS:-} --out "$OUT/data/postops.csv"
+step launch 120 python3 scripts/bench/bench_launch.py --out "$OUT/data/launch_host_time.csv"
+step profile 200 ncu --clock-control none -k regex:fo_gemm_nt --launch-skip 3 --launch-count 5 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --metrics smsp__inst_executed.sum,smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,launch__registers_per_thread python3 scripts/profile/profile_gemm.py
+step record 120 bash -c "python3 scripts/record/record_experiments.py && cp data/*/wave_pattern.* $OUT/data/"
+step host_path 120 python3 scripts/profile/profile_host_path.py --profile
+step timeline 200 python3 scripts/record/record_timeline.py --out "$OUT/data"
 step engine 300 python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/gpu/test_engine_gpu.py
 # Multi-GPU (2+ GPUs): correctness with NCCL, then curves, footprint and the speedup sweep.
 step multi_gpu "${FO_MULTI_LIMIT:-560}" env FO_DATA_OUT="$OUT/data/multi" bash scripts/multi_gpu.sh ${FO_MULTI_ARGS:-}
-step bench_overlap 300 python3 scripts/bench_overlap.py ${FO_OVERLAP_ARGS:-} --out "$OUT/data/overlap_loopback.csv"
+step bench_overlap 300 python3 scripts/bench/bench_overlap.py ${FO_OVERLAP_ARGS:-} --out "$OUT/data/overlap_loopback.csv"
 # Everything under data/ comes back as one archive (a call brings back at most 8 files).
 if [ -n "$(ls -A "$OUT/data" 2>/dev/null)" ]; then tar czf "$OUT/data.tgz" -C "$OUT/data" . && rm -rf "$OUT/data"; fi
 echo "--- summary"; printf '%s\n' "${summary[@]}" | tee -a "$log"

@@ -4,11 +4,11 @@
 # 1. check: the correctness check of every primitive (fo_lib.distributed_check) at world size W
 #    (default: all visible GPUs), against a dense float64 reference, then again with the AllReduce
 #    cases that the post-reorder reduces on a copy-engine communicator (--copy-engine);
-# 2. host: where an eager call's host time goes, per wave group (scripts/profile_host_path.py);
-# 3. bench: NCCL curves, SM footprint and the speedup sweep (scripts/bench_nccl.py, extra arguments
+# 2. host: where an eager call's host time goes, per wave group (scripts/profile/profile_host_path.py);
+# 3. bench: NCCL curves, SM footprint and the speedup sweep (scripts/bench/bench_nccl.py, extra arguments
 #    in $FO_BENCH_NCCL_ARGS) into
 #    data/h200x<W>/ (or $FO_DATA_OUT), with provenance sidecars;
-# 4. timeline: one measured call per shape with CUDA events per group (scripts/record_timeline.py).
+# 4. timeline: one measured call per shape with CUDA events per group (scripts/record/record_timeline.py).
 # Logs go to ${OUT:-/tmp/fo_out}/multi_gpu.log. --dry-run prints the commands without running them
 # (any machine; CI runs it).
 set -euo pipefail
@@ -39,9 +39,9 @@ cmds=()
 [[ ",$steps," == *",check,"* ]] && cmds+=("timeout 300 $run -m fo_lib.distributed_check --device cuda --cases 24")
 # The same with the AllReduce cases reduced by the post-reorder on NCCL's copy engines.
 [[ ",$steps," == *",check,"* ]] && cmds+=("timeout 300 $run -m fo_lib.distributed_check --device cuda --cases 24 --copy-engine")
-[[ ",$steps," == *",host,"* ]] && cmds+=("timeout 150 $run scripts/profile_host_path.py")
-[[ ",$steps," == *",bench,"* ]] && cmds+=("timeout 1800 $run scripts/bench_nccl.py --out $data $quick ${FO_BENCH_NCCL_ARGS:-}")
-[[ ",$steps," == *",timeline,"* ]] && cmds+=("timeout 300 $run scripts/record_timeline.py --out $data")
+[[ ",$steps," == *",host,"* ]] && cmds+=("timeout 150 $run scripts/profile/profile_host_path.py")
+[[ ",$steps," == *",bench,"* ]] && cmds+=("timeout 1800 $run scripts/bench/bench_nccl.py --out $data $quick ${FO_BENCH_NCCL_ARGS:-}")
+[[ ",$steps," == *",timeline,"* ]] && cmds+=("timeout 300 $run scripts/record/record_timeline.py --out $data")
 echo "world size $world; NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
 for c in "${cmds[@]}"; do
   if $dry; then echo "would run: $c"; continue; fi

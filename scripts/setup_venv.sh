@@ -14,7 +14,7 @@ fi
 venv="${FO_VENV:-$root/.venv}"
 py="${PYTHON:-python3}"
 # CuPy after the driver: cuda12 / cuda13 on GPU machines, nvrtc (compile checks only) elsewhere.
-extras="${FO_EXTRAS:-test,$("$py" "$root/scripts/cuda_extra.py"),notebooks}"
+extras="${FO_EXTRAS:-test,$("$py" "$root/scripts/tooling/cuda_extra.py"),notebooks}"
 if [ ! -x "$venv/bin/python" ]; then
   echo "[setup] creating virtual environment $venv"
   "$py" -m venv "$venv"

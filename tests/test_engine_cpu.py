@@ -119,8 +119,8 @@ def test_multi_gpu_job_dry_run():
                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert proc.returncode == 0, proc.stderr
     assert "--nproc_per_node 8 -m fo_lib.distributed_check --device cuda" in proc.stdout
-    assert "--nproc_per_node 8 scripts/bench_nccl.py --out data/h200x8 --quick" in proc.stdout
-    assert "--nproc_per_node 8 scripts/record_timeline.py --out data/h200x8" in proc.stdout
+    assert "--nproc_per_node 8 scripts/bench/bench_nccl.py --out data/h200x8 --quick" in proc.stdout
+    assert "--nproc_per_node 8 scripts/record/record_timeline.py --out data/h200x8" in proc.stdout
     assert "NCCL_NVLS_ENABLE=0" in proc.stdout
 
 

@@ -1,5 +1,6 @@
 """The notebooks' jupytext percent sources (notebooks/NN_name.py) and the .ipynb built from them
-(scripts/build_notebooks.py) agree cell for cell, so an edit to one without the other fails here."""
+(scripts/tooling/build_notebooks.py) agree cell for cell, so an edit to one without the other fails
+here."""
 import importlib.util
 import re
 import shutil
@@ -10,7 +11,8 @@ import pytest
 jupytext = pytest.importorskip("jupytext")
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("build_notebooks", ROOT / "scripts" / "build_notebooks.py")
+_spec = importlib.util.spec_from_file_location("build_notebooks",
+                                               ROOT / "scripts" / "tooling" / "build_notebooks.py")
 build_notebooks = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(build_notebooks)
 SOURCES = build_notebooks.sources()

@@ -1,13 +1,8 @@
-"""scripts/profile_signal_cost.py's reading of Nsight Compute's CSV, on a synthetic output (no GPU)."""
-import importlib.util
-from pathlib import Path
-
+"""fo_lib.reports.ncu's reading of Nsight Compute's raw-page CSV (what
+scripts/profile/profile_signal_cost.py runs on the GPU's output), on a synthetic output (no GPU)."""
 import pytest
 
-_spec = importlib.util.spec_from_file_location(
-    "profile_signal_cost", Path(__file__).resolve().parents[1] / "scripts" / "profile_signal_cost.py")
-psc = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(psc)
+from fo_lib.reports import ncu
 
 
 HEADER = '"ID","Process ID","Kernel Name","gpu__time_duration.sum","smsp__inst_executed.sum"'
@@ -30,12 +25,12 @@ def kernel(epilogue):
 
 def test_rows_follow_the_labels_with_units_and_separators():
     labels = [(64, 64, 64, "plain"), (64, 64, 64, "signal_tiles_4g")]
-    out = psc.parse_ncu_csv(ncu_output([(kernel("plain"), "110,240", "266,395,616"),
+    out = ncu.parse_ncu_csv(ncu_output([(kernel("plain"), "110,240", "266,395,616"),
                                         (kernel("signal_store"), "120,000", "268,381,712")]), labels)
     assert out.variant.tolist() == ["plain", "signal_tiles_4g"]
     assert out.ms.tolist() == pytest.approx([0.11024, 0.12])
     assert out.instructions.tolist() == [266395616, 268381712]
-    us = psc.parse_ncu_csv(ncu_output([(kernel("plain"), "1,517.3", "1")], unit="usecond"), labels[:1])
+    us = ncu.parse_ncu_csv(ncu_output([(kernel("plain"), "1,517.3", "1")], unit="usecond"), labels[:1])
     assert us.ms.tolist() == pytest.approx([1.5173])
 
 
@@ -44,25 +39,25 @@ def test_rows_follow_the_labels_with_units_and_separators():
     ([(kernel("plain"), "1", "1")], [(1, 1, 1, "plain")] * 2, "profiled 1 launches, expected 2"),
 ])
 def test_mismatches_are_refused(rows, labels, match):
-    with pytest.raises(SystemExit, match=match):
-        psc.parse_ncu_csv(ncu_output(rows), labels)
+    with pytest.raises(ValueError, match=match):
+        ncu.parse_ncu_csv(ncu_output(rows), labels)
 
 
 def test_unknown_unit_and_missing_table_are_refused():
-    with pytest.raises(SystemExit, match="unknown duration unit"):
-        psc.parse_ncu_csv(ncu_output([(kernel("plain"), "1", "1")], unit="cycle"), [(1, 1, 1, "plain")])
-    with pytest.raises(SystemExit, match="no CSV"):
-        psc.parse_ncu_csv("==PROF== ERROR: no kernels were profiled\n", [])
+    with pytest.raises(ValueError, match="unknown duration unit"):
+        ncu.parse_ncu_csv(ncu_output([(kernel("plain"), "1", "1")], unit="cycle"), [(1, 1, 1, "plain")])
+    with pytest.raises(ValueError, match="no CSV"):
+        ncu.parse_ncu_csv("==PROF== ERROR: no kernels were profiled\n", [])
 
 
 def test_every_variant_names_a_kernel_epilogue():
     from fo_lib import gemm
 
-    assert set(psc.KERNEL_OF.values()) <= set(gemm.PORTABLE_KERNELS)
+    assert set(ncu.KERNEL_OF.values()) <= set(gemm.PORTABLE_KERNELS)
 
 
 def test_ncu_numbers_read_separators_and_blank_cells():
-    assert psc.ncu_number("1,517.3") == pytest.approx(1517.3)
-    assert psc.ncu_number("", blank=0.0) == 0.0 and psc.ncu_number("nan", blank=0.0) == 0.0
+    assert ncu.ncu_number("1,517.3") == pytest.approx(1517.3)
+    assert ncu.ncu_number("", blank=0.0) == 0.0 and ncu.ncu_number("nan", blank=0.0) == 0.0
     with pytest.raises(ValueError):
-        psc.ncu_number("")
+        ncu.ncu_number("")

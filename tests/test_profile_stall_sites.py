@@ -1,12 +1,8 @@
-"""CPU checks of scripts/profile_stall_sites.py's reading of ncu's source page and its classes."""
-import sys
-from pathlib import Path
-
+"""CPU checks of fo_lib.reports.ncu's reading of ncu's source page and its classes (what
+scripts/profile/profile_stall_sites.py runs on the GPU's output)."""
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-
-import profile_stall_sites as pss  # noqa: E402
+from fo_lib.reports import ncu
 
 HEADER = ('"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)",'
           '"Instructions Executed","stall_barrier","stall_wait","stall_barrier (Not Issued)"')
@@ -25,7 +21,7 @@ ROWS = [("0x10", "HMMA.16816.F32.BF16 R4, R132, R136, R4", "1,200", "900", "2,09
 
 
 def test_source_page_is_read_with_separators_and_stall_columns():
-    df = pss.read_source_csv(source_page(ROWS))
+    df = ncu.read_source_csv(source_page(ROWS))
     assert df.samples.tolist() == [1200, 40, 7, 2]
     assert df.executed.tolist() == [2097152, 16384, 1916, 0]
     assert df.sass[1] == "BAR.SYNC.DEFER_BLOCKING 0x0"
@@ -35,14 +31,14 @@ def test_source_page_is_read_with_separators_and_stall_columns():
 
 def test_classes_follow_executions_per_warp_tile():
     # 2048 tiles x 8 warps, 16 k-tiles per tile (8192 x 8192 x 1024 in 256 x 128 x 64 tiles).
-    cls = pss.classify([2097152 * 2, 16384 * 8 * 16, 16384 * 8, 16384 * 8 * 1.9, 1916, 0], 16384 * 8, 16)
+    cls = ncu.classify([2097152 * 2, 16384 * 8 * 16, 16384 * 8, 16384 * 8 * 1.9, 1916, 0], 16384 * 8, 16)
     assert cls == ["k-tile", "k-tile", "tile", "tile", "rare", "never"]
 
 
 def test_summary_sums_each_class():
-    df = pss.read_source_csv(source_page(ROWS))
-    df["cls"] = pss.classify(df.executed, 16384, 128)
-    rows = {r["cls"]: r for r in pss.summarize(df, variant="plain")}
+    df = ncu.read_source_csv(source_page(ROWS))
+    df["cls"] = ncu.classify(df.executed, 16384, 128)
+    rows = {r["cls"]: r for r in ncu.summarize(df, variant="plain")}
     assert rows["k-tile"]["samples"] == 1200 and rows["k-tile"]["wait"] == 300
     assert rows["tile"]["barrier"] == 35 and rows["tile"]["instructions"] == 1
     assert rows["rare"]["samples"] == 7 and rows["never"]["samples"] == 2
@@ -53,4 +49,4 @@ def test_summary_sums_each_class():
                                         ('"Address","Source"\n"0x10","NOP"\n', "lacks")])
 def test_unreadable_output_is_an_error(text, match):
     with pytest.raises(ValueError, match=match):
-        pss.read_source_csv(text)
+        ncu.read_source_csv(text)

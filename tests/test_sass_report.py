@@ -1,11 +1,6 @@
-"""scripts/sass_report.py's SASS parsing, on a small synthetic listing (no nvdisasm needed)."""
-import importlib.util
-from pathlib import Path
-
-_spec = importlib.util.spec_from_file_location(
-    "sass_report", Path(__file__).resolve().parents[1] / "scripts" / "sass_report.py")
-sass_report = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sass_report)
+"""fo_lib.reports.sass: the SASS parsing of scripts/profile/sass_report.py, on a small synthetic
+listing (no nvdisasm needed)."""
+from fo_lib.reports import sass
 
 SASS = """\
         /*0000*/                   MOV R1, c[0x0][0x28] ;
@@ -30,9 +25,9 @@ SASS = """\
 
 
 def test_k_loop_and_hot_path():
-    loop = sass_report.k_loop(SASS)
+    loop = sass.k_loop(SASS)
     assert loop[0] == ".L_x_7:" and "BRA `(.L_x_7)" in loop[-1]
-    hot = sass_report.hot_path(loop)
+    hot = sass.hot_path(loop)
     # The once-per-tile block (from the first branch to .L_x_6 up to it) is left out.
     assert hot["HMMA"] == 2 and hot["LDSM"] == 1 and hot["BAR"] == 1 and hot["IADD3"] == 1
     assert hot["IMAD"] == 0 and hot["MUFU"] == 0 and hot["IABS"] == 0
@@ -42,16 +37,16 @@ def test_k_loop_and_hot_path():
 def test_no_mma_loop_is_an_error():
     import pytest
     with pytest.raises(ValueError, match="no loop"):
-        sass_report.k_loop(".L_x_1:\n        /*0000*/                   IADD3 R0, R0, 0x1, RZ ;\n"
+        sass.k_loop(".L_x_1:\n        /*0000*/                   IADD3 R0, R0, 0x1, RZ ;\n"
                            "        /*0010*/              @!P0 BRA `(.L_x_1) ;\n")
 
 
 def test_hot_sequence_keeps_modifiers_and_similarity_sees_order():
-    seq = sass_report.hot_sequence(sass_report.k_loop(SASS))
+    seq = sass.hot_sequence(sass.k_loop(SASS))
     assert seq[:3] == ["HMMA.16816.F32.BF16", "LDSM.16.M88.4", "BRA"]
     assert "BAR.SYNC.DEFER_BLOCKING" in seq and "MUFU.RCP" not in seq
-    assert sass_report.similarity(seq, list(seq)) == 1.0
+    assert sass.similarity(seq, list(seq)) == 1.0
     # The same instructions in another order are less alike; a modifier alone tells two apart.
     moved = seq[1:] + seq[:1]
-    assert 0 < sass_report.similarity(seq, moved) < 1
-    assert sass_report.similarity(["IADD3"], ["IADD3.X"]) == 0.0
+    assert 0 < sass.similarity(seq, moved) < 1
+    assert sass.similarity(["IADD3"], ["IADD3.X"]) == 0.0

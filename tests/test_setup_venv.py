@@ -1,4 +1,4 @@
-"""The environment set-up: scripts/cuda_extra.py picks CuPy's extra from the driver's CUDA version,
+"""The environment set-up: scripts/tooling/cuda_extra.py picks CuPy's extra from the driver's CUDA version,
 and scripts/setup_venv.sh installs that extra and keeps everything it writes inside the venv."""
 import importlib.util
 import os
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("cuda_extra", ROOT / "scripts" / "cuda_extra.py")
+_spec = importlib.util.spec_from_file_location("cuda_extra", ROOT / "scripts" / "tooling" / "cuda_extra.py")
 cuda_extra = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cuda_extra)
 
@@ -36,8 +36,8 @@ def fake_nvidia_smi(bin_dir: Path, cuda: str) -> Path:
 def run_cuda_extra(path_dirs, tmp_path):
     # Only the given directories on PATH, and no driver library: the answer depends on the fake alone.
     env = dict(os.environ, PATH=os.pathsep.join(map(str, path_dirs)), FO_CUDA_DRIVER_LIB=str(tmp_path / "no-libcuda.so"))
-    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "cuda_extra.py")], env=env, capture_output=True,
-                         text=True, timeout=60)
+    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "tooling" / "cuda_extra.py")], env=env,
+                         capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     return res.stdout.strip()
 

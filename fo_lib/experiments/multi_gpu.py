@@ -1,4 +1,4 @@
-"""Multi-GPU NCCL measurements (``scripts/bench_nccl.py`` under torchrun): link curves, the SMs NCCL
+"""Multi-GPU NCCL measurements (``scripts/bench/bench_nccl.py`` under torchrun): link curves, the SMs NCCL
 takes from a GEMM, and the speedup sweep with the tuner's choice of partition, fallback and NCCL CTA
 budget. Recorded in ``data/h200x<W>/``; measured again when 2+ GPUs are visible (``mode="auto"``).
 """
@@ -32,7 +32,7 @@ def gpu_count() -> int:
 
 
 def run(mode: str = "auto", data_set: str | None = None, quick: bool = False) -> str:
-    """Measure with every visible GPU (``torchrun scripts/bench_nccl.py``) when asked and possible,
+    """Measure with every visible GPU (``torchrun scripts/bench/bench_nccl.py``) when asked and possible,
     else keep the recorded data; returns the data set to load."""
     from .common import MODES
 
@@ -45,7 +45,7 @@ def run(mode: str = "auto", data_set: str | None = None, quick: bool = False) ->
         from .common import measured_set
         data_set = measured_set(quick, world=gpus)
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus),
-               str(REPO_ROOT / "scripts" / "bench_nccl.py"), "--out", str(DATA_DIR / data_set)]
+               str(REPO_ROOT / "scripts" / "bench" / "bench_nccl.py"), "--out", str(DATA_DIR / data_set)]
         subprocess.run(cmd + (["--quick"] if quick else []), check=True, cwd=REPO_ROOT,
                        env={**__import__("os").environ, "NCCL_NVLS_ENABLE": "0"})
         return data_set
@@ -149,7 +149,7 @@ def tuner_pick(summary: pd.DataFrame) -> pd.DataFrame:
     ones the decision saw), else the fallback; records without that check have NaN there.
 
     A summary with a ``layout`` column holding both AllReduce layouts (two sweeps of
-    ``scripts/bench_nccl.py --layout``) gives one row per shape: the eager and graph choices are
+    ``scripts/bench/bench_nccl.py --layout``) gives one row per shape: the eager and graph choices are
     the ``tiles`` layout's (the default), and the checked tuner also picks the layout, the one whose
     choice has the shorter check timing (``checked_layout``)."""
     if "nccl_max_ctas" not in summary:

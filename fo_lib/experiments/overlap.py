@@ -1,6 +1,6 @@
 """Partition design space, predictive search and speedups, from the overlap benchmark's records.
 
-Measuring these needs a GPU (:mod:`.overlap_measure`, run by ``scripts/bench_overlap.py``; one call
+Measuring these needs a GPU (:mod:`.overlap_measure`, run by ``scripts/bench/bench_overlap.py``; one call
 writes all three files); here they are loaded and summarised, and :func:`run` is the notebooks'
 entry point. The search-time comparison runs live (CPU only).
 """

@@ -2,7 +2,7 @@
 overlapped call (eager and as one CUDA graph) beside the non-overlapped baselines and the refined
 model's prediction, plus the host cost of an overlapped call.
 
-``scripts/bench_overlap.py`` (one GPU, loopback link) and ``scripts/bench_nccl.py`` (torchrun, NCCL)
+``scripts/bench/bench_overlap.py`` (one GPU, loopback link) and ``scripts/bench/bench_nccl.py`` (torchrun, NCCL)
 call :func:`measure` and :func:`write_records`; :mod:`.overlap` loads and summarises the records.
 """
 from __future__ import annotations
@@ -79,7 +79,7 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
     ``shapes`` is a list of ``(M, N, K)`` or a dict ``{primitive: [(M, N, K), ...]}``; ``comm_sms``
     (SMs the GEMM leaves free, an int or ``{primitive: int}``) defaults to the communicator's SM
     footprint. ``model_kw`` (``{primitive: {launch_ms, comm_slowdown, gemm_slowdown}}``) are the
-    refined model's parameters, e.g. fitted by ``scripts/calibrate_overlap.py`` on an earlier run.
+    refined model's parameters, e.g. fitted by ``scripts/record/calibrate_overlap.py`` on an earlier run.
     ``graphs``: also time every candidate replayed as one CUDA graph (``OverlapPlan.capture``), the
     mode without host work per group. ``schedule``: the GEMM's CTA schedule
     (:class:`fo_lib.engine.OverlapPlan`; ``"per_tile"`` ignores ``comm_sms``). ``layout``: the

@@ -5,17 +5,17 @@ registers and spills; with ``nvdisasm`` (PATH, ``--nvdisasm``, or the ``nvidia-c
 wheel) the k-loop's SASS is found (the innermost backward branch around the HMMAs) and its hot
 path is counted: every instruction of the loop except the blocks only taken once per tile (the
 cursor's move to the next tile), and compared with the first epilogue's as an opcode sequence
-(1.000: the same schedule). This is how docs/perf-log.md (sessions 7 and 9) compares epilogues.
+(1.000: the same schedule; the parsing is :mod:`fo_lib.reports.sass`). This is how docs/perf-log.md
+(sessions 7 and 9) compares epilogues.
 
-    python scripts/sass_report.py                                    # 256x128x64, every instantiation
-    python scripts/sass_report.py --config 128x256x64 --epilogues plain signal_store --arch sm_80
-    python scripts/sass_report.py --dump /tmp/sass                   # also write the .sass files
+    python scripts/profile/sass_report.py                                    # 256x128x64, every instantiation
+    python scripts/profile/sass_report.py --config 128x256x64 --epilogues plain signal_store --arch sm_80
+    python scripts/profile/sass_report.py --dump /tmp/sass                   # also write the .sass files
 """
 from __future__ import annotations
 
 import argparse
 import collections
-import difflib
 import re
 import shutil
 import subprocess
@@ -23,58 +23,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from fo_lib import gemm, jit  # noqa: E402
-
-_INSTR = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[0-9T]+\s+)?([A-Z0-9_]+(?:\.[A-Z0-9_]+)*)")
-_LABEL = re.compile(r"^(\.L_x_\d+):")
-_BRANCH = re.compile(r"BRA `\((\.L_x_\d+)\)")
-
-
-def k_loop(sass: str) -> list[str]:
-    """The lines of the shortest backward-branch loop that holds HMMA instructions (the k-loop)."""
-    lines = sass.splitlines()
-    labels = {m.group(1): i for i, line in enumerate(lines) if (m := _LABEL.match(line))}
-    best = None
-    for i, line in enumerate(lines):
-        m = _BRANCH.search(line)
-        if m and labels.get(m.group(1), i) < i:
-            body = lines[labels[m.group(1)]:i + 1]
-            if any("HMMA" in b for b in body) and (best is None or len(body) < len(best)):
-                best = body
-    if best is None:
-        raise ValueError("no loop with HMMA instructions in this SASS")
-    return best
-
-
-def hot_sequence(loop: list[str]) -> list[str]:
-    """The loop's opcodes (with their modifiers, e.g. ``IADD3.X``) in order, without its once-per-tile
-    block: the block after the forward
-    branch that skips the most instructions (the load cursor's move to the next tile)."""
-    labels = {m.group(1): i for i, line in enumerate(loop) if (m := _LABEL.match(line))}
-    skips = [(labels[m.group(1)] - i, i, labels[m.group(1)]) for i, line in enumerate(loop)
-             if (m := _BRANCH.search(line)) and labels.get(m.group(1), -1) > i]
-    cold = set()
-    if skips:
-        end = max(skips)[2]
-        # The rare block: from the first branch that jumps to that label, to the label.
-        first = min(i for _, i, e in skips if e == end)
-        cold = set(range(first + 1, end))
-    return [m.group(1) for i, line in enumerate(loop) if i not in cold and (m := _INSTR.match(line))]
-
-
-def hot_path(loop: list[str]) -> collections.Counter:
-    """Opcode counts (without modifiers: ``HMMA``, ``LDSM``) of the loop's hot path (:func:`hot_sequence`)."""
-    return collections.Counter(op.split(".")[0] for op in hot_sequence(loop))
-
-
-def similarity(a: list[str], b: list[str]) -> float:
-    """How alike two opcode sequences are, 0 to 1 (difflib's ratio: twice the matched opcodes over
-    both lengths): 1 is the same schedule of the same instructions. The same instructions in
-    another order score lower, which is how two instantiations' loops are told apart
-    (docs/perf-log.md, session 9)."""
-    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+from fo_lib.reports.sass import hot_sequence, instruction_count, k_loop, similarity  # noqa: E402
 
 
 def find_nvdisasm(given: str | None) -> str | None:
@@ -128,7 +80,7 @@ def main(argv=None) -> int:
             seq = hot_sequence(loop)
             hot = collections.Counter(op.split(".")[0] for op in seq)
             ref_hot = seq if ref_hot is None else ref_hot
-            n_loop = sum(1 for line in loop if _INSTR.match(line))
+            n_loop = instruction_count(loop)
             row += (f" {n_loop:6d} {len(seq):5d} {hot['HMMA']:5d} {hot['LDSM']:5d} {hot['LDGSTS']:7d}"
                     f"  {similarity(ref_hot, seq):.3f}")
         print(row)

@@ -7,7 +7,7 @@ the collective), decomposition (2 and 4 chunks), the overlapped op with the pred
 with no overlap (one group), the finest partition, and a sample of other partitions (all of them
 when there are few). Overlap efficiency = (T_seq - T_ovl) / (T_seq - max(T_gemm, T_comm)).
 
-    python scripts/bench_overlap.py --out overlap_loopback.csv [--quick] [--world 2]
+    python scripts/bench/bench_overlap.py --out overlap_loopback.csv [--quick] [--world 2]
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from fo_lib.experiments.overlap import load_model_params, measure, write_records  # noqa: E402
 
@@ -37,8 +37,8 @@ def main(argv=None):
                     help="the AllReduce plans' layout (fo_lib.engine.OverlapPlan)")
     ap.add_argument("--model-params", default="none",
                     help="JSON file with the refined model's parameters per primitive (a calibration sidecar "
-                         "of scripts/calibrate_overlap.py, fitted on an earlier run), 'auto' (the sidecar beside "
-                         "--out if there is one) or 'none' (launch_ms 0.01, no slowdowns)")
+                         "of scripts/record/calibrate_overlap.py, fitted on an earlier run), 'auto' (the sidecar "
+                         "beside --out if there is one) or 'none' (launch_ms 0.01, no slowdowns)")
     args = ap.parse_args(argv)
     if args.host_overhead:
         from fo_lib.experiments.overlap import LINK, host_overhead

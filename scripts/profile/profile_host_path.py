@@ -6,8 +6,8 @@ GPU kept busy so that nothing waits for it), each piece a call enqueues per grou
 launch, the collective's call, the NVTX range, and the whole eager call. Run it under torchrun for
 NCCL, or alone for the loopback link:
 
-    torchrun --nproc_per_node 2 scripts/profile_host_path.py       # NCCL
-    python scripts/profile_host_path.py --world 2                    # loopback (one GPU)
+    torchrun --nproc_per_node 2 scripts/profile/profile_host_path.py       # NCCL
+    python scripts/profile/profile_host_path.py --world 2                    # loopback (one GPU)
 
 Prints one table (rank 0); writes nothing. ``--profile`` also runs 200 eager calls (the default
 path: communication side replayed as one graph) under cProfile and prints where they spend.
@@ -19,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from fo_lib.testing import host_and_gpu_time  # noqa: E402
 

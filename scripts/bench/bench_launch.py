@@ -5,7 +5,7 @@ the host's alone; the GPU time per call is printed beside it. Where the host tim
 time, back-to-back eager calls are host-bound (a benchmark that times eager calls then measures the
 launch path, not the kernel). With ``--profile`` the slowest launch path is also run under cProfile.
 
-    python scripts/bench_launch.py --out launch.csv [--shape 2048 4096 4096] [--profile]
+    python scripts/bench/bench_launch.py --out launch.csv [--shape 2048 4096 4096] [--profile]
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pstats
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def main(argv=None) -> None:

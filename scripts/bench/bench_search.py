@@ -1,18 +1,22 @@
 """Wall time of the exact partition search (dynamic program) for large wave counts.
 
 Not a timed test: prints a table (median of repeats) and optionally writes CSV.
-    python scripts/bench_search.py [--repeats 20] [--out search.csv]
+    python scripts/bench/bench_search.py [--repeats 20] [--out search.csv]
 """
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from fo_lib.predictor import synthetic_model
-from fo_lib.profiles import BandwidthCurve
+import numpy as np  # noqa: E402
+
+from fo_lib.predictor import synthetic_model  # noqa: E402
+from fo_lib.profiles import BandwidthCurve  # noqa: E402
 
 
 def main() -> None:

@@ -1,8 +1,8 @@
 """Run every kernel family once on small shapes, for compute-sanitizer.
 
-    compute-sanitizer --tool memcheck  python3 scripts/sanitize_kernels.py
-    compute-sanitizer --tool racecheck python3 scripts/sanitize_kernels.py
-    compute-sanitizer --tool memcheck  python3 scripts/sanitize_kernels.py --sm90   # the sm_90a GEMM only
+    compute-sanitizer --tool memcheck  python3 scripts/profile/sanitize_kernels.py
+    compute-sanitizer --tool racecheck python3 scripts/profile/sanitize_kernels.py
+    compute-sanitizer --tool memcheck  python3 scripts/profile/sanitize_kernels.py --sm90   # the sm_90a GEMM only
 
 Shapes have tails in M and N so predicated loads/stores are exercised; results are checked too,
 so a silent wrong answer fails as well. Prints 'sanitize: ok' at the end.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 

@@ -5,7 +5,7 @@ through the tile places (the engine's AllReduce store):
     ncu --clock-control none -k regex:fo_gemm_nt --launch-skip 3 --launch-count 5 \
         --section SpeedOfLight --section WarpStateStats \
         --metrics smsp__average_warps_issue_stalled_membar_per_issue_active.ratio \
-        python3 scripts/profile_gemm.py [--M 8192 --N 8192 --K 4096]
+        python3 scripts/profile/profile_gemm.py [--M 8192 --N 8192 --K 4096]
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 

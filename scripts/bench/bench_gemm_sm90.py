@@ -1,17 +1,17 @@
 """Benchmark the sm_90a GEMM (fo_lib.gemm.sm90) against torch.matmul (cuBLAS) on one Hopper GPU.
 
 Per (M, N, K), in the same interleaved rounds (fo_lib.testing.bench_interleaved, a random variant
-order per round as in scripts/bench_gemm.py): ``sm90`` (plain,
+order per round as in scripts/bench/bench_gemm.py): ``sm90`` (plain,
 default config), ``sm90_signal`` (the full signal protocol as the engine runs it for AllReduce
 tiles, one group per wave: through the row table, ``SM90.place_store`` being False),
 ``sm90_signal_tiles`` (the same with each tile at its place), ``sm90_signal_rows`` (C row-major),
 ``torch`` (``torch.matmul(a, b.T)``), optionally ``portable`` (fo_lib.gemm) and every
 sm90 config as its own variant (``--configs``). Inputs rotate over enough sets that one round's
-operands exceed the 60 MB L2 (the machinery of scripts/bench_gemm.py). Median TFLOP/s per variant
+operands exceed the 60 MB L2 (the machinery of scripts/bench/bench_gemm.py). Median TFLOP/s per variant
 goes to ``--out`` (CSV + provenance sidecar) and a short table is printed.
 
-    python scripts/bench_gemm_sm90.py --out data/h200/gemm_sm90.csv
-    python scripts/bench_gemm_sm90.py --quick --M 4096 --N 4096 --K 4096 --out /tmp/x.csv
+    python scripts/bench/bench_gemm_sm90.py --out data/h200/gemm_sm90.csv
+    python scripts/bench/bench_gemm_sm90.py --quick --M 4096 --N 4096 --K 4096 --out /tmp/x.csv
 """
 from __future__ import annotations
 
@@ -20,17 +20,18 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from bench_gemm import add_config_variants, check_and_time, input_sets, tile_tables  # noqa: E402
+from bench_gemm import add_config_variants, check_and_time, input_sets  # noqa: E402
 from fo_lib import gemm  # noqa: E402
 from fo_lib.gemm import sm90 as gemm_sm90  # noqa: E402
 from fo_lib.provenance import write_result  # noqa: E402
+from fo_lib.testing import tile_tables  # noqa: E402
 
 
 def bench_shape(M, N, K, dtype, rounds, inner, configs, portable=False, graph=False, swizzles=()):

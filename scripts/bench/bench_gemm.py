@@ -12,8 +12,8 @@ a fresh random order each round (``--order``); ``--control`` adds the plain kern
 difference from the first is the measurement's own noise. Median TFLOP/s per
 variant goes to ``--out`` (CSV) and a short table is printed.
 
-    python scripts/bench_gemm.py --out bench.csv            # full grid
-    python scripts/bench_gemm.py --quick --out bench.csv    # fewer rounds
+    python scripts/bench/bench_gemm.py --out bench.csv            # full grid
+    python scripts/bench/bench_gemm.py --quick --out bench.csv    # fewer rounds
 """
 from __future__ import annotations
 
@@ -22,15 +22,15 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from fo_lib import gemm, reorder  # noqa: E402
+from fo_lib import gemm  # noqa: E402
 from fo_lib.provenance import write_result  # noqa: E402
-from fo_lib.testing import bench_interleaved, summarize  # noqa: E402
+from fo_lib.testing import bench_interleaved, summarize, tile_tables  # noqa: E402
 
 L2_BYTES = 60 * 2**20
 # Variants in a random order per round (fo_lib.testing.round_orders). NOTES: in the alternating order
@@ -38,21 +38,6 @@ L2_BYTES = 60 * 2**20
 # twice then differed by 2-4 % on long (>= 1 ms) shapes; in a random order by ~1 % at most
 # (docs/perf-log.md, session 10).
 ORDER = "shuffle"
-
-
-def tile_tables(M, N, cfg, ctas, groups=None):
-    """The AllReduce (tile) tables the engine would use: one group per wave (the finest partition:
-    a release per tile and the most scattered slices), or the waves split into ``groups`` groups as
-    evenly as possible (later groups take the remainder, as the tuner's growing groups do)."""
-    grid = cfg.grid(M, N, ctas)
-    if groups is None:
-        part = (1,) * grid.num_waves
-    else:
-        g = min(groups, grid.num_waves)
-        part = tuple(grid.num_waves // g + (i >= g - grid.num_waves % g) for i in range(g))
-    plan = reorder.tile_reorder(grid, part)
-    return (torch.from_numpy(plan.row_offset).cuda(), torch.from_numpy(plan.tile_group).cuda(),
-            torch.zeros(plan.num_groups, dtype=torch.int32, device="cuda"), torch.from_numpy(plan.tile_place).cuda())
 
 
 def input_sets(M, N, K, dtype):

@@ -2,9 +2,9 @@
 the GEMM, each wave group's wait and collective, and the post-reorder, beside the refined model's
 timeline for the same partition (fo_lib.experiments.timeline).
 
-    python scripts/record_timeline.py                                  # one GPU, loopback -> data/<gpu>/
-    torchrun --nproc_per_node 2 scripts/record_timeline.py --out data/h200x2   # NCCL
-    torchrun --nproc_per_node 2 scripts/record_timeline.py --copy-engine --out data/h200x2/copy_engine
+    python scripts/record/record_timeline.py                                  # one GPU, loopback -> data/<gpu>/
+    torchrun --nproc_per_node 2 scripts/record/record_timeline.py --out data/h200x2   # NCCL
+    torchrun --nproc_per_node 2 scripts/record/record_timeline.py --copy-engine --out data/h200x2/copy_engine
 
 Under torchrun the shapes are one GEMM-heavy and one communication-heavy AllReduce; rank 0 writes.
 """
@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def main(argv=None) -> int:

@@ -13,8 +13,8 @@ variant is timed as a CUDA graph holding ``K`` back-to-back calls (host launch o
 per-call time is the graph time / K); ``--no-graph`` times eager launches instead (validated launchers,
 so the per-call Python cost is only the CuPy launch). Results go to ``--out`` (CSV) and a short table.
 
-    python scripts/bench_postops.py --out postops.csv
-    python scripts/bench_postops.py --quick --out postops.csv --tpr 256 512 1024   # also other block widths
+    python scripts/bench/bench_postops.py --out postops.csv
+    python scripts/bench/bench_postops.py --quick --out postops.csv --tpr 256 512 1024   # also other block widths
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

@@ -4,8 +4,8 @@ The .py files are the sources (reviewable diffs, `# %%` cells, `# %% [markdown]`
 cell tagged `# %% tags=["parameters"]`); the .ipynb are what papermill, run_all.sh and JupyterLab
 open. Edit a .py, then run this (tests/test_notebook_sources.py fails while the two disagree).
 
-    python scripts/build_notebooks.py            # rewrite every .ipynb from its .py
-    python scripts/build_notebooks.py --check    # exit 1 and name the notebooks out of sync
+    python scripts/tooling/build_notebooks.py            # rewrite every .ipynb from its .py
+    python scripts/tooling/build_notebooks.py --check    # exit 1 and name the notebooks out of sync
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
 
 
@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         bad = out_of_sync()
         for name in bad:
-            print(f"out of sync: notebooks/{name}.py <-> notebooks/{name}.ipynb (run scripts/build_notebooks.py)")
+            print(f"out of sync: notebooks/{name}.py <-> notebooks/{name}.ipynb "
+                  "(run scripts/tooling/build_notebooks.py)")
         return 1 if bad else 0
     for src in sources():
         out = src.with_suffix(".ipynb")

@@ -1,13 +1,13 @@
 """Calibrate the refined latency model on measured partitions and evaluate the tuner, offline.
 
-Reads what ``scripts/bench_overlap.py`` recorded (``<data>/overlap_loopback_candidates.csv`` with the
-measured latency of every candidate partition, ``<data>/overlap_loopback_profiles.json`` with the
+Reads what ``scripts/bench/bench_overlap.py`` recorded (``<data>/overlap_loopback_candidates.csv``
+with the measured latency of every candidate partition, ``<data>/overlap_loopback_profiles.json`` with the
 GEMM profiles and link curves), fits ``launch_ms``/``comm_slowdown``/``gemm_slowdown`` per
 primitive, and reports per shape: the model's error over all measured candidates and whether the
 partition the model ranks first (among the measured candidates) is within 3% of the best measured.
 Leave-one-shape-out: the parameters used for a shape are fitted on the other shapes only.
 
-    python scripts/calibrate_overlap.py [--data data/h200]
+    python scripts/record/calibrate_overlap.py [--data data/h200]
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402

@@ -2,7 +2,7 @@
 change of the engine's structure), on one GPU over the loopback link.
 
     git archive <base> | tar -x -C .baseline         # the tree to compare with
-    python3 scripts/bench_engine_host.py --roots .baseline . --out data/h200/engine_host_time.csv
+    python3 scripts/bench/bench_engine_host.py --roots .baseline . --out data/h200/engine_host_time.csv
 
 Each round runs every tree once in its own process (a random tree order per round); a process
 builds AllReduce plans for a few shapes, with the communication side replayed as captured graphs
@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHAPES = ((2048, 8192, 8192), (4096, 8192, 8192), (8192, 8192, 4096))
 
 WORKER = r"""
@@ -88,7 +88,7 @@ def main(argv=None) -> int:
         sys.path.insert(0, str(ROOT))
         from fo_lib.provenance import write_result
         write_result(df, args.out, link="emulated", world_size=2,
-                     command="python3 scripts/bench_engine_host.py " + " ".join(argv or sys.argv[1:]))
+                     command="python3 scripts/bench/bench_engine_host.py " + " ".join(argv or sys.argv[1:]))
     return 0
 
 

@@ -3,7 +3,8 @@
 For each shape and variant, one launch is profiled by ``ncu --section SourceCounters`` (base clocks)
 and its per-instruction table (SASS, executed count, warp stall samples by reason) is exported with
 ``ncu --page source --csv --print-source sass``. Each instruction is put in a class by how often a
-warp executes it per tile it computes:
+warp executes it per tile it computes (:func:`fo_lib.reports.ncu.classify`, which also reads ncu's
+source page):
 
 * ``k-tile``: about once per k-tile (the main loop's hot path);
 * ``tile``: about once per tile (the top of a tile, the load cursor's move, the epilogue);
@@ -15,89 +16,26 @@ instructions per class, and per stall reason, for every variant; the difference 
 kernel and a signal kernel on one shape says where the signal's extra time goes (docs/perf-log.md,
 session 9). The per-instruction tables are kept as ``<M>x<N>x<K>_<variant>.csv.gz``.
 
-    python scripts/profile_stall_sites.py --out-dir stalls/          # runs ncu on itself
+    python scripts/profile/profile_stall_sites.py --out-dir stalls/          # runs ncu on itself
 """
 from __future__ import annotations
 
 import argparse
 import gzip
-import io
 import math
 import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from profile_signal_cost import KERNEL_OF, launch, ncu_number, parse_shape  # noqa: E402
+from profile_signal_cost import launch, parse_shape  # noqa: E402
+
+from fo_lib.reports.ncu import KERNEL_OF, classify, read_source_csv, summarize  # noqa: E402
 
 DEFAULT_VARIANTS = ("plain", "signal_rows", "signal_tiles", "signal_rows_no_group")
 DEFAULT_SHAPES = ("8192x8192x1024", "8192x8192x8192")
-# The stall reasons kept in the summary (ncu's source-page columns, "stall_<reason>").
-REASONS = ("barrier", "long_sb", "short_sb", "wait", "mio", "math", "lg", "membar", "branch_resolving",
-           "dispatch", "no_inst", "not_selected", "selected")
-
-
-def _number(col):
-    return col.map(lambda v: ncu_number(v, blank=0.0))
-
-
-def read_source_csv(text: str):
-    """ncu's source page (CSV) -> DataFrame with ``address``, ``sass``, ``samples``,
-    ``samples_not_issued``, ``executed`` and one ``stall_<reason>`` column per reason ncu reports
-    (all samples, not the "Not Issued" ones). ncu's own lines before the table are skipped."""
-    import pandas as pd
-
-    lines = text.splitlines()
-    first = next((i for i, line in enumerate(lines) if line.startswith('"Address"')), None)
-    if first is None:
-        raise ValueError("no source table in ncu's output")
-    t = pd.read_csv(io.StringIO("\n".join(lines[first:])))
-    need = {"Address", "Source", "Warp Stall Sampling (All Samples)",
-            "Warp Stall Sampling (Not-issued Samples)", "Instructions Executed"}
-    if not need <= set(t.columns):
-        raise ValueError(f"ncu's source table lacks {sorted(need - set(t.columns))}")
-    out = pd.DataFrame({
-        "address": t["Address"].astype(str),
-        "sass": t["Source"].astype(str).str.strip(),
-        "samples": _number(t["Warp Stall Sampling (All Samples)"]),
-        "samples_not_issued": _number(t["Warp Stall Sampling (Not-issued Samples)"]),
-        "executed": _number(t["Instructions Executed"]),
-    })
-    for c in t.columns:
-        if c.startswith("stall_") and "Not Issued" not in c:
-            out[c] = _number(t[c])
-    return out
-
-
-def classify(executed, warp_tiles: int, k_tiles: int) -> list[str]:
-    """The class of each instruction from its executed count (warp instructions over the launch):
-    ``warp_tiles`` = tiles x warps per CTA, ``k_tiles`` per tile (see the module docstring)."""
-    out = []
-    for e in executed:
-        per_tile = e / warp_tiles
-        if e == 0:
-            out.append("never")
-        elif k_tiles > 3 and per_tile >= k_tiles - 3:
-            out.append("k-tile")
-        elif per_tile >= 0.5:
-            out.append("tile")
-        else:
-            out.append("rare")
-    return out
-
-
-def summarize(df, **labels):
-    """One row per class: samples, executed instructions, static instructions, samples per reason."""
-    rows = []
-    for cls, g in df.groupby("cls"):
-        row = dict(labels, cls=cls, samples=int(g.samples.sum()), not_issued=int(g.samples_not_issued.sum()),
-                   executed=int(g.executed.sum()), instructions=len(g))
-        for r in REASONS:
-            row[r] = int(g[f"stall_{r}"].sum()) if f"stall_{r}" in g else 0
-        rows.append(row)
-    return rows
 
 
 def main(argv=None) -> None:

@@ -11,7 +11,7 @@
   footprint of that budget free. ``tuned_ms`` per budget is what the tuner runs (predicted partition
   or the cuBLAS + NCCL fallback); the printed summary lets the tuner also pick the budget.
 
-    torchrun --nproc_per_node 2 scripts/bench_nccl.py --out data/h200x2 [--quick] [--ctas 8 16 0]
+    torchrun --nproc_per_node 2 scripts/bench/bench_nccl.py --out data/h200x2 [--quick] [--ctas 8 16 0]
 
 Every file gets a provenance sidecar; rank 0 writes them. NCCL_NVLS_ENABLE=0 is set (no NVLink
 multicast on the lent machines).
@@ -23,7 +23,7 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 
 PRIMITIVES = ("all_reduce", "reduce_scatter", "all_to_all")

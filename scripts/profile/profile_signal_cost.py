@@ -14,24 +14,22 @@ compared shape by shape (median over ``--repeat`` launches):
 * ``signal_rows_no_group``, ``signal_tiles_no_group``: those kernels with every tile's group -1, so
   no release is ever due: the same binaries without the release's run-time cost.
 
-    python scripts/profile_signal_cost.py --out signal_cost.csv            # runs ncu on itself
-    FO_NVRTC_OPTIONS=-DNAME=1 python scripts/profile_signal_cost.py ...    # a kernel experiment
+ncu's CSV is read by :mod:`fo_lib.reports.ncu`.
+
+    python scripts/profile/profile_signal_cost.py --out signal_cost.csv            # runs ncu on itself
+    FO_NVRTC_OPTIONS=-DNAME=1 python scripts/profile/profile_signal_cost.py ...    # a kernel experiment
 """
 from __future__ import annotations
 
 import argparse
-import io
 import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-# Each variant, in launch order, and the kernel it launches (the kernel's name ends in _<instantiation>).
-KERNEL_OF = {"plain": "plain", "plain_comm": "plain", "signal_rows": "signal_store", "signal_tiles": "signal_store",
-               "signal_tiles_4g": "signal_store", "scatter": "scatter", "signal_rows_no_group": "signal_store",
-               "signal_tiles_no_group": "signal_store"}
-VARIANTS = tuple(KERNEL_OF)
+from fo_lib.reports.ncu import KERNEL_OF, VARIANTS, parse_ncu_csv  # noqa: E402
+
 DEFAULT_SHAPES = ("2048x8192x1024", "2048x8192x4096", "8192x8192x1024", "8192x8192x4096", "4096x4096x8192")
 
 
@@ -47,8 +45,8 @@ def launch(shapes, repeat: int, variants=VARIANTS) -> None:
     """Launch every variant ``repeat`` times per shape, in the order ``collect`` expects."""
     import torch
 
-    from bench_gemm import tile_tables
     from fo_lib import gemm
+    from fo_lib.testing import tile_tables
 
     sms = gemm.sm_count()
     for M, N, K in shapes:
@@ -78,45 +76,6 @@ def launch(shapes, repeat: int, variants=VARIANTS) -> None:
         torch.cuda.synchronize()
 
 
-def ncu_number(value, blank: float | None = None) -> float:
-    """One of ncu's CSV numbers ("1,517.3": thousands separators); an empty cell is ``blank``
-    (an error when ``blank`` is None)."""
-    text = str(value).replace(",", "").strip()
-    if text in ("", "nan") and blank is not None:
-        return blank
-    return float(text)
-
-
-_MS_PER_UNIT = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0}
-
-
-def parse_ncu_csv(stdout: str, labels):
-    """ncu's ``--csv --page raw`` output (the target's and ncu's own lines mixed in) -> one row per
-    launch, labelled in launch order by ``labels`` = [(M, N, K, variant), ...]."""
-    import pandas as pd
-
-    lines = stdout.splitlines()
-    first = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
-    if first is None:
-        raise SystemExit(f"no CSV in ncu's output:\n{stdout[-3000:]}")
-    table = pd.read_csv(io.StringIO("\n".join(line for line in lines[first:] if line.startswith('"'))))
-    units, raw = table.iloc[0], table.iloc[1:]  # the first row holds the units
-    if len(raw) != len(labels):
-        raise SystemExit(f"ncu profiled {len(raw)} launches, expected {len(labels)}")
-    scale = _MS_PER_UNIT.get(str(units["gpu__time_duration.sum"]))
-    if scale is None:
-        raise SystemExit(f"unknown duration unit {units['gpu__time_duration.sum']!r} in ncu's output")
-    rows = []
-    for (M, N, K, name), (_, r) in zip(labels, raw.iterrows()):
-        kernel = str(r["Kernel Name"])
-        if not kernel.endswith("_" + KERNEL_OF[name]):
-            raise SystemExit(f"launch order mismatch: {name} profiled as {kernel}")
-        rows.append(dict(M=M, N=N, K=K, variant=name, kernel=kernel,
-                         ms=ncu_number(r["gpu__time_duration.sum"]) * scale,
-                         instructions=int(ncu_number(r["smsp__inst_executed.sum"]))))
-    return pd.DataFrame(rows)
-
-
 def collect(shapes, repeat: int, ncu: str):
     """Run ncu on this script's launch mode; one row per launch (shape, variant, ms, instructions)."""
     cmd = [ncu, "--clock-control", "base", "--cache-control", "all", "--csv", "--page", "raw",
@@ -127,7 +86,10 @@ def collect(shapes, repeat: int, ncu: str):
     if done.returncode != 0:
         raise SystemExit(f"ncu failed ({done.returncode}):\n{done.stderr[-3000:]}\n{done.stdout[-3000:]}")
     labels = [(M, N, K, name) for M, N, K in shapes for _ in range(repeat) for name in VARIANTS]
-    return parse_ncu_csv(done.stdout, labels)
+    try:
+        return parse_ncu_csv(done.stdout, labels)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
 
 
 def main(argv=None) -> None:

@@ -1,19 +1,15 @@
-"""The per-shape tables that ``scripts/bench_gemm.py`` prints, read back from a ``gpu_run.sh`` log.
+"""The per-shape tables that ``scripts/bench/bench_gemm.py`` prints, read back from a
+``scripts/gpu_run.sh`` log.
 
 A GPU call's ``run.log`` holds, for every benchmark run of the call (the ``bench_gemm`` step and each
 ``exp_gemm`` option set), the table printed while it ran: per shape the TFLOP/s of cuBLAS, of the
 plain kernel and of the signal (tile places), and the scatter's and the signal's time over plain's
-in percent. This reads them into one DataFrame (one row per run and shape) and prints the signal's
-overhead per run: its median over the shapes and by K. It is how a run whose CSVs did not come back
-is still read (``data/h200/runs/README.md``).
-
-    python scripts/gemm_log_tables.py data/h200/runs/<run>/run.log
+in percent. :func:`read_log_tables` reads them into one DataFrame (one row per run and shape); the
+command line is ``scripts/bench/gemm_log_tables.py``.
 """
 from __future__ import annotations
 
-import argparse
 import re
-import sys
 
 COLUMNS = ("M", "N", "K", "config", "torch", "ours", "x", "signal", "scatter_pct", "signal_pct")
 
@@ -47,19 +43,3 @@ def read_log_tables(text: str):
     if not rows:
         raise ValueError("no bench_gemm table in this log")
     return pd.DataFrame(rows)
-
-
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("log", help="a gpu_run.sh run.log")
-    args = p.parse_args(argv)
-    with open(args.log) as f:
-        df = read_log_tables(f.read())
-    for (index, run), d in df.groupby(["index", "run"]):
-        by_k = d.groupby("K")["signal_pct"].median()
-        print(f"{index}: {run}: {len(d)} shapes, signal vs plain median {d['signal_pct'].median():+.2f} % "
-              "(by K: " + ", ".join(f"{k} {v:+.2f}" for k, v in by_k.items()) + ")")
-
-
-if __name__ == "__main__":
-    sys.exit(main())
