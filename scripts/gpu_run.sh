@@ -4,7 +4,7 @@
 # sidecars under $OUT/data/. Run from the repo root:
 #   FO_GIT_SHA=<sha of HEAD> FO_STEPS=build,tests,sanitize,bench_gemm,bench_postops scripts/gpu_run.sh
 # Steps: build tests sanitize sanitize_sm90 bench_gemm exp_gemm signal_cost stall_sites bench_sm90 bench_postops launch profile record host_path
-# timeline engine multi_gpu bench_overlap; arguments through FO_TEST_ARGS, FO_GEMM_ARGS, FO_EXP_OPTIONS/FO_EXP_ARGS, FO_STALL_ARGS, FO_SM90_ARGS, FO_POSTOPS_ARGS,
+# timeline engine engine_host multi_gpu bench_overlap run_all_quick; arguments through FO_TEST_ARGS, FO_GEMM_ARGS, FO_EXP_OPTIONS/FO_EXP_ARGS, FO_STALL_ARGS, FO_SM90_ARGS, FO_POSTOPS_ARGS,
 # FO_MULTI_ARGS, FO_OVERLAP_ARGS. (tests runs every file in tests/gpu, the sm90 GEMM's included.)
 # (the GPU machine gets a copy without .git: FO_GIT_SHA is what the provenance sidecars record)
 set -uo pipefail
@@ -55,6 +55,14 @@ step timeline 200 python3 scripts/record/record_timeline.py --out "$OUT/data"
 step engine 300 python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/gpu/test_engine_gpu.py
 # Multi-GPU (2+ GPUs): correctness with NCCL, then curves, footprint and the speedup sweep.
 step multi_gpu "${FO_MULTI_LIMIT:-560}" env FO_DATA_OUT="$OUT/data/multi" bash scripts/multi_gpu.sh ${FO_MULTI_ARGS:-}
+# The engine's host time per eager call against another tree (.baseline/: e.g. `git archive <sha> fo_lib`).
+step engine_host 300 python3 scripts/bench/bench_engine_host.py --roots .baseline . ${FO_ENGINE_HOST_ARGS:-} --out "$OUT/data/engine_host_time.csv"
+# Every notebook in measure mode with small sweeps (needs papermill: carry the wheels); the data sets
+# and figures it writes come back in data.tgz.
+if [[ $steps == *",run_all_quick,"* ]]; then
+  step run_all_quick 540 env FO_NO_VENV=1 ./run_all.sh --quick --mode measure
+  mkdir -p "$OUT/data/run_all_quick" && cp -r data/*-quick figures notebooks/output "$OUT/data/run_all_quick/" 2>/dev/null
+fi
 step bench_overlap 300 python3 scripts/bench/bench_overlap.py ${FO_OVERLAP_ARGS:-} --out "$OUT/data/overlap_loopback.csv"
 # Everything under data/ comes back as one archive (a call brings back at most 8 files).
 if [ -n "$(ls -A "$OUT/data" 2>/dev/null)" ]; then tar czf "$OUT/data.tgz" -C "$OUT/data" . && rm -rf "$OUT/data"; fi
