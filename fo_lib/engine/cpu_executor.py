@@ -43,7 +43,7 @@ class CpuExecutor:
         c = (a.float() @ b.float().T).to(p.torch_dtype).reshape(-1)
         for g, (src, dst) in enumerate(self._scatter):
             self.send[dst] = c[src]  # the group's tiles are done: its collective may start
-            p.collective(g, timeout_s=p.timeout_ns / 1e9)  # only here do collectives block the host
+            p.collective(g, self.send, self.recv, timeout_s=p.timeout_ns / 1e9)  # only here do collectives block the host
         src = self.send if p.buffer_layout.result == "send" else self.recv
         residual_out = operands.get("residual_out")
         res_out = None if residual_out is None else np.empty((p.out_rows, p.N))

@@ -37,7 +37,7 @@ class CudaExecutor:
         # How the GEMM stores: a place per tile where the layout is tile blocks (AllReduce tiles,
         # ReduceScatter subtiles: no row table to read), else the row table (All-to-All), or C
         # row-major (None, None: the rows layout's in-place store).
-        place = p.tables.tile_place if gemm.kernels_for(p.config).place_store else None
+        place = getattr(p.tables, "tile_place", None) if gemm.kernels_for(p.config).place_store else None
         self.tile_place = None if place is None else torch.from_numpy(place).to(dev)
         self.store_table = None if (p.buffer_layout.stores_in_place or self.tile_place is not None) \
             else self.row_offset
@@ -141,7 +141,7 @@ class CudaExecutor:
                 if wait:
                     self._waits[g](stream)
                 ready = _record(stream) if events is not None else None
-                p.collective(g)
+                p.collective(g, self.send, self.recv)
                 if events is not None:
                     events.append((ready, _record(stream)))
                 if done is not None:

@@ -197,12 +197,12 @@ class OverlapPlan:
                 "reduction": self.reduction, "routing": None if routing is None else routing.digest()}
 
     # --- a call ----------------------------------------------------------------------------------------
-    def collective(self, g: int, **kw) -> None:
-        """Group ``g``'s collective on its slices (the executors call this); a failure becomes a
-        :class:`CollectiveError` that names the plan, the group and the rank."""
+    def collective(self, g: int, send, recv, **kw) -> None:
+        """Group ``g``'s collective on its slices of an executor's buffers ``send`` and ``recv``; a
+        failure becomes a :class:`CollectiveError` that names the plan, the group and the rank."""
         sl = self.slices[g]
         try:
-            self.buffer_layout.call(self.comm, sl, self.send, self.recv, **kw)
+            self.buffer_layout.call(self.comm, sl, send, recv, **kw)
         except Exception as exc:
             s, e = sl["send"]
             first = (str(exc).strip().splitlines() or [""])[0]
