@@ -60,7 +60,7 @@ step engine_host 300 python3 scripts/bench/bench_engine_host.py --roots .baselin
 # Every notebook in measure mode with small sweeps (needs papermill: carry the wheels); the data sets
 # and figures it writes come back in data.tgz.
 if [[ $steps == *",run_all_quick,"* ]]; then
-  step run_all_quick 540 env FO_NO_VENV=1 ./run_all.sh --quick --mode measure
+  step run_all_quick 480 env FO_NO_VENV=1 ./run_all.sh --quick --mode measure
   mkdir -p "$OUT/data/run_all_quick" && cp -r data/*-quick figures notebooks/output "$OUT/data/run_all_quick/" 2>/dev/null
 fi
 step bench_overlap 300 python3 scripts/bench/bench_overlap.py ${FO_OVERLAP_ARGS:-} --out "$OUT/data/overlap_loopback.csv"
