@@ -57,10 +57,10 @@ step engine 300 python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests
 step multi_gpu "${FO_MULTI_LIMIT:-560}" env FO_DATA_OUT="$OUT/data/multi" bash scripts/multi_gpu.sh ${FO_MULTI_ARGS:-}
 # The engine's host time per eager call against another tree (.baseline/: e.g. `git archive <sha> fo_lib`).
 step engine_host 300 python3 scripts/bench/bench_engine_host.py --roots .baseline . ${FO_ENGINE_HOST_ARGS:-} --out "$OUT/data/engine_host_time.csv"
-# Every notebook in measure mode with small sweeps (needs papermill: carry the wheels); the data sets
+# Every notebook with small sweeps, measured where this machine has the GPUs it needs (needs papermill: carry the wheels); the data sets
 # and figures it writes come back in data.tgz.
 if [[ $steps == *",run_all_quick,"* ]]; then
-  step run_all_quick 480 env FO_NO_VENV=1 ./run_all.sh --quick --mode measure
+  step run_all_quick 480 env FO_NO_VENV=1 ./run_all.sh --quick
   mkdir -p "$OUT/data/run_all_quick" && cp -r data/*-quick figures notebooks/output "$OUT/data/run_all_quick/" 2>/dev/null
 fi
 step bench_overlap 300 python3 scripts/bench/bench_overlap.py ${FO_OVERLAP_ARGS:-} --out "$OUT/data/overlap_loopback.csv"
