@@ -79,4 +79,4 @@ def save(fig, name: str, figures_dir: str | Path = "figures") -> list[Path]:
     return paths
 
 
-from . import multi_gpu, overheads, overlap, timeline, wave_pattern  # noqa: E402,F401  (the per-figure modules)
+from . import explorer, multi_gpu, overheads, overlap, timeline, wave_pattern  # noqa: E402,F401  (the per-figure modules)
