@@ -12,7 +12,7 @@ import time
 from fo_lib.experiments import explorer as E
 
 VIEWS = {"T=5": dict(M=2048), "T=10 (default)": dict(), "T=12": dict(M=5120), "T=19 (no design space)": dict(M=8192),
-         "4090 PCIe T=12": dict(link="modelled 4090 pcie", tile="portable 128x256x32", M=4096, N=12288)}
+         "4090 PCIe (modelled)": dict(link="modelled 4090 pcie", tile="portable 128x256x32", M=4096, N=12288)}
 
 
 def main() -> None:

@@ -10,7 +10,6 @@ import pytest
 from fo_lib import partition as P
 from fo_lib.experiments import explorer as E
 from fo_lib.predictor import OverlapModel
-from fo_lib.profiles import GemmProfile
 from fo_lib.provenance import DATA_DIR
 
 T12 = dict(M=5120)  # 40 x 32 tiles of 128x256 on the 108 CTAs NCCL leaves free: 12 waves
@@ -18,8 +17,8 @@ T12 = dict(M=5120)  # 40 x 32 tiles of 128x256 on the 108 CTAs NCCL leaves free:
 
 # --- presets ---------------------------------------------------------------------------------------
 def test_every_measured_curve_under_data_is_a_preset():
-    files = [p for p in sorted(DATA_DIR.glob("*/overlap_*_profiles.json")) + sorted(DATA_DIR.glob("*/*/overlap_*_profiles.json"))
-             if not p.relative_to(DATA_DIR).parts[0].endswith("-quick") and "runs" not in p.parts]
+    found = sorted(DATA_DIR.glob("*/overlap_*_profiles.json")) + sorted(DATA_DIR.glob("*/*/overlap_*_profiles.json"))
+    files = [p for p in found if not p.relative_to(DATA_DIR).parts[0].endswith("-quick") and "runs" not in p.parts]
     assert files, "no recorded profiles under data/"
     sources = {p.source for p in E.presets().values() if p.measured}
     for f in files:
@@ -144,9 +143,11 @@ def test_inputs_that_do_not_fit_together_name_the_conflict(changes, says):
 
 
 # --- the design space ------------------------------------------------------------------------------
-@pytest.mark.parametrize("changes", [dict(M=2048), dict(), T12, dict(link="modelled 4090 pcie", tile="portable 128x256x32",
-                                                                     M=2048, N=4096, world_size=4),
-                                     dict(M=2048, model="paper")], ids=["T5", "T10", "T12", "4090", "paper"])
+PCIE_4090 = dict(link="modelled 4090 pcie", tile="portable 128x256x32", M=2048, N=4096, world_size=4)
+
+
+@pytest.mark.parametrize("changes", [dict(M=2048), dict(), T12, PCIE_4090, dict(M=2048, model="paper")],
+                         ids=["T5", "T10", "T12", "4090", "paper"])
 def test_design_space_is_every_partition_with_the_predictors_time(changes):
     r = E.explore(**changes)
     T = r.num_waves

@@ -70,11 +70,12 @@ def lab(tmp_path):
     settings.mkdir(parents=True)
     (settings / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
     log = open(tmp_path / "lab.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}",
-                             "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={token}", "--allow-root",
-                             f"--ServerApp.root_dir={work}", f"--LabApp.user_settings_dir={tmp_path / 'settings'}", "--LabApp.news_url=", "--LabApp.check_for_updates_class="
-                             "jupyterlab.NeverCheckForUpdate"],
-                            cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
+    # --allow-root: CI runs as root.
+    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
+           f"--IdentityProvider.token={token}", "--allow-root", f"--ServerApp.root_dir={work}",
+           f"--LabApp.user_settings_dir={tmp_path / 'settings'}", "--LabApp.news_url=",
+           "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60

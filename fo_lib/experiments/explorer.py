@@ -521,10 +521,6 @@ def _groups_cmap():
     return matplotlib.colormaps["viridis"]
 
 
-def _label(r: Explored) -> str:
-    return {"tuned": "tuned", "finest": "finest", "one group": "one group", "typed": "typed"}[r.choice]
-
-
 def draw(r: Explored, fig=None):
     """Draw one view into ``fig`` (cleared; :func:`new_figure` when None) and return it: the tile ->
     wave map with the chosen partition's group boundaries (Fig. 6's counting groups), the predicted
@@ -555,13 +551,13 @@ def draw(r: Explored, fig=None):
             ax.text(x, y, str(w), ha="center", va="center", fontsize=7, color="w" if w < T / 2 else "k")
     ax.set(xlabel=f"tile column ({g.tiles_n} x {g.BN})", ylabel=f"tile row ({g.tiles_m} x {g.BM})",
            title=f"tile -> wave: {g.num_tiles} tiles / {g.ctas} CTAs = {T} waves\n"
-                 f"colour: wave 0 (dark) .. {T - 1} (yellow); white: {_label(r)} groups "
+                 f"colour: wave 0 (dark) .. {T - 1} (yellow); white: {r.choice} groups "
                  f"{list(r.chosen.partition)}")
     ax.title.set_fontsize(9)
 
     # Timelines.
     ax = axes["timeline"]
-    lanes = [(f"{_label(r)} {list(r.chosen.partition)}", r.chosen), (f"finest ({T} groups)", r.finest),
+    lanes = [(f"{r.choice} {list(r.chosen.partition)}", r.chosen), (f"finest ({T} groups)", r.finest),
              ("no overlap (all SMs)", r.no_overlap)]
     ticks, names = [], []
     for i, (name, pred) in enumerate(lanes):
