@@ -1,0 +1,74 @@
+# %% [markdown]
+# # 09 · Partition explorer
+#
+# **Reproduces:** Fig. 9 (the wave-group design space: 2^(T-1) partitions of T waves), with Fig. 6's
+# group-wise tile counting and Alg. 1's predictor, for any GEMM shape, tile config and link you pick.
+#
+# **Paper (§4.1, Fig. 9).** A GEMM of T waves can signal its tiles in any of 2^(T-1) wave groups; for
+# T = 5, (1,2,2) and (2,3) are two of the 16. Small groups start communication early but pay each
+# collective's latency; large groups amortise it but leave less to hide behind. Algorithm 1 predicts
+# each partition's latency from the GEMM's wave times and the link's latency curve and picks one.
+#
+# **Here.** Move a control and the figure redraws (well under a second): the tile -> wave map with
+# the chosen partition's groups (the tiles each counter counts), the predicted timelines of the
+# chosen partition, the finest one and no overlap, and, for T <= 12, every partition's predicted
+# time. Links: every curve measured under `data/` (2 H200s over NVLink with NCCL's kernels at each
+# recorded CTA budget and with its copy engines; one H200's emulated link) and two *modelled* links
+# (RTX 4090s over PCIe, A800s over NVLink: latency + bandwidth assumptions, cited in
+# `fo_lib/experiments/explorer.py`). The GEMM's wave times are the recorded profile when the data
+# has this exact GEMM, else a throughput model (one tile's FLOPs at a per-SM rate) that says so.
+# Headless (papermill) this notebook draws the default view; open it in JupyterLab for the controls.
+
+# %% tags=["parameters"]
+# Parameters (papermill). The explorer is CPU-only: mode and data_set are accepted like every
+# notebook's (run_all.sh passes them) but every recorded data set is a link preset anyway.
+mode = "auto"
+quick = False
+data_set = "h200"
+figures_dir = None  # default: <repo>/figures
+link = "h200x2 nccl"  # the default view's link preset (ex.explorer.presets() lists them)
+
+# %%
+# Inline figures in Jupyter (headless under papermill too); ex.save writes figures/.
+# %matplotlib inline
+import pandas as pd
+from IPython.display import display
+from fo_lib.provenance import REPO_ROOT
+from fo_lib import experiments as ex
+figures_dir = figures_dir or REPO_ROOT / "figures"
+pd.set_option("display.width", 160)
+if not isinstance(quick, bool):  # a string such as "false" would be truthy
+    raise TypeError(f"quick must be True or False, not {quick!r}")
+pd.DataFrame([{"key": k, "link": p.label, "collectives": ", ".join(p.primitives), "world": p.world_size,
+               "source": p.source} for k, p in ex.explorer.presets().items()])
+
+# %% [markdown]
+# **The default view.** An AllReduce after a 4096x8192x8192 bf16 GEMM on 2 H200s: the Hopper kernel's
+# 128x256 tiles on the 108 CTAs NCCL's default leaves free make 10 waves, whose recorded wave times
+# and NCCL curve decide the partition.
+
+# %%
+view = ex.explorer.explore(link=link)
+fig = ex.explorer.draw(view)
+ex.save(fig, "09_explorer", figures_dir)
+display(fig)
+print(view.summary())
+print(view.grid.describe())
+
+# %% [markdown]
+# **Fig. 9's example, T = 5.** A 2048x8192x8192 GEMM has 5 waves on the same link: all 16 partitions,
+# (1,2,2) and (2,3) among them, fastest first.
+
+# %%
+t5 = ex.explorer.explore(M=2048, link=link)
+ex.explorer.design_table(t5).round(4)
+
+# %% [markdown]
+# **Explore.** Every control redraws the figure above's three panels (typed partitions: group sizes
+# such as `1,2,2` that sum to T; an impossible input shows its error and keeps the last figure).
+# Measuring the chosen shape's tile end times on a GPU is not wired in: `fo_lib.tuning.measure_gemm_profile`
+# records a profile that `scripts/bench_overlap.py` / `bench_nccl.py` add to `data/`, where the
+# explorer then finds it.
+
+# %%
+ex.explorer.widget(ex.explorer.ExplorerInput(link=link))
