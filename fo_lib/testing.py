@@ -62,8 +62,7 @@ def bench_interleaved(fns: Mapping[str, Callable[[int], object]], *, rounds: int
     the mean per call in ms, the variants in the order :func:`round_orders` gives (``order``,
     ``seed``). ``"shuffle"`` (a random order per round) keeps any variant from holding one place and
     one neighbour in every round: on a power-capped GPU the clock drifts within a round, and in the
-    alternating order the same kernel timed twice differed by 2-4 % on long shapes
-    (docs/perf-log.md, session 10).
+    alternating order the same kernel timed twice differed by a few percent on long shapes.
     With ``graph=True`` each variant's ``inner`` calls are captured once in a CUDA graph and the
     rounds replay it, so host launch overhead is excluded. Returns ``{name: [ms per round]}``;
     ``record``, a list, also receives ``(round, place in the round, name, ms)`` per measurement.

@@ -252,8 +252,8 @@ def slowest_rank(comm, med: dict) -> dict:
 class OverlapCheck:
     """The tuner's last step: the model picks a partition without running candidates, then this
     times that one choice against its non-overlapped fallback in a few short interleaved rounds and
-    keeps it only if it wins. On 2 H200s the model alone lost up to 15% on shapes where it
-    promised a few percent (``docs/perf-log.md``, session 4); with this check no shape lost.
+    keeps it only if it wins: the model alone can lose on shapes where it promises only a few percent,
+    and with this check no shape of the 2-GPU sweeps lost.
 
     ``rounds`` x ``inner`` calls of each (CUDA: device time between events; CPU: wall time). Every
     rank must call :meth:`keep` at the same point (it may run collectives); the slowest rank's

@@ -25,8 +25,8 @@ __device__ __forceinline__ uint4 scale8(Tag, uint4 v, float s) {
 // dst[i] = src[i] * scale for n 16-bit values; dst may be src (in place); both 16-byte aligned.
 // NOTES: kUnroll 16-byte loads are in flight per thread before the first store. Beside a GEMM this
 // kernel only gets the SMs the GEMM leaves free, and its speed there is the bytes each of them keeps
-// in flight: torch's mul_ (one vector per thread per step) stretched the first collective beside
-// the GEMM by a fifth (AllReduce) to a half (ReduceScatter) (docs/perf-log.md, session 6).
+// in flight: torch's mul_ (one vector per thread per step) visibly stretched the first collective
+// beside the GEMM.
 template <typename Tag, int kUnroll>
 __device__ __forceinline__ void scale16(const bits16* src, bits16* dst, u64 n, float scale) {
   const u64 vecs = n / 8;

@@ -11,8 +11,8 @@ namespace fo {
 // n / d for a divisor fixed at run time (1 <= d < 2^31) and 0 <= n < 2^31: a multiply-high, an add
 // and a shift (the round-up method of Granlund and Montgomery, with the 33-bit multiplier 2^32 + mul).
 // NOTES: the GEMMs map a tile per schedule index; with `/` and `%` that took two ~25-instruction
-// integer divisions per tile, serial at the tile's top in the signal kernels (~1.6 % of a K = 1024
-// GEMM in ncu's stall samples, docs/perf-log.md, session 9).
+// integer divisions per tile, serial at the tile's top in the signal kernels, where ncu's stall
+// samples found them on short-K GEMMs.
 struct FastDiv {
     unsigned mul;
     int shift;

@@ -4,7 +4,7 @@ The k-loop is the innermost backward branch around the HMMAs; its hot path is ev
 the loop except the block only taken once per tile (the load cursor's move to the next tile). Two
 instantiations' hot paths compare as opcode sequences (:func:`similarity`, 1.000: the same
 schedule). ``scripts/profile/sass_report.py`` compiles the kernels and prints these per epilogue;
-docs/perf-log.md (sessions 7 and 9) compares epilogues with it.
+docs/perf-log.md compares epilogues with it.
 """
 from __future__ import annotations
 
@@ -62,6 +62,5 @@ def hot_path(loop: list[str]) -> collections.Counter:
 def similarity(a: list[str], b: list[str]) -> float:
     """How alike two opcode sequences are, 0 to 1 (difflib's ratio: twice the matched opcodes over
     both lengths): 1 is the same schedule of the same instructions. The same instructions in
-    another order score lower, which is how two instantiations' loops are told apart
-    (docs/perf-log.md, session 9)."""
+    another order score lower, which is how two instantiations' loops are told apart."""
     return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
