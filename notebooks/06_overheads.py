@@ -11,6 +11,9 @@
 # `torch.nn.functional.rms_norm` (the baseline does no reorder at all). Where the benchmark timed the
 # plain kernel a second time (`--control`), that run is drawn too: its distance from zero is what the
 # measurement gives two identical kernels, the scale against which the epilogue's cost is read.
+# `mode="auto"` measures both on a GPU (the benchmarks of `scripts/bench/bench_gemm.py --graph
+# --control` and `bench_postops.py`; `quick` runs 4 GEMM shapes and 4 row/width pairs) and records
+# them in `data/<gpu>[-quick]/`; without a GPU it replays `data/<data_set>/`.
 
 # %% tags=["parameters"]
 # Parameters (papermill): mode "auto" measures where the needed GPU exists, else replays data/<data_set>/.
@@ -32,6 +35,7 @@ if not isinstance(quick, bool):  # a string such as "false" would be truthy
     raise TypeError(f"quick must be True or False, not {quick!r}")
 
 # %%
+data_set = ex.overheads.run(mode, data_set, quick)
 g, gmeta = ex.overheads.gemm_overheads(data_set)
 r, rmeta = ex.overheads.rmsnorm_overheads(data_set)
 ex.overheads.summary(data_set)

@@ -7,8 +7,8 @@ tiles, one group per wave: through the row table, ``SM90.place_store`` being Fal
 ``sm90_signal_tiles`` (the same with each tile at its place), ``sm90_signal_rows`` (C row-major),
 ``torch`` (``torch.matmul(a, b.T)``), optionally ``portable`` (fo_lib.gemm) and every
 sm90 config as its own variant (``--configs``). Inputs rotate over enough sets that one round's
-operands exceed the 60 MB L2 (the machinery of scripts/bench/bench_gemm.py). Median TFLOP/s per variant
-goes to ``--out`` (CSV + provenance sidecar) and a short table is printed.
+operands exceed the 60 MB L2 (fo_lib.experiments.kernel_bench, as in scripts/bench/bench_gemm.py).
+Median TFLOP/s per variant goes to ``--out`` (CSV + provenance sidecar) and a short table is printed.
 
     python scripts/bench/bench_gemm_sm90.py --out data/h200/gemm_sm90.csv
     python scripts/bench/bench_gemm_sm90.py --quick --M 4096 --N 4096 --K 4096 --out /tmp/x.csv
@@ -21,13 +21,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from bench_gemm import add_config_variants, check_and_time, input_sets  # noqa: E402
+from fo_lib.experiments.kernel_bench import add_config_variants, check_and_time, input_sets  # noqa: E402
 from fo_lib import gemm  # noqa: E402
 from fo_lib.gemm import sm90 as gemm_sm90  # noqa: E402
 from fo_lib.provenance import write_result  # noqa: E402
