@@ -6,4 +6,4 @@ from __future__ import annotations
 
 from .common import MODES, have_gpu, load, measured_set, record, resolve_mode, save, stamp  # noqa: F401
 
-from . import mechanism, multi_gpu, overheads, overlap, timeline, wave_pattern  # noqa: E402,F401  (the per-figure modules)
+from . import ablation, heatmap, mechanism, multi_gpu, overheads, overlap, timeline, wave_pattern  # noqa: E402,F401  (the per-figure modules)
