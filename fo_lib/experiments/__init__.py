@@ -6,5 +6,5 @@ from __future__ import annotations
 
 from .common import MODES, have_gpu, load, measured_set, record, resolve_mode, save, stamp  # noqa: F401
 
-from . import (explorer, kernel_bench, mechanism, multi_gpu, overheads, overlap, prediction_error,  # noqa: E402,F401
-               timeline, wave_pattern)  # the per-figure modules
+from . import (ablation, explorer, heatmap, kernel_bench, mechanism, multi_gpu, overheads, overlap,  # noqa: E402,F401
+               prediction_error, recorded, timeline, wave_pattern)  # the per-figure modules

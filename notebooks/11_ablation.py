@@ -1,0 +1,70 @@
+# %% [markdown]
+# # 11 · Ablation: why tune the partition, and why know the wave size
+#
+# **Reproduces:** Fig. 14 (the tuned partition against equal-size groups and against a
+# misconfigured wave size), on one GPU over an emulated link.
+#
+# **Paper (§6.5).** On two RTX 4090s (GEMM+AR, PCIe) and four A800s (GEMM+RS, NVLink), groups of
+# `Egs` waves each: the A800 prefers large groups (its fast link gains little from splitting a
+# message, and each extra collective costs a launch), the 4090 groups of one wave (its slow link is
+# the bottleneck, so communication should start as early as possible). No single group size suits
+# both, and both equal-size grouping and a wave size misconfigured by +20 tiles lose to the tuned
+# partition.
+#
+# **The variants, per shape** (`T` waves of `P` tiles, `P` = the GEMM's persistent CTAs):
+#
+# * **tuned**: the refined model's partition, chosen from the GEMM profile and the link curve;
+# * **Egs = n**: equal groups of `n` waves, the last one the remainder (`Egs = T`: no overlap);
+# * **wave size +20**: the same model, told that a wave holds `P + 20` tiles. It sees
+#   `ceil(tiles / (P + 20))` waves, each taking an equal share of the measured GEMM time and
+#   carrying `P + 20` tiles' bytes, and picks a partition of those; the plan then cuts its groups
+#   every `P + 20` tiles of the GEMM's schedule (`fo_lib.experiments.ablation.MisgroupedPlan`). A
+#   group boundary now falls inside a real wave, so that group's signal waits for the whole wave
+#   while part of the wave's tiles only travel with the next group.
+#
+# All variants of a shape are timed in the same interleaved rounds (the overlap sweep's machinery)
+# and shown relative to the tuned partition (1 = as fast; below 1 = slower).
+#
+# **Here.** One H200, the loopback link of W = 2 identical virtual ranks: an *emulated link*
+# slower than NVLink, closer to the 4090's situation than to the A800's.
+
+# %% tags=["parameters"]
+# Parameters (papermill): mode "auto" measures where the needed GPU exists, else replays data/<data_set>/.
+mode = "auto"
+quick = False
+data_set = "h200"
+figures_dir = None  # default: <repo>/figures
+
+# %%
+# Inline figures in Jupyter (headless under papermill too); ex.save writes figures/.
+# %matplotlib inline
+import pandas as pd
+from fo_lib.provenance import REPO_ROOT
+from fo_lib import experiments as ex
+figures_dir = figures_dir or REPO_ROOT / "figures"
+pd.set_option("display.width", 160)
+if not isinstance(quick, bool):  # a string such as "false" would be truthy
+    raise TypeError(f"quick must be True or False, not {quick!r}")
+
+# %% [markdown]
+# One row per (shape, variant): `partition` in waves (for the misconfigured variant, in the waves it
+# believed in), `groups_run` the tiles each group really holds, `ms` the measured call,
+# `model_ms` what the model predicted for it.
+
+# %%
+data_set = ex.ablation.run(mode, data_set, quick)
+df, meta = ex.ablation.load(data_set)
+if df is not None:
+    display(df[["primitive", "M", "N", "K", "waves", "variant", "partition", "groups_run", "ms", "model_ms",
+                "relative_to_tuned"]].round(3))
+
+# %%
+fig = ex.ablation.plot(df, meta)
+ex.save(fig, "11_ablation", figures_dir)
+
+# %% [markdown]
+# Per shape: the best equal group size other than the tuned partition itself, the misconfigured
+# wave size, and whether both lose (the paper's claim), beside the paper's statement.
+
+# %%
+ex.ablation.summary(df)
