@@ -7,4 +7,4 @@ from __future__ import annotations
 from .common import MODES, have_gpu, load, measured_set, record, resolve_mode, save, stamp  # noqa: F401
 
 from . import (ablation, explorer, heatmap, kernel_bench, mechanism, multi_gpu, overheads, overlap,  # noqa: E402,F401
-               prediction_error, recorded, timeline, wave_pattern)  # the per-figure modules
+               prediction_error, recorded, timeline, wave_pattern)  # the experiment modules
