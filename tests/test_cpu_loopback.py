@@ -114,3 +114,22 @@ def test_group_timeout_is_one_documented_setting(monkeypatch):
     with pytest.raises(ValueError, match="FO_GROUP_TIMEOUT_S"):
         group_timeout_s()
     assert "FO_GROUP_TIMEOUT_S" in README.read_text()
+
+
+def test_a_dropped_plan_is_freed_at_once_not_by_the_cyclic_gc():
+    """No reference cycle through the executor: a dropped plan's buffers (pinned memory and events
+    on CUDA) must go when the last reference does, never later from the cyclic GC, which could run
+    in the middle of another plan's CUDA-graph capture and invalidate it."""
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        plan = OverlapPlan("all_reduce", 512, 64, 16, CpuLoopbackCommunicator(2), device="cpu", config=CFG,
+                           sm_count=2)
+        plan.run(*_inputs(512, 64, 16))
+        alive = weakref.ref(plan), weakref.ref(plan.executor)
+        del plan
+        assert alive[0]() is None and alive[1]() is None
+    finally:
+        gc.enable()

@@ -7,6 +7,7 @@ restores the output. With gloo this runs the whole orchestration in multi-proces
 """
 from __future__ import annotations
 
+import weakref
 import numpy as np
 
 from .. import reorder
@@ -17,7 +18,10 @@ class CpuExecutor:
     def __init__(self, plan):
         import torch
 
-        self.plan = plan
+        # A proxy, not a reference: a plan <-> executor cycle would leave dropped plans to the cyclic
+        # GC, which may free their pinned buffers and events in the middle of another plan's graph
+        # capture and invalidate it.
+        self.plan = weakref.proxy(plan)
         self.device = torch.device("cpu")
         # Zeroed once: padding of tail subtiles is never written but does take part in reductions.
         self.send = torch.zeros(plan.tables.buffer_elements, dtype=plan.torch_dtype)

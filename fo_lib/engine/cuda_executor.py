@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 import warnings
+import weakref
 
 from .. import counting, gemm, postops
 from ..comm import comm_buffer
@@ -26,7 +27,10 @@ class CudaExecutor:
     def __init__(self, plan):
         import torch
 
-        self.plan = p = plan
+        # A proxy, not a reference: a plan <-> executor cycle would leave dropped plans to the cyclic
+        # GC, which may free their pinned buffers and events in the middle of another plan's graph
+        # capture and invalidate it.
+        self.plan = p = weakref.proxy(plan)
         self.device = dev = torch.device("cuda", torch.cuda.current_device())
         # Zeroed once: padding of tail subtiles is never written but does take part in reductions.
         # A communicator may place it where its collectives run best (NCCL's symmetric windows).

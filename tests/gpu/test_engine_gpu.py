@@ -148,6 +148,26 @@ def test_plan_rejects_wrong_device_inputs():
         plan.run(a.cpu(), b)
 
 
+def test_a_dropped_cuda_plan_is_freed_at_once():
+    """No plan <-> executor cycle: a dropped plan's pinned buffers and events go with its last
+    reference, not later from the cyclic GC (which could run inside another plan's graph capture and
+    invalidate it)."""
+    import gc
+    import weakref
+
+    plan = OverlapPlan("all_reduce", 512, 640, 64, LoopbackCommunicator(2), config=gemm.CONFIGS["64x64x32"], ctas=8)
+    a, b, _ = _inputs(512, 640, 64, seed=3)
+    plan.run(a, b)
+    plan.check()
+    gc.disable()
+    try:
+        alive = weakref.ref(plan), weakref.ref(plan.executor)
+        del plan
+        assert alive[0]() is None and alive[1]() is None
+    finally:
+        gc.enable()
+
+
 @pytest.mark.parametrize("primitive", ["all_reduce", "reduce_scatter", "all_to_all"])
 def test_cuda_graph_replay_matches_eager(primitive):
     """A captured call replays on new data in its static inputs; eager calls of the same plan keep
