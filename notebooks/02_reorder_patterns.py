@@ -24,12 +24,8 @@ figures_dir = None  # default: <repo>/figures
 # %matplotlib inline
 import matplotlib.pyplot as plt
 import pandas as pd
-from fo_lib.provenance import REPO_ROOT
 from fo_lib import experiments as ex
-figures_dir = figures_dir or REPO_ROOT / "figures"
-pd.set_option("display.width", 160)
-if not isinstance(quick, bool):  # a string such as "false" would be truthy
-    raise TypeError(f"quick must be True or False, not {quick!r}")
+figures_dir = ex.notebook_setup(quick, figures_dir)  # checks quick is a bool; default <repo>/figures
 
 # %%
 import numpy as np

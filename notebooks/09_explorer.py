@@ -33,12 +33,8 @@ link = "h200x2 nccl"  # the default view's link preset (ex.explorer.presets() li
 # %matplotlib inline
 import pandas as pd
 from IPython.display import display
-from fo_lib.provenance import REPO_ROOT
 from fo_lib import experiments as ex
-figures_dir = figures_dir or REPO_ROOT / "figures"
-pd.set_option("display.width", 160)
-if not isinstance(quick, bool):  # a string such as "false" would be truthy
-    raise TypeError(f"quick must be True or False, not {quick!r}")
+figures_dir = ex.notebook_setup(quick, figures_dir)  # checks quick is a bool; default <repo>/figures
 pd.DataFrame([{"key": k, "link": p.label, "collectives": ", ".join(p.primitives), "world": p.world_size,
                "source": p.source} for k, p in ex.explorer.presets().items()])
 

@@ -4,7 +4,8 @@ experiment needs is present, else replays ``data/<data_set>/``. Notebooks call t
 """
 from __future__ import annotations
 
-from .common import MODES, have_gpu, load, measured_set, record, resolve_mode, save, stamp  # noqa: F401
+from .common import (MODES, have_gpu, load, measured_set, notebook_setup, record, resolve_mode, save,  # noqa: F401
+                     stamp)
 
 from . import (ablation, explorer, heatmap, kernel_bench, mechanism, multi_gpu, overheads, overlap,  # noqa: E402,F401
                prediction_error, recorded, timeline, wave_pattern)  # the experiment modules

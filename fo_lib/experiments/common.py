@@ -12,6 +12,18 @@ from ..provenance import DATA_DIR
 MODES = ("auto", "measure", "replay")
 
 
+def notebook_setup(quick, figures_dir=None) -> Path:
+    """What every notebook's first code cell does after its parameters: refuse a ``quick`` that is
+    not a bool (papermill's ``-p quick false`` injects the truthy string "false"), widen pandas'
+    printed tables, and return where figures go (default ``<repo>/figures``)."""
+    from ..provenance import REPO_ROOT
+
+    if not isinstance(quick, bool):
+        raise TypeError(f"quick must be True or False, not {quick!r}")
+    pd.set_option("display.width", 160)
+    return Path(figures_dir) if figures_dir else REPO_ROOT / "figures"
+
+
 def have_gpu() -> bool:
     try:
         import torch
