@@ -50,7 +50,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     import time
 
     from . import jit
-    from .jit import catalog
+    from . import kernel_catalog as catalog
     t0 = time.perf_counter()
     try:
         arch = args.arch or jit.current_arch()

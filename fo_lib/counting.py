@@ -175,5 +175,5 @@ class EpochTargets:
 
 
 def compile_check_sources():
-    """The wait and bump kernels' source (fo_lib.jit.catalog: compiled for every target)."""
+    """The wait and bump kernels' source (fo_lib.kernel_catalog: compiled for every target)."""
     yield "wait", wait_source()

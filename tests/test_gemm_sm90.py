@@ -8,7 +8,7 @@ import pytest
 
 from fo_lib import gemm, jit
 from fo_lib.gemm import sm90 as gemm_sm90
-from fo_lib.jit import catalog
+from fo_lib import kernel_catalog as catalog
 from fo_lib.tiling import TileGrid
 
 SOURCES = list(gemm_sm90.compile_check_sources())

@@ -5,7 +5,8 @@ import os
 import pytest
 
 from fo_lib import jit
-from fo_lib.jit import catalog, compiler
+from fo_lib import kernel_catalog as catalog
+from fo_lib.jit import compiler
 
 SOURCES = list(catalog.compile_check_sources())
 # (label, source, arch): each source for every target it declares (sm_90a-only ones: wgmma, TMA).

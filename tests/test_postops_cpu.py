@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fo_lib import jit, postops
-from fo_lib.jit import catalog
+from fo_lib import kernel_catalog as catalog
 from fo_lib.postops import PostOps
 from fo_lib.testing import random_tile_layout
 

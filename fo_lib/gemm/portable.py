@@ -202,7 +202,7 @@ extern "C" __global__ void {name}(int* out, int tiles_m, int tiles_n, int order,
 
 
 def compile_check_sources():
-    """Every config x dtype x instantiation (fo_lib.jit.catalog: compiled for every target)."""
+    """Every config x dtype x instantiation (fo_lib.kernel_catalog: compiled for every target)."""
     for cname, cfg in CONFIGS.items():
         for dtype in DTYPES:
             for epi in PORTABLE_KERNELS:

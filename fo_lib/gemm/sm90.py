@@ -148,7 +148,7 @@ extern "C" __global__ void __launch_bounds__({cfg.threads}, 1)
 
 
 def compile_check_sources():
-    """Every config x dtype x epilogue (fo_lib.jit.catalog: compiled for sm_90a only, where wgmma and
+    """Every config x dtype x epilogue (fo_lib.kernel_catalog: compiled for sm_90a only, where wgmma and
     setmaxnreg exist)."""
     for cname, cfg in CONFIGS.items():
         for dtype in DTYPES:

@@ -1,6 +1,6 @@
 """The JIT layer: :mod:`~fo_lib.jit.compiler` (NVRTC, cache key over every header, disk cache,
 ``get_kernel``) and :mod:`~fo_lib.jit.runtime` (prepared launches on torch streams, their memo,
-pointer checks), both re-exported here. :mod:`fo_lib.jit.catalog`, the list of kernel sources CI
+pointer checks), both re-exported here. :mod:`fo_lib.kernel_catalog`, the list of kernel sources CI
 compiles, imports the kernel modules and is imported by name only: nothing here imports it, so the
 kernel modules can import this package.
 """

@@ -6,7 +6,7 @@ template argument, so each specialization is its own cache entry). This module c
 source to a cubin and loads it with CuPy.
 
 * :func:`compile_cubin` needs only NVRTC (no driver, no GPU): CI compiles every kernel of
-  :mod:`fo_lib.jit.catalog` with it for every target in :data:`ARCHS`.
+  :mod:`fo_lib.kernel_catalog` with it for every target in :data:`ARCHS`.
 * :func:`get_kernel` compiles for the current device, caches the cubin on disk and returns a
   ``cupy.RawKernel``.
 

@@ -82,7 +82,7 @@ SUMMED_CHECKS = (("sum2", PostOps(), 2), ("sum2_rmsnorm", PostOps(rmsnorm=True),
 
 
 def compile_check_sources():
-    """Representative specializations (fo_lib.jit.catalog: compiled for every target)."""
+    """Representative specializations (fo_lib.kernel_catalog: compiled for every target)."""
     full = {"gather", "add_rmsnorm", "all_gelu_erf", "all_nonorm"}
     for i, (label, ops) in enumerate(compile_check_ops()):
         if label in full:  # both dtypes, both paths

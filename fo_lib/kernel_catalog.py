@@ -12,11 +12,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from .. import counting
-from ..comm import loopback
-from ..gemm import portable, sm90
-from ..postops import kernel as post_reorder
-from .compiler import ARCHS, check_arch, current_arch, ensure_cubin
+from . import counting
+from .comm import loopback
+from .gemm import portable, sm90
+from .jit.compiler import ARCHS, check_arch, current_arch, ensure_cubin
+from .postops import kernel as post_reorder
 
 
 @dataclass(frozen=True)
