@@ -132,12 +132,13 @@ def main(argv=None):
             for r in got:
                 if r["config"] not in best or r["ms_per_wave"] < best[r["config"]]["ms_per_wave"]:
                     best[r["config"]] = r
+            # Written after every (grid, K): a run cut short by its time limit still leaves a usable table.
+            write_result(pd.DataFrame(rows), out, link="none", dtype="bf16", rounds=args.rounds, inner=args.inner,
+                         graph=True, kernel="fo_lib.gemm.sm90", waves=args.waves, aspects=list(ASPECTS))
             print(f"{M:6d} x {N:6d} x {K:6d}: cuBLAS {2.0 * M * N * K / (med['torch'] * 1e9):6.1f} TFLOP/s; best "
                   + "; ".join(f"{n} {r['order']}{r['swizzle']} {r['tflops']:6.1f} TFLOP/s, {r['ms_per_wave']:.4f} ms"
                               f"/wave" for n, r in best.items()), flush=True)
     df = pd.DataFrame(rows)
-    write_result(df, out, link="none", dtype="bf16", rounds=args.rounds, inner=args.inner, graph=True,
-                 kernel="fo_lib.gemm.sm90", waves=args.waves, aspects=list(ASPECTS))
     # The spread between rasters: how much the raster choice is worth per tile.
     spread = df.groupby(["config", "M", "N", "K"]).ms_per_wave.agg(lambda s: s.max() / s.min() - 1)
     print(f"raster spread (slowest / fastest - 1) median {spread.median() * 100:.1f} %, max {spread.max() * 100:.1f} %"
