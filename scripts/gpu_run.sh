@@ -3,7 +3,7 @@
 # each under its own time limit, logging everything to $OUT/run.log and writing CSV + provenance
 # sidecars under $OUT/data/. Run from the repo root:
 #   FO_GIT_SHA=<sha of HEAD> FO_STEPS=build,tests,sanitize,bench_gemm,bench_postops scripts/gpu_run.sh
-# Steps: build tests sanitize sanitize_sm90 bench_gemm exp_gemm signal_cost stall_sites bench_sm90 bench_postops launch profile record host_path
+# Steps: build tests sanitize sanitize_sm90 bench_gemm exp_gemm signal_cost stall_sites bench_sm90 sm90_tiles sm90_llm bench_postops launch profile record host_path
 # timeline engine engine_host multi_gpu bench_overlap run_all_quick heatmap ablation; arguments through FO_TEST_ARGS, FO_GEMM_ARGS, FO_EXP_OPTIONS/FO_EXP_ARGS, FO_STALL_ARGS, FO_SM90_ARGS, FO_POSTOPS_ARGS,
 # FO_MULTI_ARGS, FO_OVERLAP_ARGS, FO_FIGURES_ARGS (default --quick). (tests runs every file in tests/gpu, the sm90 GEMM's included.)
 # (the GPU machine gets a copy without .git: FO_GIT_SHA is what the provenance sidecars record)
@@ -46,6 +46,12 @@ fi
 step signal_cost 200 python3 scripts/profile/profile_signal_cost.py ${FO_SIGNAL_COST_ARGS:---repeat 5} --out "$OUT/data/gemm_portable_signal_cost.csv"
 step stall_sites 300 python3 scripts/profile/profile_stall_sites.py ${FO_STALL_ARGS:-} --out-dir "$OUT/data/stall_sites"
 step bench_sm90 300 python3 scripts/bench/bench_gemm_sm90.py ${FO_SM90_ARGS:-} --out "$OUT/data/gemm_sm90.csv"
+# Issue 23: record the Hopper tile table (full-wave time per tile x raster x K), then benchmark the LLM
+# shapes with the config the picker takes from THAT table (--tiles sets FO_SM90_TILES for the run; a
+# missing table is an error there, not a silent guess). To make the table the GPU's default, commit
+# $OUT/data/gemm_sm90_tiles.{csv,meta.json} as data/<gpu>/. ~20-35 s and ~50-90 s on an H200.
+step sm90_tiles 75 python3 scripts/bench/record_sm90_tiles.py ${FO_SM90_TILES_ARGS:-} --out "$OUT/data/gemm_sm90_tiles.csv"
+step sm90_llm 110 python3 scripts/bench/bench_gemm_sm90_llm.py --tiles "${FO_SM90_TILES:-$OUT/data/gemm_sm90_tiles.csv}" ${FO_SM90_LLM_ARGS:-} --out "$OUT/data/gemm_sm90_llm.csv"
 step bench_postops 120 python3 scripts/bench/bench_postops.py ${FO_POSTOPS_ARGS:-} --out "$OUT/data/postops.csv"
 step launch 120 python3 scripts/bench/bench_launch.py --out "$OUT/data/launch_host_time.csv"
 step profile 200 ncu --clock-control none -k regex:fo_gemm_nt --launch-skip 3 --launch-count 5 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --metrics smsp__inst_executed.sum,smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,launch__registers_per_thread python3 scripts/profile/profile_gemm.py
@@ -71,3 +77,4 @@ step ablation 180 python3 scripts/record/record_figures.py ${FO_FIGURES_ARGS:---
 if [ -n "$(ls -A "$OUT/data" 2>/dev/null)" ]; then tar czf "$OUT/data.tgz" -C "$OUT/data" . && rm -rf "$OUT/data"; fi
 echo "--- summary"; printf '%s\n' "${summary[@]}" | tee -a "$log"
 grep -E "passed|failed|error" "$log" | grep -E "^[0-9]+ (passed|failed)|ERROR SUMMARY|sanitize: ok|geomean|signal .*vs plain|worst" | tail -n 20
+grep -E "^cuBLAS / ours|^raster spread|^tile table" "$log" | tail -n 6 || true

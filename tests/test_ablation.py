@@ -41,7 +41,8 @@ def _h200_grid(M=8192, N=8192, K=16384):
     return cfg.grid(M, N, 128)  # 132 SMs, 4 left to the link
 
 
-def test_misconfigured_profile_sees_fewer_larger_waves():
+def test_misconfigured_profile_sees_fewer_larger_waves(monkeypatch):
+    monkeypatch.setenv("FO_SM90_TILES", "guess")  # the table-free pick, even on a GPU with a tile table
     grid = _h200_grid()  # 2048 tiles of 128x256, 128 per wave: 16 waves
     assert grid.num_tiles == 2048 and grid.num_waves == 16
     tile_bytes = 128 * 256 * 2

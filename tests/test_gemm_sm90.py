@@ -98,6 +98,13 @@ def test_config_validate_rejects(kw, match):
         gemm_sm90.Sm90Config(**kw).validate()
 
 
+@pytest.fixture
+def guess_picker(monkeypatch):
+    """The table-free picker these tests describe, even on a GPU that has a measured tile table
+    (tests/test_gemm_sm90_tiles.py covers the table's)."""
+    monkeypatch.setenv("FO_SM90_TILES", "guess")
+
+
 def test_config_properties():
     big, small = gemm_sm90.CONFIGS["128x256x64"], gemm_sm90.CONFIGS["128x128x64"]
     assert (big.BM, big.BN, big.BK, big.threads) == (128, 256, 64, 384)
@@ -113,7 +120,7 @@ def test_config_properties():
 @pytest.mark.parametrize("M,N,K", [(1, 8, 8), (64, 64, 64), (512, 512, 1024), (4096, 4096, 4096),
                                    (8192, 8192, 8192), (16384, 4096, 1024), (300, 70000, 64),
                                    (2048, 1024, 8192), (128 * 132, 256, 4096)])
-def test_default_config(M, N, K):
+def test_default_config(M, N, K, guess_picker):
     cfg = gemm_sm90.default_config(M, N, K, 132)
     assert isinstance(cfg, gemm_sm90.Sm90Config)
     cfg.validate()
@@ -131,14 +138,14 @@ def test_default_config(M, N, K):
         assert grid.num_waves * 128 * 128 / 0.9 < big.num_waves * 128 * 256
 
 
-def test_default_config_prefers_small_tile_when_it_pads_less():
+def test_default_config_prefers_small_tile_when_it_pads_less(guess_picker):
     # N = 384: 128 x 256 tiles pad it to 512 (264 tiles, 2 waves, 2 x 32768 elements per CTA);
     # 128 x 128 tiles fit exactly (396 tiles, 3 waves, 3 x 16384 elements per CTA).
     cfg = gemm_sm90.default_config(128 * 132, 384, 4096, 132)
     assert cfg.BN == 128
 
 
-def test_default_config_rejects():
+def test_default_config_rejects(guess_picker):
     with pytest.raises(gemm.GemmError):
         gemm_sm90.default_config(0, 8, 8, 132)
     with pytest.raises(gemm.GemmError, match="no sm90 GEMM config fits"):

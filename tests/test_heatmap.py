@@ -44,7 +44,8 @@ def test_shape_grid_reaches_small_m_with_n_fixed():
     assert sorted({k for *_, k in full}) == [1024, 2048, 4096, 8192]
 
 
-def test_the_smallest_m_leave_one_wave_on_an_h200():
+def test_the_smallest_m_leave_one_wave_on_an_h200(monkeypatch):
+    monkeypatch.setenv("FO_SM90_TILES", "guess")  # the table-free pick, even on a GPU with a tile table
     # 132 SMs, 4 left to the link: 128 tiles per wave; M = 256 and 512 fill at most one wave, so the
     # heat map's bottom rows have nothing to overlap (marked as fallbacks, not dropped).
     waves = {m: sm90.default_config(m, 8192, k, 132).grid(m, 8192, 128).num_waves for m, _, k in hm.shape_grid()}

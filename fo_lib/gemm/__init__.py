@@ -4,6 +4,9 @@ Layers, each importing only those above it in this list:
 
 * :mod:`~fo_lib.gemm.config`: dtypes, store modes (epilogues), :class:`GemmError`, the raster
   shared by every tile config, and the wave-count heuristic :func:`pick_by_waves`;
+* :mod:`~fo_lib.gemm.tile_table`: the Hopper tiles' measured full-wave times
+  (``data/<gpu>/gemm_sm90_tiles.csv``) and the wave-quantization model that picks a tile and raster
+  from them (no table: the guess of :func:`pick_by_waves`);
 * :mod:`~fo_lib.gemm.checks` and :mod:`~fo_lib.gemm.family`: the operand checks and the public
   calls (``gemm_nt``, ``gemm_nt_signal``, ``gemm_nt_scatter``, ``gemm_nt_probe``) written once;
 * :mod:`~fo_lib.gemm.portable` (mma.sync, sm_80 .. sm_90) and :mod:`~fo_lib.gemm.sm90` (TMA +
@@ -38,8 +41,10 @@ def kernels_for(config) -> GemmFamily:
 
 
 def auto_config(M: int, N: int, K: int, sm_count: int = 132, device=None):
-    """The default config for a GPU: the Hopper wgmma/TMA kernel on compute capability 9.0 devices,
-    the portable mma.sync kernel elsewhere. ``FO_GEMM=portable`` forces the portable one."""
+    """The default config for a GPU: the Hopper wgmma/TMA kernel on compute capability 9.0 devices
+    (tile and raster from the GPU's measured tile table where it has one:
+    :func:`fo_lib.gemm.sm90.default_config`), the portable mma.sync kernel elsewhere.
+    ``FO_GEMM=portable`` forces the portable one."""
     import os
 
     if os.environ.get("FO_GEMM", "auto") != "portable" and sm90.is_supported(device):

@@ -38,14 +38,19 @@ class RasterMixin:
                        swizzle=self.swizzle if swizzle is None else swizzle)
 
 
+def check_positive_ints(**values) -> None:
+    """GemmError naming the first value that is not a positive int."""
+    for name, v in values.items():
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise GemmError(f"{name} must be a positive int, got {v!r}")
+
+
 def pick_by_waves(candidates: dict, tile_speed: dict, M: int, N: int, K: int, sm_count: int, smem_limit: int,
                   family: str = ""):
     """The wave-count model shared by both GEMM families: among ``candidates`` (name -> config) that
     fit ``smem_limit``, the lowest waves x padded tile area / ``tile_speed[name]``; a later candidate
     must win by 3 %. Returns it with a row raster in bands of up to 8 tile rows."""
-    for name, v in (("M", M), ("N", N), ("K", K), ("sm_count", sm_count), ("smem_limit", smem_limit)):
-        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-            raise GemmError(f"{name} must be a positive int, got {v!r}")
+    check_positive_ints(M=M, N=N, K=K, sm_count=sm_count, smem_limit=smem_limit)
     best, best_cost = None, math.inf
     for name, cfg in candidates.items():
         if cfg.smem_bytes > smem_limit:

@@ -29,18 +29,20 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import ClassVar
 
 from .._util import DTYPE_TAG, CudaUnavailableError, ceil_div, sm_count
 from ..tiling import RASTER_ORDERS
+from . import tile_table
 from .checks import check_operands
 from .config import DTYPES, EPILOGUE_ID, EPILOGUES, MAX_SMEM, GemmError, RasterMixin, pick_by_waves
 from .family import GemmFamily
 
-__all__ = ["Sm90Config", "CONFIGS", "default_config", "gemm_nt", "gemm_nt_signal", "gemm_nt_scatter",
-           "gemm_nt_probe", "generate_source", "kernel_name", "tma_desc_fields", "is_supported",
+__all__ = ["Sm90Config", "CONFIGS", "default_config", "guess_config", "predict_ms", "gemm_nt", "gemm_nt_signal",
+           "gemm_nt_scatter", "gemm_nt_probe", "generate_source", "kernel_name", "tma_desc_fields", "is_supported",
            "GemmError", "sm_count"]
 
 ARCH = "sm_90a"
@@ -100,19 +102,56 @@ CONFIGS: dict[str, Sm90Config] = {
 for _c in CONFIGS.values():
     _c.validate()
 
-# Relative full-tile throughput per unit area, a GUESS until measured on the H200 (the bigger tile
-# reuses each A/B byte twice as often); only used to trade tile size against wave count.
+# The table-free fallback (no measured table for this GPU): relative full-tile throughput per unit
+# area, a GUESS (the bigger tile reuses each A/B byte twice as often), fed to pick_by_waves. With a
+# table (fo_lib.gemm.tile_table) the measured wave times replace it.
 _TILE_SPEED = {"128x256x64": 1.0, "128x128x64": 0.9}
 _DEFAULT_CANDIDATES = ("128x256x64", "128x128x64")
 
 
-@lru_cache(maxsize=1024)
 def default_config(M: int, N: int, K: int, sm_count: int = 132, smem_limit: int = MAX_SMEM) -> Sm90Config:
-    """Pick a config by the wave-count model of :func:`fo_lib.gemm.default_config` (pure): estimated
-    time = waves x padded tile area / tile speed; the smaller tile must win by 3 %. Raster: row
-    order, bands of up to 8 tile rows; swizzle 1 when everything fits in one wave."""
+    """The tile config and raster for ``M x N x K`` on ``sm_count`` CTAs.
+
+    With a measured table for the current GPU (``data/<gpu>/gemm_sm90_tiles.csv`` under
+    ``fo_lib.provenance.DATA_DIR``, or the file ``$FO_SM90_TILES`` names): the wave-quantization model
+    of :mod:`fo_lib.gemm.tile_table` over every recorded (tile, order, swizzle): waves (M/N tails
+    counted as whole tiles) x measured time of one full wave at this K; the fastest wins, ties
+    within 1 % to the bigger tile, then the smaller swizzle.
+
+    Without one (a CPU, another GPU, or ``FO_SM90_TILES=guess``): the documented guess, the
+    wave-count model of :func:`fo_lib.gemm.pick_by_waves` with ``_TILE_SPEED`` (estimated time =
+    waves x padded tile area / tile speed, the smaller tile must win by 3 %), row order in bands of
+    up to 8 tile rows, swizzle 1 when everything fits in one wave."""
+    path = tile_table.table_path()
+    # The file's mtime in the cache key: a table re-recorded in this process is read again.
+    mtime = os.stat(path).st_mtime_ns if path else 0
+    return _default_config(M, N, K, sm_count, smem_limit, path, mtime)
+
+
+def guess_config(M: int, N: int, K: int, sm_count: int = 132, smem_limit: int = MAX_SMEM) -> Sm90Config:
+    """The table-free pick (the documented guess above), whatever table there is."""
     return pick_by_waves({n: CONFIGS[n] for n in _DEFAULT_CANDIDATES}, _TILE_SPEED, M, N, K, sm_count, smem_limit,
                          family="sm90")
+
+
+@lru_cache(maxsize=1024)
+def _default_config(M, N, K, sm_count, smem_limit, path, mtime) -> Sm90Config:
+    if path is None:
+        return guess_config(M, N, K, sm_count, smem_limit)
+    candidates = {n: CONFIGS[n] for n in _DEFAULT_CANDIDATES}
+    return tile_table.pick(tile_table.load(path, CONFIGS), candidates, M, N, K, sm_count, smem_limit)
+
+
+def predict_ms(cfg: Sm90Config, M: int, N: int, K: int, sm_count: int = 132, path=None) -> float | None:
+    """The table model's predicted ms of ``cfg`` (tile, order, swizzle) on ``M x N x K``; None
+    without a table (``path``: default, the table :func:`default_config` reads now)."""
+    path = path or tile_table.table_path()
+    if path is None:
+        return None
+    name = next((n for n, c in CONFIGS.items() if c.tile_name == cfg.tile_name), None)
+    if name is None:
+        raise GemmError(f"{cfg.tile_name} is not one of the recorded CONFIGS {sorted(CONFIGS)}")
+    return tile_table.predict_ms(tile_table.load(path, CONFIGS), name, cfg, M, N, K, sm_count)
 
 
 # --- source generation --------------------------------------------------------------------------

@@ -1,0 +1,228 @@
+"""Measured full-wave times of the Hopper GEMM's tile configs, and the wave-quantization model that
+picks a (tile, raster order, swizzle) for any shape from them.
+
+The table is ``data/<gpu>/gemm_sm90_tiles.csv`` (``scripts/bench/record_sm90_tiles.py`` writes it,
+with a provenance sidecar): one row per (config, raster order, swizzle, grid ``M x N``, ``K``) with
+the median time of one full wave (``ms_per_wave``: the GEMM's time over its wave count, its tiles
+being an exact multiple of the SM count). The model predicts a shape's time for one candidate as
+
+    ceil(ceil(M / BM) * ceil(N / BN) / sm_count) * ms_per_wave(K)
+
+(the M/N tails count as whole tiles: a padded tile costs a CTA as long as a full one), with
+``ms_per_wave`` read from the recorded grid whose tile-grid aspect (rows / columns) is nearest the
+shape's (a raster's L2 reuse depends on it) and interpolated linearly in ``K`` between the recorded
+``K`` (extrapolated from the nearest two beyond them). The fastest prediction wins; predictions
+within :data:`TIE` of it count as ties, which go to the bigger tile, then the smaller swizzle, then
+row before col order.
+
+Pure: no torch, no CuPy (the GPU's name is read through torch only to find its folder).
+"""
+from __future__ import annotations
+
+import csv
+import math
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from .. import provenance
+from .._util import ceil_div
+from .config import GemmError, check_positive_ints
+
+TABLE_NAME = "gemm_sm90_tiles.csv"
+# A path to a table to use instead of data/<gpu>/gemm_sm90_tiles.csv, or "guess" for the table-free
+# picker (an A/B switch; the GPU run points it at the table it has just recorded).
+ENV_VAR = "FO_SM90_TILES"
+COLUMNS = ("config", "tile_name", "order", "swizzle", "M", "N", "K", "waves", "ms_per_wave")
+# NOTES: recorded medians repeat to ~0.5 % and the model ignores what a partial last wave saves, so
+# a candidate less than 1 % faster on paper is no evidence: keep the bigger tile (fewer signals,
+# fewer and larger overlap groups) and the plainer raster.
+TIE = 0.01
+
+
+@dataclass(frozen=True)
+class TileTable:
+    """A loaded table: ``entries[(config, order, swizzle)]`` is a tuple of recorded grids, each
+    ``(log(tiles_m / tiles_n), (K, ...), (ms_per_wave, ...))`` with ``K`` ascending."""
+
+    path: str
+    entries: dict
+
+    def rasters(self, config: str) -> list[tuple[str, int]]:
+        return sorted((o, s) for (c, o, s) in self.entries if c == config)
+
+    def has(self, config: str) -> bool:
+        return any(c == config for (c, _, _) in self.entries)
+
+    def ms_per_wave(self, config: str, order: str, swizzle: int, log_aspect: float, K: int) -> float:
+        grids = self.entries[(config, order, swizzle)]
+        _, ks, ms = min(grids, key=lambda g: abs(g[0] - log_aspect))
+        return interpolate_k(ks, ms, K)
+
+
+def interpolate_k(ks, ms, K: int) -> float:
+    """``ms`` at ``K``: linear between the recorded ``ks`` (ascending), extrapolated from the two
+    nearest beyond them (a wave's time is close to affine in K: a fixed prologue/epilogue plus the
+    main loop); one recorded ``K`` scales in proportion."""
+    if len(ks) == 1:
+        return ms[0] * K / ks[0]
+    i = 1
+    while i < len(ks) - 1 and ks[i] < K:
+        i += 1
+    k0, k1, m0, m1 = ks[i - 1], ks[i], ms[i - 1], ms[i]
+    value = m0 + (m1 - m0) * (K - k0) / (k1 - k0)
+    if value <= 0:  # a noisy slope extrapolated far down: scale the nearest point instead
+        j = min(range(len(ks)), key=lambda j: abs(ks[j] - K))
+        value = ms[j] * K / ks[j]
+    return value
+
+
+def _positive_int(row: dict, name: str, where: str) -> int:
+    raw = (row.get(name) or "").strip()
+    try:
+        v = int(raw)
+    except ValueError:
+        raise GemmError(f"{where}: {name} must be a positive int, got {raw!r}") from None
+    if v <= 0:
+        raise GemmError(f"{where}: {name} must be a positive int, got {raw!r}")
+    return v
+
+
+@lru_cache(maxsize=8)
+def _load(path: str, mtime_ns: int, known: tuple) -> TileTable:
+    known_tiles = {name: (tile_name, BM, BN) for name, tile_name, BM, BN in known}
+    grids: dict = {}  # (config, order, swizzle) -> (M, N) -> K -> ms per wave
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
+        if missing:
+            raise GemmError(f"{path}: missing column(s) {missing}; a tile table has {list(COLUMNS)} "
+                            "(scripts/bench/record_sm90_tiles.py writes one)")
+        for line, row in enumerate(reader, start=2):
+            where = f"{path}, line {line}"
+            name = (row["config"] or "").strip()
+            if name not in known_tiles:
+                raise GemmError(f"{where}: unknown config {name!r} (known: {sorted(known_tiles)})")
+            recorded, current = (row["tile_name"] or "").strip(), known_tiles[name][0]
+            if recorded != current:
+                # Another stage count or tile than the kernel compiled now: its times say nothing about it.
+                raise GemmError(f"{where}: config {name} was recorded as {recorded!r}, the kernel is now "
+                                f"{current!r}: re-record the table")
+            order = (row["order"] or "").strip()
+            if order not in ("row", "col"):
+                raise GemmError(f"{where}: order must be 'row' or 'col', got {order!r}")
+            swizzle, M, N, K, _ = (_positive_int(row, c, where) for c in ("swizzle", "M", "N", "K", "waves"))
+            try:
+                ms = float(row["ms_per_wave"])
+            except (TypeError, ValueError):
+                ms = math.nan
+            if not (math.isfinite(ms) and ms > 0):
+                raise GemmError(f"{where}: ms_per_wave must be a positive number, got {row['ms_per_wave']!r}")
+            points = grids.setdefault((name, order, swizzle), {}).setdefault((M, N), {})
+            if K in points:
+                raise GemmError(f"{where}: a second row for {name} {order} swizzle {swizzle} at {M} x {N} x {K}")
+            points[K] = ms
+    if not grids:
+        raise GemmError(f"{path}: no rows")
+    entries = {}
+    for (name, order, swizzle), by_grid in grids.items():
+        _, BM, BN = known_tiles[name]
+        entries[(name, order, swizzle)] = tuple(
+            (math.log(ceil_div(M, BM) / ceil_div(N, BN)), tuple(sorted(pts)), tuple(pts[k] for k in sorted(pts)))
+            for (M, N), pts in sorted(by_grid.items()))
+    return TileTable(path, entries)
+
+
+def load(path, configs: dict) -> TileTable:
+    """The table at ``path`` (cached until the file changes), every row checked against ``configs``
+    (name -> tile config): GemmError names the file and line of the first bad one."""
+    path = str(path)
+    try:
+        mtime = os.stat(path).st_mtime_ns
+    except OSError as exc:
+        raise GemmError(f"sm90 tile table {path} cannot be read ({exc})") from None
+    known = tuple(sorted((n, c.tile_name, c.BM, c.BN) for n, c in configs.items()))
+    return _load(path, mtime, known)
+
+
+# --- where the table is -------------------------------------------------------------------------
+@lru_cache(maxsize=16)
+def _gpu_tag_of(device_index: int) -> str:
+    import torch
+    return provenance.gpu_tag(torch.cuda.get_device_name(device_index))
+
+
+def current_gpu_tag() -> str | None:
+    """The data folder name of the current GPU ('h200'), or None without torch or a GPU."""
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            return None
+        return _gpu_tag_of(torch.cuda.current_device())
+    except Exception:  # noqa: BLE001 - no torch / no driver: no table
+        return None
+
+
+def table_path() -> str | None:
+    """The table the picker reads now: ``$FO_SM90_TILES`` if set (``guess``: none; a named file
+    that is missing is an error, not a silent fallback), else ``<DATA_DIR>/<gpu>/gemm_sm90_tiles.csv``
+    when it exists, else None (the documented guess)."""
+    env = os.environ.get(ENV_VAR, "").strip()
+    if env == "guess":
+        return None
+    if env:
+        if not os.path.isfile(env):
+            raise GemmError(f"{ENV_VAR}={env}: no such file (unset it, or set it to 'guess' for the table-free "
+                            "picker)")
+        return env
+    tag = current_gpu_tag()
+    if tag is None:
+        return None
+    path = Path(provenance.DATA_DIR) / tag / TABLE_NAME
+    return str(path) if path.is_file() else None
+
+
+# --- the model ----------------------------------------------------------------------------------
+def predict_ms(table: TileTable, name: str, cfg, M: int, N: int, K: int, sm_count: int) -> float:
+    """Predicted ms of ``cfg`` (named ``name`` in the table, with its own order and swizzle) on
+    ``M x N x K`` with ``sm_count`` CTAs. One wave: every raster runs the same tiles at once, so
+    the best recorded raster's wave time."""
+    tm, tn = ceil_div(M, cfg.BM), ceil_div(N, cfg.BN)
+    waves = ceil_div(tm * tn, sm_count)
+    aspect = math.log(tm / tn)
+    if tm * tn <= sm_count:
+        return min(table.ms_per_wave(name, o, s, aspect, K) for o, s in table.rasters(name))
+    return waves * table.ms_per_wave(name, cfg.order, cfg.swizzle, aspect, K)
+
+
+def candidates(table: TileTable, configs: dict, M: int, N: int, sm_count: int):
+    """``(name, config with raster)`` for every recorded raster that means something on this grid:
+    one wave gets row order, swizzle 1 (the raster cannot matter); a swizzle wider than the grid
+    along its band is skipped (it walks like a narrower one, which was not what was recorded)."""
+    for name, cfg in configs.items():
+        if not table.has(name):
+            continue
+        tm, tn = ceil_div(M, cfg.BM), ceil_div(N, cfg.BN)
+        if tm * tn <= sm_count:
+            yield name, cfg.with_raster("row", 1)
+            continue
+        for order, swizzle in table.rasters(name):
+            if swizzle == 1 or swizzle <= (tm if order == "row" else tn):
+                yield name, cfg.with_raster(order, swizzle)
+
+
+def pick(table: TileTable, configs: dict, M: int, N: int, K: int, sm_count: int, smem_limit: int):
+    """The fastest predicted candidate among ``configs`` (name -> config) that fit ``smem_limit``;
+    ties (within :data:`TIE`) to the bigger tile, then the smaller swizzle, then row order."""
+    check_positive_ints(M=M, N=N, K=K, sm_count=sm_count, smem_limit=smem_limit)
+    fit = {n: c for n, c in configs.items() if c.smem_bytes <= smem_limit}
+    if not fit:
+        raise GemmError(f"no sm90 GEMM config fits {smem_limit} B of shared memory per block")
+    scored = [(predict_ms(table, n, c, M, N, K, sm_count), c) for n, c in candidates(table, fit, M, N, sm_count)]
+    if not scored:
+        raise GemmError(f"{table.path} has no rows for any of {sorted(fit)}: re-record it "
+                        f"(scripts/bench/record_sm90_tiles.py) or set {ENV_VAR}=guess")
+    best = min(t for t, _ in scored)
+    ties = [c for t, c in scored if t <= best * (1 + TIE)]
+    return min(ties, key=lambda c: (-c.BM * c.BN, c.swizzle, c.order != "row"))

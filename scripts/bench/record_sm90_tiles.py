@@ -1,0 +1,149 @@
+"""Record the Hopper GEMM's tile table on this GPU: the device time of one full wave per (tile
+config, raster order, swizzle, grid, K), which fo_lib.gemm.sm90.default_config reads to pick a tile
+and raster for any shape (fo_lib.gemm.tile_table: waves x time of one wave).
+
+Every grid is chosen so that its tiles are an exact multiple of the SM count for every candidate
+tile (``--waves`` waves of 128 x 256 tiles, twice as many of 128 x 128 on the same M x N): no partial
+wave, so the GEMM's time over its wave count is the time of one wave. Three grid aspects (tile rows /
+tile columns of 1/16, 1 and 16 for 128 x 256 tiles) because a raster's L2 reuse depends on how the
+wave's tiles lie on the grid; the picker reads the recorded grid nearest in aspect to the shape.
+All variants of one (grid, K), torch.matmul included as a yardstick, run in the same interleaved
+rounds in a random order per round, as CUDA-graph replays (device time), on inputs rotated beyond
+the L2 (fo_lib.experiments.kernel_bench). Writes the CSV + provenance sidecar; ~30 s on an H200.
+
+    python scripts/bench/record_sm90_tiles.py                   # -> data/<gpu>/gemm_sm90_tiles.csv
+    python scripts/bench/record_sm90_tiles.py --out /tmp/tiles.csv --K 4096
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import pandas as pd  # noqa: E402
+
+from fo_lib.gemm import sm90  # noqa: E402
+from fo_lib.gemm.tile_table import TABLE_NAME  # noqa: E402
+from fo_lib.provenance import DATA_DIR, gpu_tag, write_result  # noqa: E402
+
+ASPECTS = (1 / 16, 1.0, 16.0)  # tile rows / tile columns of the 128 x 256 grid: wide, square, tall
+# NOTES: 8 waves of the big tile (16 of the small): the launch and the last tile's epilogue, which
+# the per-wave time absorbs, are then ~1 % of it, as in the LLM shapes of 4-50 waves.
+WAVES = 8
+KS = (1024, 4096, 8192, 16384)  # the picker interpolates between them, and extrapolates past 16384
+RASTERS = tuple((order, swizzle) for order in ("row", "col") for swizzle in (1, 2, 4, 8))
+
+
+def full_wave_grid(sm_count: int, waves: int, aspect: float, BM: int = 128, BN: int = 256) -> tuple[int, int]:
+    """``(M, N)`` whose ``BM x BN`` tiles are exactly ``waves x sm_count``, in the tile-row / tile-column
+    ratio nearest ``aspect`` (in log; ties to fewer rows)."""
+    tiles = waves * sm_count
+    rows = min((d for d in range(1, tiles + 1) if tiles % d == 0),
+               key=lambda d: (abs(math.log(d * d / tiles) - math.log(aspect)), d))
+    return rows * BM, tiles // rows * BN
+
+
+def grids(sm_count: int, waves: int = WAVES, aspects=ASPECTS) -> list[tuple[int, int]]:
+    """The recording grids; each is checked to be whole waves of every candidate tile."""
+    out = []
+    for aspect in aspects:
+        M, N = full_wave_grid(sm_count, waves, aspect)
+        for name, cfg in candidates().items():
+            tiles = (M // cfg.BM) * (N // cfg.BN)
+            if M % cfg.BM or N % cfg.BN or tiles % sm_count:
+                raise ValueError(f"{M} x {N} is not whole waves of {name} on {sm_count} SMs")
+        if (M, N) not in out:
+            out.append((M, N))
+    return out
+
+
+def candidates() -> dict:
+    """The configs the picker chooses among (all of them are recorded)."""
+    return {n: sm90.CONFIGS[n] for n in sm90._DEFAULT_CANDIDATES}
+
+
+def variant(name: str, order: str, swizzle: int) -> str:
+    return f"{name}/{order}{swizzle}"
+
+
+def table_rows(M, N, K, sm_count, medians, rounds, inner) -> list[dict]:
+    """The table's rows for one (grid, K) from ``{variant: median ms}`` (``torch`` the yardstick)."""
+    rows = []
+    for name, cfg in candidates().items():
+        tiles = (M // cfg.BM) * (N // cfg.BN)
+        waves = tiles // sm_count
+        for order, swizzle in RASTERS:
+            ms = medians[variant(name, order, swizzle)]
+            rows.append(dict(config=name, tile_name=cfg.tile_name, order=order, swizzle=swizzle, M=M, N=N, K=K,
+                             sm_count=sm_count, tiles=tiles, waves=waves, median_ms=round(ms, 5),
+                             ms_per_wave=round(ms / waves, 6), tflops=round(2.0 * M * N * K / (ms * 1e9), 1),
+                             cublas_ms=round(medians["torch"], 5), rounds=rounds, inner=inner))
+    return rows
+
+
+def measure(M, N, K, dtype, rounds, inner, sm_count, seed):
+    """``{variant: median ms}`` for every candidate x raster and torch.matmul on one (grid, K)."""
+    import torch
+
+    from fo_lib.experiments.kernel_bench import check_and_time, input_sets
+
+    sets = input_sets(M, N, K, dtype)
+    n = len(sets)
+    fns = {"torch": lambda i: torch.matmul(sets[i % n][0], sets[i % n][1].T, out=sets[i % n][2])}
+    for name, cfg in candidates().items():
+        for order, swizzle in RASTERS:
+            c = cfg.with_raster(order, swizzle)
+            fns[variant(name, order, swizzle)] = (
+                lambda c: lambda i: sm90.gemm_nt(*sets[i % n], config=c, ctas=sm_count))(c)
+    first = next(iter(candidates().values()))
+    _, err, res = check_and_time(fns, sm90.SM90, first, sets, M, N, K, rounds, inner, graph=True, seed=seed)
+    if not err < 1e-2:
+        raise RuntimeError(f"{M} x {N} x {K}: relative error {err:.1e} against torch.matmul")
+    return {k: ms for k, (ms, _) in res.items()}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", help=f"CSV to write (default data/<gpu>/{TABLE_NAME})")
+    p.add_argument("--K", type=int, nargs="*", default=list(KS))
+    p.add_argument("--waves", type=int, default=WAVES, help="waves of the 128 x 256 tile per grid")
+    p.add_argument("--rounds", type=int, default=12)
+    p.add_argument("--inner", type=int, default=3, help="calls per CUDA graph")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    import torch
+
+    if not sm90.is_supported():
+        sys.exit("record_sm90_tiles: needs a compute capability 9.0 GPU")
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    sms = sm90.sm_count()
+    out = args.out or DATA_DIR / gpu_tag() / TABLE_NAME
+    rows = []
+    for M, N in grids(sms, args.waves):
+        for K in args.K:
+            med = measure(M, N, K, torch.bfloat16, args.rounds, args.inner, sms, (args.seed, M, N, K))
+            torch.cuda.empty_cache()  # the next grid's operands are up to ~0.7 GB per set
+            got = table_rows(M, N, K, sms, med, args.rounds, args.inner)
+            rows += got
+            best = {}
+            for r in got:
+                if r["config"] not in best or r["ms_per_wave"] < best[r["config"]]["ms_per_wave"]:
+                    best[r["config"]] = r
+            # Written after every (grid, K): a run cut short by its time limit still leaves a usable table.
+            write_result(pd.DataFrame(rows), out, link="none", dtype="bf16", rounds=args.rounds, inner=args.inner,
+                         graph=True, kernel="fo_lib.gemm.sm90", waves=args.waves, aspects=list(ASPECTS))
+            print(f"{M:6d} x {N:6d} x {K:6d}: cuBLAS {2.0 * M * N * K / (med['torch'] * 1e9):6.1f} TFLOP/s; best "
+                  + "; ".join(f"{n} {r['order']}{r['swizzle']} {r['tflops']:6.1f} TFLOP/s, {r['ms_per_wave']:.4f} ms"
+                              f"/wave" for n, r in best.items()), flush=True)
+    df = pd.DataFrame(rows)
+    # The spread between rasters: how much the raster choice is worth per tile.
+    spread = df.groupby(["config", "M", "N", "K"]).ms_per_wave.agg(lambda s: s.max() / s.min() - 1)
+    print(f"raster spread (slowest / fastest - 1) median {spread.median() * 100:.1f} %, max {spread.max() * 100:.1f} %"
+          f" over {len(spread)} (config, grid, K); {len(df)} rows -> {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,263 @@
+"""The Hopper GEMM's config choice from a measured tile table (fo_lib.gemm.tile_table), on the CPU with
+synthetic tables in a temporary data folder: the choice follows the table, tails cost whole tiles,
+no table falls back to the documented guess, and a bad table is refused naming its file and line."""
+import csv
+
+import pytest
+
+from fo_lib import provenance
+from fo_lib.gemm import GemmError, pick_by_waves, sm90, tile_table
+
+BIG, SMALL = "128x256x64", "128x128x64"
+# The recording grid of scripts/bench/record_sm90_tiles.py on 132 SMs (33 x 32 tiles of 128 x 256 =
+# 8 waves; 16 waves of 128 x 128).
+GRID = (4224, 8192)
+
+
+def _rows(ms_big, ms_small, rasters=(("row", 1), ("row", 8)), ks=(1024, 4096), grid=GRID, extra=None):
+    """Rows with a wave of the big tile taking ``ms_big(order, swizzle) * K / 4096`` ms (likewise small)."""
+    rows = []
+    for name, ms in ((BIG, ms_big), (SMALL, ms_small)):
+        for order, sw in rasters:
+            for k in ks:
+                rows.append(dict(config=name, tile_name=sm90.CONFIGS[name].tile_name, order=order, swizzle=sw,
+                                 M=grid[0], N=grid[1], K=k, waves=8 if name == BIG else 16,
+                                 ms_per_wave=ms(order, sw) * k / 4096, tflops=1.0))
+    return rows + list(extra or ())
+
+
+def _write(path, rows, columns=None):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns or list(rows[0]), extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    """An empty data folder seen as that of an 'h200'."""
+    monkeypatch.setattr(provenance, "DATA_DIR", tmp_path)
+    monkeypatch.setattr(tile_table, "current_gpu_tag", lambda: "h200")
+    monkeypatch.delenv(tile_table.ENV_VAR, raising=False)
+    return tmp_path
+
+
+def _table(data_dir, rows):
+    return _write(data_dir / "h200" / tile_table.TABLE_NAME, rows)
+
+
+def _guess(M, N, K):
+    return pick_by_waves({n: sm90.CONFIGS[n] for n in (BIG, SMALL)}, sm90._TILE_SPEED, M, N, K, 132, 227 * 1024)
+
+
+def test_the_choice_follows_the_measured_wave_times(data_dir, monkeypatch):
+    # 16896 x 384: 264 tiles of 128 x 256 (N padded to 512; 2 waves) or 396 of 128 x 128 (3 waves).
+    M, N, K = 128 * 132, 384, 4096
+    _table(data_dir, _rows(lambda o, s: 1.0, lambda o, s: 0.6))  # small: 3 x 0.6 = 1.8 < 2 x 1.0
+    assert sm90.default_config(M, N, K, 132).BN == 128
+    other = _write(data_dir / "other.csv", _rows(lambda o, s: 1.0, lambda o, s: 0.7))  # 2.1 > 2.0
+    monkeypatch.setenv(tile_table.ENV_VAR, str(other))
+    assert sm90.default_config(M, N, K, 132).BN == 256
+
+
+def test_equal_times_are_a_tie_that_goes_to_the_bigger_tile_then_the_smaller_swizzle(data_dir):
+    # 4096 x 4096: 512 big tiles (4 waves) or 1024 small ones (8 waves): half a wave each = a tie.
+    _table(data_dir, _rows(lambda o, s: 1.0, lambda o, s: 0.5 * (1 - 0.5 * tile_table.TIE)))
+    cfg = sm90.default_config(4096, 4096, 4096, 132)
+    assert (cfg.BN, cfg.order, cfg.swizzle) == (256, "row", 1)
+
+
+def test_the_fastest_recorded_raster_comes_with_the_tile(data_dir):
+    rasters = (("row", 1), ("row", 4), ("col", 2), ("col", 8))
+    _table(data_dir, _rows(lambda o, s: 0.9 if (o, s) == ("col", 2) else 1.0, lambda o, s: 0.6, rasters))
+    cfg = sm90.default_config(8192, 8192, 4096, 132)  # 2048 big tiles: 16 waves; small 32 x 0.6
+    assert (cfg.BN, cfg.order, cfg.swizzle) == (256, "col", 2)
+    assert sm90.predict_ms(cfg, 8192, 8192, 4096, 132) == pytest.approx(16 * 0.9)
+
+
+def test_a_swizzle_wider_than_the_grid_is_not_a_candidate(data_dir):
+    # row swizzle 8 recorded fastest, but 512 x 16384 has only 4 tile rows: bands of 8 would walk
+    # column-major, which is not what was recorded.
+    _table(data_dir, _rows(lambda o, s: 0.8 if s == 8 else 1.0, lambda o, s: 10.0))
+    cfg = sm90.default_config(512, 16384 * 4, 4096, 132)
+    assert (cfg.order, cfg.swizzle) == ("row", 1)
+    assert sm90.default_config(4096, 16384, 4096, 132).swizzle == 8
+
+
+def test_tails_count_as_whole_tiles(data_dir):
+    _table(data_dir, _rows(lambda o, s: 1.0, lambda o, s: 0.5))
+    big = sm90.CONFIGS[BIG].with_raster("row", 1)
+    # 132 tiles of 128 x 256 fill one wave; one more row of M adds a tile row: a second wave.
+    assert sm90.predict_ms(big, 128 * 132, 256, 4096, 132) == pytest.approx(1.0)
+    assert sm90.predict_ms(big, 128 * 132 + 1, 256, 4096, 132) == pytest.approx(2.0)
+    # So the tail flips the choice: 133 big tiles (2 waves, 2.0) against 266 small ones (3 x 0.5).
+    assert sm90.default_config(128 * 132, 256, 4096, 132).BN == 256
+    assert sm90.default_config(128 * 132 + 1, 256, 4096, 132).BN == 128
+
+
+def test_wave_time_is_interpolated_in_k_and_extrapolated_beyond():
+    ks, ms = (1024, 4096, 8192), (0.3, 1.0, 2.0)
+    assert tile_table.interpolate_k(ks, ms, 4096) == pytest.approx(1.0)
+    assert tile_table.interpolate_k(ks, ms, 2048) == pytest.approx(0.3 + 0.7 / 3)
+    assert tile_table.interpolate_k(ks, ms, 16384) == pytest.approx(4.0)  # the last segment's slope
+    assert tile_table.interpolate_k(ks, ms, 512) == pytest.approx(0.3 - 0.7 / 6)
+    assert tile_table.interpolate_k((4096,), (1.0,), 2048) == pytest.approx(0.5)
+
+
+def test_the_recorded_grid_nearest_in_aspect_is_used(data_dir):
+    wide = _rows(lambda o, s: 2.0, lambda o, s: 1.0, grid=(2048, 16896))  # 16 x 66 big tiles
+    _table(data_dir, _rows(lambda o, s: 1.0, lambda o, s: 0.5) + wide)
+    big = sm90.CONFIGS[BIG].with_raster("row", 1)
+    assert sm90.predict_ms(big, 2048, 16896, 4096, 132) == pytest.approx(8 * 2.0)
+    assert sm90.predict_ms(big, 1024, 33792, 4096, 132) == pytest.approx(8 * 2.0)  # 8 x 132 tiles: wider still
+    assert sm90.predict_ms(big, 4224, 8192, 4096, 132) == pytest.approx(8 * 1.0)
+
+
+def test_no_table_falls_back_to_the_documented_guess(data_dir, monkeypatch):
+    shapes = [(4096, 4096, 4096), (128 * 132, 384, 4096), (3000, 14336, 4096)]
+    assert sm90.predict_ms(sm90.CONFIGS[BIG], 4096, 4096, 4096) is None
+    for M, N, K in shapes:
+        assert sm90.default_config(M, N, K, 132) == _guess(M, N, K)
+    _table(data_dir, _rows(lambda o, s: 1.0, lambda o, s: 0.3))  # a table that always picks small
+    assert sm90.default_config(4096, 4096, 4096, 132).BN == 128
+    monkeypatch.setenv(tile_table.ENV_VAR, "guess")
+    for M, N, K in shapes:
+        assert sm90.default_config(M, N, K, 132) == _guess(M, N, K)
+
+
+def test_a_missing_named_table_is_an_error_not_a_silent_guess(data_dir, monkeypatch):
+    monkeypatch.setenv(tile_table.ENV_VAR, str(data_dir / "nowhere.csv"))
+    with pytest.raises(GemmError, match="nowhere.csv: no such file"):
+        sm90.default_config(4096, 4096, 4096, 132)
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("config", "64x64x64", "unknown config '64x64x64'"),
+    ("order", "diagonal", "order must be 'row' or 'col'"),
+    ("swizzle", "0", "swizzle must be a positive int"),
+    ("K", "4k", "K must be a positive int"),
+    ("ms_per_wave", "-1", "ms_per_wave must be a positive number"),
+    ("ms_per_wave", "nan", "ms_per_wave must be a positive number"),
+    ("tile_name", "m128n256k64_s4", "config 128x256x64 was recorded as 'm128n256k64_s4'.*re-record"),
+])
+def test_a_bad_row_is_refused_naming_the_file_and_line(data_dir, field, value, message):
+    rows = _rows(lambda o, s: 1.0, lambda o, s: 0.5)
+    rows[2] = dict(rows[2], **{field: value})
+    path = _table(data_dir, rows)
+    with pytest.raises(GemmError, match=f"{path}, line 4: {message}"):
+        sm90.default_config(4096, 4096, 4096, 132)
+
+
+def test_a_table_without_a_column_or_with_a_repeated_row_is_refused(data_dir, monkeypatch):
+    rows = _rows(lambda o, s: 1.0, lambda o, s: 0.5)
+    path = _write(data_dir / "no_waves.csv", rows, [c for c in rows[0] if c != "waves"])
+    monkeypatch.setenv(tile_table.ENV_VAR, str(path))
+    with pytest.raises(GemmError, match=r"no_waves.csv: missing column\(s\) \['waves'\]"):
+        sm90.default_config(4096, 4096, 4096, 132)
+    path = _write(data_dir / "twice.csv", rows + rows[:1])
+    monkeypatch.setenv(tile_table.ENV_VAR, str(path))
+    with pytest.raises(GemmError, match=f"twice.csv, line {len(rows) + 2}: a second row"):
+        sm90.default_config(4096, 4096, 4096, 132)
+
+
+def test_the_table_path_still_checks_shapes_and_shared_memory(data_dir):
+    _table(data_dir, _rows(lambda o, s: 1.0, lambda o, s: 0.5))
+    with pytest.raises(GemmError, match="M must be a positive int"):
+        sm90.default_config(0, 8, 8, 132)
+    with pytest.raises(GemmError, match="no sm90 GEMM config fits"):
+        sm90.default_config(8, 8, 8, 132, 1000)
+
+
+def _script(name):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("sms", [132, 114, 78])
+def test_the_recording_grids_are_whole_waves_of_every_candidate(sms):
+    rec = _script("record_sm90_tiles")
+    grids = rec.grids(sms)
+    assert len(grids) == 3
+    for M, N in grids:
+        for cfg in rec.candidates().values():
+            assert M % cfg.BM == 0 and N % cfg.BN == 0 and (M // cfg.BM) * (N // cfg.BN) % sms == 0
+    if sms == 132:
+        assert grids == [(1024, 33792), (4096, 8448), (16896, 2048)]  # 8 x 132, 32 x 33, 132 x 8 big tiles
+
+
+def test_the_recorder_writes_a_table_the_picker_reads(data_dir):
+    rec = _script("record_sm90_tiles")
+    rows = []
+    for M, N in rec.grids(132):
+        for K in rec.KS:
+            # Synthetic GEMM times: a wave of the small tile (twice as many waves) takes 0.52 of a
+            # wave of the big one; col order 2 % slower.
+            med = {rec.variant(n, o, s): (1.0 if n == BIG else 1.04) * (1.02 if o == "col" else 1.0) * K / 4096
+                   for n in (BIG, SMALL) for o, s in rec.RASTERS}
+            med["torch"] = 1.0
+            rows += rec.table_rows(M, N, K, 132, med, 12, 3)
+    assert len(rows) == 3 * len(rec.KS) * 2 * len(rec.RASTERS)
+    _table(data_dir, rows)
+    cfg = sm90.default_config(4096, 4096, 4096, 132)
+    assert (cfg.BN, cfg.order, cfg.swizzle) == (256, "row", 1)  # 4 waves x 1 against 8 x 0.52; all rasters tie
+    assert sm90.predict_ms(cfg, 4096, 4096, 4096, 132) == pytest.approx(4 / 8)
+    assert sm90.default_config(128 * 132, 384, 4096, 132).BN == 128  # 2 x 1 against 3 x 0.52
+
+
+def test_the_llm_shapes_meet_the_issue():
+    shapes = _script("bench_gemm_sm90_llm").SHAPES
+    assert len(shapes) >= 24 and len({s[1:] for s in shapes}) == len(shapes)
+    assert min(m for _, m, _, _ in shapes) >= 1024 and max(m for _, m, _, _ in shapes) == 16384
+    assert sum(m % 128 != 0 for _, m, _, _ in shapes) >= 4
+    assert all(k % 8 == 0 for *_, k in shapes)
+    assert {o.split()[0] for o, *_ in shapes} >= {"llama3-8b", "llama3-70b", "mixtral-8x7b", "qwen2.5-7b"}
+    assert {o.split()[-1] for o, *_ in shapes} == {"tp1", "tp2", "tp4", "tp8"}
+
+
+def test_record_then_benchmark_end_to_end_with_fake_timings(data_dir, monkeypatch, tmp_path, capsys):
+    """The two GPU scripts' own logic (rows, table, provenance, summary) with the timing faked: the
+    table one writes is the table the other picks from."""
+    import json
+
+    import pandas as pd
+
+    rec, llm = _script("record_sm90_tiles"), _script("bench_gemm_sm90_llm")
+    monkeypatch.setattr(sm90, "is_supported", lambda *a: True)
+    monkeypatch.setattr(sm90, "sm_count", lambda *a: 132)
+
+    def fake_measure(M, N, K, dtype, rounds, inner, sm_count, seed):
+        med = {rec.variant(n, o, s): (1.0 if n == BIG else 1.02) * (1 + 0.01 * s) * K / 4096
+               for n in (BIG, SMALL) for o, s in rec.RASTERS}
+        return dict(med, torch=1.0)
+
+    monkeypatch.setattr(rec, "measure", fake_measure)
+    table = tmp_path / "out" / "gemm_sm90_tiles.csv"
+    rec.main(["--out", str(table), "--K", "1024", "4096"])
+    assert len(pd.read_csv(table)) == 3 * 2 * 2 * len(rec.RASTERS)
+    assert json.loads(table.with_suffix(".meta.json").read_text())["waves"] == rec.WAVES
+
+    def fake_bench(M, N, K, dtype, rounds, inner, sms, seed):
+        cfg = sm90.default_config(M, N, K, sms)
+        alt, guess = llm.alt_config(cfg, M, N, K, sms), sm90.guess_config(M, N, K, sms)
+        t = sm90.predict_ms(cfg, M, N, K, sms)
+        return cfg, alt, guess, 1e-3, dict(ours=t, torch=t, signal=t * 1.004, alt=t * 1.1, guess=t * 1.05)
+
+    monkeypatch.setenv(tile_table.ENV_VAR, "guess")  # restored after the test; main overrides it
+    monkeypatch.setattr(llm, "bench_shape", fake_bench)
+    out = tmp_path / "llm.csv"
+    llm.main(["--out", str(out), "--tiles", str(table)])
+    df = pd.read_csv(out)
+    assert len(df) == len(llm.SHAPES)
+    assert set(df.columns) >= {"M", "N", "K", "ours_ms", "cublas_ms", "signal_ms", "config"}
+    assert (df.config.str.startswith("128x128x64") | df.config.str.startswith("128x256x64")).all()
+    assert json.loads(out.with_suffix(".meta.json").read_text())["tiles_table"] == str(table)
+    printed = capsys.readouterr().out
+    assert "geomean 1.000, median 1.000, worst 1.000" in printed and "signal vs plain median +0.40%" in printed
