@@ -133,3 +133,28 @@ def test_a_dropped_plan_is_freed_at_once_not_by_the_cyclic_gc():
         assert alive[0]() is None and alive[1]() is None
     finally:
         gc.enable()
+
+
+def test_a_communicator_without_the_timeout_keyword_still_runs():
+    """Communicators written to the protocol before it took ``timeout_s`` keep working on the CPU."""
+    class OldStyle(CpuLoopbackCommunicator):
+        def all_reduce(self, buf):  # no timeout_s
+            super().all_reduce(buf)
+
+    plan = OverlapPlan("all_reduce", 512, 64, 16, OldStyle(2), device="cpu", config=CFG, sm_count=2)
+    a, b = _inputs(512, 64, 16)
+    assert plan.num_groups > 1
+    assert calc_diff(plan.run(a, b).double(), 2 * (a.double() @ b.double().T)) < 1e-2
+
+
+def test_a_plan_whose_collective_failed_refuses_further_calls():
+    class Once(CpuLoopbackCommunicator):
+        def all_reduce(self, buf, *, timeout_s=None):
+            raise RuntimeError("Operation timed out!")
+
+    plan = OverlapPlan("all_reduce", 512, 64, 16, Once(2), device="cpu", config=CFG, sm_count=2)
+    with pytest.raises(CollectiveError, match="timeout 10 s"):
+        plan.run(*_inputs(512, 64, 16))
+    from fo_lib.engine import PlanError
+    with pytest.raises(PlanError, match="failed before"):
+        plan.run(*_inputs(512, 64, 16))

@@ -11,7 +11,7 @@ import pytest
 
 WORKER = Path(__file__).parent / "workers" / "plan_agreement.py"
 FIELDS = ("primitive", "M", "N", "K", "dtype", "config", "schedule", "ctas", "partition", "layout",
-          "reduction", "routing")
+          "reduction", "routing", "grid")
 
 
 def _free_port() -> int:
@@ -41,6 +41,7 @@ def test_every_rank_names_the_first_field_that_differs(world_size):
         for rank in range(world_size):
             assert f"ok {field} (rank {rank})" in out, (field, rank, out[-3000:])
     for rank in range(world_size):
+        assert f"ok early failure (rank {rank})" in out, out[-3000:]
         assert f"ok agreeing plan (rank {rank})" in out, out[-3000:]
 
 
@@ -50,3 +51,4 @@ def test_a_stalled_peer_fails_the_call_within_the_plans_timeout():
     out = _torchrun(2, "stall", 100)
     assert re.search(r"ok stall after [0-9.]+ s: rank 0 of 2: the all_reduce of group 1", out), out[-3000:]
     assert "ok stall (the stalled rank)" in out
+    assert "ok broken plan refuses" in out

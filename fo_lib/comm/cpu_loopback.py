@@ -19,7 +19,7 @@ class CpuLoopbackCommunicator:
     def __init__(self, world_size: int, rank: int = 0):
         if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
             raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
-        if not isinstance(rank, int) or not 0 <= rank < world_size:
+        if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < world_size:
             raise ValueError(f"rank {rank!r} out of range for world size {world_size}")
         self.world_size, self.rank = world_size, rank
 

@@ -35,6 +35,9 @@ class TorchDistCommunicator:
         self.copy_engine = bool(copy_engine)
         self._windows = []  # (pool, tensor, window) of every symmetric buffer, alive with the communicator
         self._side_streams = {}  # device -> stream (_off_null_stream)
+        # Plan-time exchanges (all_gather_object) run on the group the caller gave: a group of our
+        # own below may be a copy-engine one, whose calls need symmetric buffers off the legacy stream.
+        self._control_group = group
         if self.copy_engine:
             if dist.get_backend(group) != "nccl":
                 raise ValueError("copy_engine applies to NCCL process groups only")
@@ -167,7 +170,7 @@ class TorchDistCommunicator:
     def all_gather_object(self, obj) -> list:
         """Every rank's ``obj`` (picklable), in rank order: plan-time agreement checks."""
         out = [None] * self.world_size
-        self._dist.all_gather_object(out, obj, group=self.group)
+        self._dist.all_gather_object(out, obj, group=self._control_group)
         return out
 
 
@@ -223,8 +226,8 @@ def group_timeout_s() -> float:
         value = float(raw)
     except ValueError:
         raise ValueError(f"FO_GROUP_TIMEOUT_S must be a number of seconds, got {raw!r}") from None
-    if not value > 0:
-        raise ValueError(f"FO_GROUP_TIMEOUT_S must be positive, got {raw!r}")
+    if not 0 < value < 10**9:  # a timedelta holds no infinity
+        raise ValueError(f"FO_GROUP_TIMEOUT_S must be a positive, finite number of seconds, got {raw!r}")
     return value
 
 

@@ -7,6 +7,7 @@ restores the output. With gloo this runs the whole orchestration in multi-proces
 """
 from __future__ import annotations
 
+import inspect
 import weakref
 import numpy as np
 
@@ -28,6 +29,9 @@ class CpuExecutor:
         self.recv = torch.zeros(plan.recv_elements, dtype=plan.torch_dtype) if plan.buffer_layout.result == "recv" \
             else None
         self._scatter = self._group_indices()
+        # Only the CPU executor's collectives block the host: bound each by the plan's timeout, where
+        # the communicator takes one (the protocol's keyword; older communicators may lack it).
+        self.collective_kw = {"timeout_s": plan.timeout_ns / 1e9} if takes_timeout(plan.comm) else {}
 
     def _group_indices(self) -> list:
         """Per group, (positions in C.flat, positions in the send buffer)."""
@@ -47,7 +51,7 @@ class CpuExecutor:
         c = (a.float() @ b.float().T).to(p.torch_dtype).reshape(-1)
         for g, (src, dst) in enumerate(self._scatter):
             self.send[dst] = c[src]  # the group's tiles are done: its collective may start
-            p.collective(g, self.send, self.recv, timeout_s=p.timeout_ns / 1e9)  # only here do collectives block the host
+            p.collective(g, self.send, self.recv, **self.collective_kw)
         src = self.send if p.buffer_layout.result == "send" else self.recv
         residual_out = operands.get("residual_out")
         res_out = None if residual_out is None else np.empty((p.out_rows, p.N))
@@ -70,6 +74,15 @@ class CpuExecutor:
         y = post_reorder_reference(gathered.double().numpy(), table, (self.plan.M, self.plan.N), self.plan.grid.BN,
                                    ops, **{k: _np(v) for k, v in operands.items()})
         return torch.from_numpy(y).to(gathered.dtype)
+
+
+def takes_timeout(comm) -> bool:
+    """Whether ``comm``'s collectives accept the protocol's ``timeout_s`` keyword."""
+    try:  # looked up statically: inspecting the method must not run anything of the communicator
+        params = inspect.signature(inspect.getattr_static(comm, "all_reduce")).parameters.values()
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return any(p.name == "timeout_s" or p.kind is p.VAR_KEYWORD for p in params)
 
 
 def _np(t):

@@ -18,7 +18,7 @@ import weakref
 
 from .. import counting, gemm, postops
 from ..comm import comm_buffer
-from .errors import PlanError
+from .errors import PlanError, check_plans_agree
 
 POST_OPERANDS = ("bias", "residual", "residual_out", "weight", "out")
 
@@ -31,6 +31,10 @@ class CudaExecutor:
         # GC, which may free their pinned buffers and events in the middle of another plan's graph
         # capture and invalidate it.
         self.plan = p = weakref.proxy(plan)
+        # Held strongly: a captured call (GraphedCall) replays into the communicator's buffers (the
+        # loopback's staging memory) after the plan itself may be gone.
+        self.comm = plan.comm
+        self.collective_kw = {}  # NCCL collectives only enqueue: the counter waits carry the timeout
         self.device = dev = torch.device("cuda", torch.cuda.current_device())
         # Zeroed once: padding of tail subtiles is never written but does take part in reductions.
         # A communicator may place it where its collectives run best (NCCL's symmetric windows).
@@ -85,12 +89,18 @@ class CudaExecutor:
         import torch
 
         p = self.plan
-        self._gemm(torch.zeros(p.M, p.K, dtype=p.torch_dtype, device=self.device),
-                   torch.zeros(p.N, p.K, dtype=p.torch_dtype, device=self.device))
-        self.epoch_word.fill_(-1)  # epoch 2^32 - 1: the next target is 0, so these waits pass at once
-        counting.wait_epoch(self.counters, 0, 1, self.epoch_word, self.error, p.timeout_ns)
-        postops.post_reorder(self.result, self.post_table, (p.out_rows, p.N), p.grid.BN, sources=p.sources,
-                             peer_stride=self.peer_stride)
+        try:  # this rank's own kernels first (a compile or launch may fail on one rank only) ...
+            self._gemm(torch.zeros(p.M, p.K, dtype=p.torch_dtype, device=self.device),
+                       torch.zeros(p.N, p.K, dtype=p.torch_dtype, device=self.device))
+            self.epoch_word.fill_(-1)  # epoch 2^32 - 1: the next target is 0, so these waits pass at once
+            counting.wait_epoch(self.counters, 0, 1, self.epoch_word, self.error, p.timeout_ns)
+            postops.post_reorder(self.result, self.post_table, (p.out_rows, p.N), p.grid.BN, sources=p.sources,
+                                 peer_stride=self.peer_stride)
+            torch.cuda.synchronize(self.device)
+        except Exception as exc:
+            check_plans_agree(self.comm, error=exc)
+            raise
+        check_plans_agree(self.comm, {"kernels": "loaded"})  # ... then the collectives, on every rank or none
         self._collectives(torch.cuda.current_stream(self.device), wait=False)
         torch.cuda.synchronize(self.device)
         self.counters.zero_()

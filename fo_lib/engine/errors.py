@@ -11,21 +11,31 @@ class CollectiveError(RuntimeError):
     names the plan, the group and the rank, and the communicator's own exception is chained."""
 
 
-def check_plans_agree(comm, fingerprint: dict) -> None:
-    """Raise :class:`PlanError` on every rank unless every rank's plan has this ``fingerprint``.
-
-    One exchange of fixed form (every rank's fingerprint, whatever it holds), so ranks that differ
-    still take part in the same collective and all learn the first field that differs. Communicators
-    of identical virtual ranks (the loopbacks) have no ``all_gather_object``: nothing can differ."""
-    if int(comm.world_size) == 1:
-        return
+def check_plans_agree(comm, fingerprint: dict | None = None, *, error: BaseException | None = None) -> None:
+    """Every rank calls this once per plan, before the plan's first collective, also a rank whose
+    own build failed (``error``): one exchange of fixed form, so no rank is left waiting in a
+    collective its peers never join. Raises on every rank unless every rank built its plan and all
+    fingerprints are equal: a rank whose build failed re-raises its own error, the others a
+    :class:`PlanError` naming it; differing plans give a :class:`PlanError` naming the first field
+    that differs and each rank's value. Communicators of identical virtual ranks (the loopbacks)
+    have no ``all_gather_object``: nothing can differ."""
     gather = getattr(comm, "all_gather_object", None)
-    if gather is None:
+    if gather is None or int(getattr(comm, "world_size", 1)) == 1:
+        if error is not None:
+            raise error
         return
-    seen = gather(fingerprint)
-    for field, mine in fingerprint.items():
+    mine = {"error": f"{type(error).__name__}: {error}"} if error is not None else fingerprint
+    seen = gather(mine)
+    failed = [(r, fp["error"]) for r, fp in enumerate(seen) if "error" in fp]
+    if error is not None:
+        raise error
+    if failed:
+        who = "; ".join(f"rank {r}: {msg}" for r, msg in failed)
+        raise PlanError(f"another rank could not build its plan ({who}); no collective ran (rank {comm.rank} "
+                        f"raised this)")
+    for field, mine_value in fingerprint.items():
         values = [fp.get(field) for fp in seen]
-        if any(v != mine for v in values):
+        if any(v != mine_value for v in values):
             per_rank = ", ".join(f"rank {r}: {v}" for r, v in enumerate(values))
             raise PlanError(f"the ranks built different plans: {field} differs ({per_rank}); every rank "
                             f"must build the same plan (rank {comm.rank} raised this)")

@@ -4,6 +4,8 @@ asks its :mod:`buffer layout <fo_lib.engine.layouts>` for the tables and slices,
 rank built the same plan, and hands calls to an executor (CUDA streams or the CPU reference)."""
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from .. import gemm
@@ -87,6 +89,32 @@ class OverlapPlan:
                  comm_sms: int | None = None, routing=None, max_groups: int = 8,
                  timeout_ms: float = 10_000.0, sm_count: int | None = None, comm_graph: bool = True,
                  schedule: str = "persistent", layout: str = "tiles", reduction: str = "collective"):
+        try:
+            self._build(primitive, M, N, K, comm, dtype=dtype, device=device, partition=partition, config=config,
+                        ctas=ctas, comm_sms=comm_sms, routing=routing, max_groups=max_groups,
+                        timeout_ms=timeout_ms, sm_count=sm_count, comm_graph=comm_graph, schedule=schedule,
+                        layout=layout, reduction=reduction)
+        except Exception as exc:
+            check_plans_agree(comm, error=exc)  # the other ranks learn why, instead of waiting for us
+            raise
+        # Before any collective (the CUDA warm-up runs them): ranks whose plans differ would run
+        # collectives of different sizes or counts, which hangs, aborts or silently mixes data.
+        check_plans_agree(comm, self.fingerprint())
+        self._broken = None  # set by a failed collective: the group's state is then unknown
+        import torch
+
+        self.torch_dtype = getattr(torch, DTYPES[dtype])
+        if device == "cuda":
+            from .cuda_executor import CudaExecutor
+            self.executor = CudaExecutor(self)
+        else:
+            from .cpu_executor import CpuExecutor
+            self.executor = CpuExecutor(self)
+        self.send, self.recv = self.executor.send, self.executor.recv
+
+    def _build(self, primitive, M, N, K, comm, *, dtype, device, partition, config, ctas, comm_sms, routing,
+               max_groups, timeout_ms, sm_count, comm_graph, schedule, layout, reduction) -> None:
+        """Validate the arguments and build everything up to the executor (no collective)."""
         layout_cls = validate_arguments(primitive, M, N, K, comm, dtype=dtype, device=device, timeout_ms=timeout_ms,
                                         schedule=schedule, layout=layout, reduction=reduction)
         self.primitive, self.M, self.N, self.K = primitive, int(M), int(N), int(K)
@@ -114,19 +142,6 @@ class OverlapPlan:
         self.buffer_layout = layout_cls(self.grid, self.partition, self.world_size, self.rank, **extra)
         self.slices = self.buffer_layout.slices()
         self.post_stages = self.buffer_layout.post_stages(self.slices)
-        # Before any collective (the CUDA warm-up runs them): ranks whose plans differ would run
-        # collectives of different sizes or counts, which hangs, aborts or silently mixes data.
-        check_plans_agree(comm, self.fingerprint())
-        import torch
-
-        self.torch_dtype = getattr(torch, DTYPES[dtype])
-        if device == "cuda":
-            from .cuda_executor import CudaExecutor
-            self.executor = CudaExecutor(self)
-        else:
-            from .cpu_executor import CpuExecutor
-            self.executor = CpuExecutor(self)
-        self.send, self.recv = self.executor.send, self.executor.recv
 
     def _choose_config(self, config, sm_count: int):
         if config is None:
@@ -194,28 +209,48 @@ class OverlapPlan:
         return {"primitive": self.primitive, "M": self.M, "N": self.N, "K": self.K, "dtype": self.dtype,
                 "config": repr(self.config), "schedule": self.schedule, "ctas": self.ctas,
                 "partition": tuple(int(p) for p in self.partition), "layout": self.layout,
-                "reduction": self.reduction, "routing": None if routing is None else routing.digest()}
+                "reduction": self.reduction, "routing": None if routing is None else routing.digest(),
+                # What the fields above decide together with each rank's SM count: the waves and the
+                # tiles of each group, which size every group's collective (slices themselves may
+                # differ by rank: this rank's copy, its receive counts).
+                "grid": self.grid.describe(), "group_tiles": tuple(self.group_tiles)}
 
     # --- a call ----------------------------------------------------------------------------------------
     def collective(self, g: int, send, recv, **kw) -> None:
         """Group ``g``'s collective on its slices of an executor's buffers ``send`` and ``recv``; a
         failure becomes a :class:`CollectiveError` that names the plan, the group and the rank."""
         sl = self.slices[g]
-        try:
+        s, e = sl["send"]
+        with self._naming_failures(f"the {self.buffer_layout.collective} of group {g + 1} of {self.num_groups} "
+                                   f"({e - s} elements)", kw):
             self.buffer_layout.call(self.comm, sl, send, recv, **kw)
+
+    @contextlib.contextmanager
+    def _naming_failures(self, what: str, kw: dict):
+        """Turn a communicator's exception into a :class:`CollectiveError` (chained) and mark the plan
+        broken: a collective that timed out may still complete later against the plan's buffers, so
+        no further call of the plan may run."""
+        try:
+            yield
         except Exception as exc:
-            s, e = sl["send"]
             first = (str(exc).strip().splitlines() or [""])[0]
-            raise CollectiveError(
-                f"rank {self.rank} of {self.world_size}: the {self.buffer_layout.collective} of group {g + 1} of "
-                f"{self.num_groups} ({e - s} elements) failed in the plan {self.primitive} "
-                f"{self.M}x{self.N}x{self.K} {self.dtype} partition {list(self.partition)} ({self.comm.link}, "
-                f"timeout {self.timeout_ns / 1e9:g} s): {type(exc).__name__}: {first}") from exc
+            bound = f", timeout {kw['timeout_s']:g} s" if "timeout_s" in kw else ""
+            self._broken = (f"rank {self.rank} of {self.world_size}: {what} failed in the plan {self.primitive} "
+                            f"{self.M}x{self.N}x{self.K} {self.dtype} partition {list(self.partition)} "
+                            f"({self.comm.link}{bound}): {type(exc).__name__}: {first}")
+            raise CollectiveError(self._broken) from exc
+
+    def _check_usable(self) -> None:
+        if self._broken:
+            raise PlanError(f"a collective of this plan failed before ({self._broken}); the process group's state "
+                            "is unknown (a timed-out collective may still complete): destroy the group "
+                            "(torch.distributed.destroy_process_group) and build new plans")
 
     def run(self, a, b, *, ops: PostOps = PostOps(), bias=None, residual=None, residual_out=None,
             weight=None, out=None):
         """One overlapped call: ``a`` [M, K], ``b`` [N, K] (nn.Linear weight); returns the post-reordered
         output (``[M, N]``, or this rank's rows for reduce_scatter / all_to_all)."""
+        self._check_usable()
         self._check_inputs(a, b)
         return self.executor.run(a, b, ops, dict(bias=bias, residual=residual, residual_out=residual_out,
                                                  weight=weight, out=out))
@@ -262,7 +297,10 @@ class OverlapPlan:
         padded = torch.zeros(R * self.N, dtype=local.dtype, device=local.device)
         padded[:local.numel()] = local.reshape(-1)
         gathered = torch.empty(self.world_size * R * self.N, dtype=local.dtype, device=local.device)
-        self.comm.all_gather(padded, gathered)
+        self._check_usable()
+        kw = self.executor.collective_kw
+        with self._naming_failures(f"the all_gather restoring the rows ({padded.numel()} elements)", kw):
+            self.comm.all_gather(padded, gathered, **kw)
         return self.executor.restore(gathered, self.tables.allgather_table(), ops, operands)
 
     def _check_inputs(self, a, b) -> None:

@@ -168,6 +168,29 @@ def test_a_dropped_cuda_plan_is_freed_at_once():
         gc.enable()
 
 
+def test_a_captured_call_outlives_its_plan_and_communicator():
+    """The graph replays into the communicator's staging buffers and the executor's own: dropping
+    the plan and the communicator (only the GraphedCall kept) must leave the replay correct."""
+    import gc
+
+    M, N, K, W = 700, 900, 96, 2
+    plan = OverlapPlan("all_reduce", M, N, K, LoopbackCommunicator(W), config=gemm.CONFIGS["64x64x32"], ctas=50)
+    a, b, _ = _inputs(M, N, K, seed=21)
+    graphed = plan.capture(a, b)
+    del plan
+    gc.collect()
+    torch.cuda.empty_cache()
+    churn = [torch.randn(1 << 22, device="cuda") for _ in range(8)]  # reuse whatever was freed
+    for seed in (22, 23):
+        a2, b2, C2 = _inputs(M, N, K, seed=seed)
+        a.copy_(a2)
+        b.copy_(b2)
+        y = graphed()
+        torch.cuda.synchronize()
+        assert calc_diff(y, W * C2) < TOL, seed
+    del churn
+
+
 @pytest.mark.parametrize("primitive", ["all_reduce", "reduce_scatter", "all_to_all"])
 def test_cuda_graph_replay_matches_eager(primitive):
     """A captured call replays on new data in its static inputs; eager calls of the same plan keep

@@ -50,6 +50,9 @@ def mismatches(W):
         ("layout", dict(ar, config=ROWS), dict(layout="rows")),
         ("reduction", ar, dict(reduction="post_reorder")),
         ("routing", {}, dict(routing_seed=5)),
+        # Equal in every field above, but each rank counts waves over its own SMs: 6 tiles make two
+        # waves of 4 + 2 on 4 SMs and of 5 + 1 on 5, so the groups' slices differ.
+        ("grid", dict(ar, schedule="per_tile", sm_count=4), dict(sm_count=5)),
     ]
 
 
@@ -57,9 +60,10 @@ def build(comm, spec):
     spec = dict(spec)
     prim, M, N, K = (spec.pop(k) for k in ("primitive", "M", "N", "K"))
     seed = spec.pop("routing_seed", 0)
+    spec.setdefault("sm_count", 2)
     if prim == "all_to_all":
         spec["routing"] = routing(comm.world_size, M, seed)
-    return OverlapPlan(prim, M, N, K, comm, device="cpu", sm_count=2, **spec)
+    return OverlapPlan(prim, M, N, K, comm, device="cpu", **spec)
 
 
 def check_mismatches(comm):
@@ -85,6 +89,16 @@ def check_mismatches(comm):
             say(f"FAIL {field}: rank 0's value shown wrong: {msg!r}")
             continue
         say(f"ok {field} (rank {rank})")
+    # A rank whose own build fails still takes part in the exchange: it raises its own error, every
+    # other rank a PlanError naming it, and nobody waits in a collective.
+    try:
+        build(comm, {**BASE, "primitive": "all_reduce", **(dict(partition=(9,)) if rank == W - 1 else {})})
+        say(f"FAIL early failure: rank {rank} built its plan")
+    except PlanError as exc:
+        ok = (rank != W - 1 and f"rank {W - 1}: ValueError" in str(exc) and "could not build" in str(exc))
+        say(f"ok early failure (rank {rank})" if ok else f"FAIL early failure: rank {rank} raised {exc!r}")
+    except ValueError as exc:
+        say(f"ok early failure (rank {rank})" if rank == W - 1 else f"FAIL early failure: rank {rank}: {exc!r}")
     # The group is still in step after every refusal: an agreeing plan runs and gives the sum.
     plan = build(comm, {**BASE, "primitive": "all_reduce"})
     gen = torch.Generator().manual_seed(1)
@@ -117,6 +131,13 @@ def check_stall(comm):
             say(f"FAIL stall: after {took:.1f} s, missing {missing}, cause {exc.__cause__!r}: {msg}")
         else:
             say(f"ok stall after {took:.1f} s: {msg}")
+    # The timed-out collective may still complete later against the plan's buffers: the plan
+    # refuses every further call.
+    try:
+        plan.run(a, b)
+        say("FAIL stall: the plan ran again after a failed collective")
+    except PlanError as exc:
+        say("ok broken plan refuses" if "failed before" in str(exc) else f"FAIL stall: {exc!r}")
     os._exit(0)
 
 
