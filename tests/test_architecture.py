@@ -83,3 +83,17 @@ def test_no_module_is_too_long():
     too_long = {str(p.relative_to(ROOT)): n for p in MODULES.values()
                 if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not too_long, f"modules over {MAX_LINES} lines: {too_long}"
+
+
+def test_the_plan_delegates_to_its_layout():
+    """OverlapPlan validates, builds and delegates: its class body stays short, and which primitive
+    it runs never branches its code (each primitive's detail lives in one buffer layout)."""
+    path = ROOT / "engine" / "plan.py"
+    tree = ast.parse(path.read_text())
+    plan = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "OverlapPlan")
+    assert plan.end_lineno - plan.lineno + 1 <= 300
+    for node in ast.walk(plan):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare):
+            names = {n.attr if isinstance(n, ast.Attribute) else getattr(n, "id", None) for n in ast.walk(node.test)}
+            chained = bool(node.orelse) and isinstance(node.orelse[0], ast.If)
+            assert not ("primitive" in names and chained), f"per-primitive if/elif chain at line {node.lineno}"

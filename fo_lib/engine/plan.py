@@ -44,6 +44,24 @@ def validate_arguments(primitive, M, N, K, comm, *, dtype, device, timeout_ms, s
     return cls
 
 
+def check_operands(plan, a, b) -> None:
+    """A call's ``a`` [M, K] and ``b`` [N, K]: torch tensors of the plan's dtype on its device."""
+    import torch
+
+    dev = plan.executor.device
+    for t, name, shape in ((a, "a", (plan.M, plan.K)), (b, "b", (plan.N, plan.K))):
+        if not isinstance(t, torch.Tensor):
+            raise PlanError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if tuple(t.shape) != shape:
+            raise PlanError(f"{name} must have shape {shape} for this plan, got {tuple(t.shape)}")
+        if t.dtype != plan.torch_dtype:
+            raise PlanError(f"{name} must be {plan.torch_dtype} for this plan, got {t.dtype}")
+        if t.device.type != dev.type or (dev.type == "cuda" and t.device != dev):
+            raise PlanError(f"{name} is on {t.device}, the plan on {dev}")
+        if not t.is_contiguous():
+            raise PlanError(f"{name} must be contiguous")
+
+
 class OverlapPlan:
     """Everything one overlapped GEMM + collective needs, built once and reused.
 
@@ -81,7 +99,8 @@ class OverlapPlan:
     communicator asks for it (``TorchDistCommunicator(copy_engine=True)``).
 
     Before the plan's first collective every rank checks that every other rank built the same plan
-    (:meth:`fingerprint`); a difference raises :class:`PlanError` on every rank.
+    (:meth:`fingerprint`); a difference, or a rank whose build failed, raises on every rank. A
+    collective that fails raises :class:`CollectiveError`, after which the plan refuses every call.
     """
 
     def __init__(self, primitive: str, M: int, N: int, K: int, comm, *, dtype: str = "bf16",
@@ -251,7 +270,7 @@ class OverlapPlan:
         """One overlapped call: ``a`` [M, K], ``b`` [N, K] (nn.Linear weight); returns the post-reordered
         output (``[M, N]``, or this rank's rows for reduce_scatter / all_to_all)."""
         self._check_usable()
-        self._check_inputs(a, b)
+        check_operands(self, a, b)
         return self.executor.run(a, b, ops, dict(bias=bias, residual=residual, residual_out=residual_out,
                                                  weight=weight, out=out))
 
@@ -269,7 +288,7 @@ class OverlapPlan:
             raise PlanError("timed_run measures CUDA events: it needs device='cuda'")
         if not gate_ms > 0:
             raise PlanError(f"gate_ms must be > 0, got {gate_ms}")
-        self._check_inputs(a, b)
+        check_operands(self, a, b)
         return self.executor.timed_run(a, b, ops, gate_ms, operands)
 
     def capture(self, a, b, *, ops: PostOps = PostOps(), **operands):
@@ -281,7 +300,7 @@ class OverlapPlan:
         """
         if self.device != "cuda":
             raise PlanError("CUDA-graph capture needs device='cuda'")
-        self._check_inputs(a, b)
+        check_operands(self, a, b)
         return self.executor.capture(a, b, ops, operands)
 
     def all_gather(self, local, ops: PostOps = PostOps(), **operands):
@@ -302,22 +321,6 @@ class OverlapPlan:
         with self._naming_failures(f"the all_gather restoring the rows ({padded.numel()} elements)", kw):
             self.comm.all_gather(padded, gathered, **kw)
         return self.executor.restore(gathered, self.tables.allgather_table(), ops, operands)
-
-    def _check_inputs(self, a, b) -> None:
-        import torch
-
-        dev = self.executor.device
-        for t, name, shape in ((a, "a", (self.M, self.K)), (b, "b", (self.N, self.K))):
-            if not isinstance(t, torch.Tensor):
-                raise PlanError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-            if tuple(t.shape) != shape:
-                raise PlanError(f"{name} must have shape {shape} for this plan, got {tuple(t.shape)}")
-            if t.dtype != self.torch_dtype:
-                raise PlanError(f"{name} must be {self.torch_dtype} for this plan, got {t.dtype}")
-            if t.device.type != dev.type or (dev.type == "cuda" and t.device != dev):
-                raise PlanError(f"{name} is on {t.device}, the plan on {dev}")
-            if not t.is_contiguous():
-                raise PlanError(f"{name} must be contiguous")
 
     # --- state of the CUDA executor (no-ops on the CPU) ----------------------------------------------
     def check(self, block: bool = True) -> None:
