@@ -235,7 +235,7 @@ def test_a_full_redraw_stays_interactive():
 
 # --- the widget ------------------------------------------------------------------------------------
 def test_widget_redraws_on_a_control_and_reports_errors():
-    pytest.importorskip("ipywidgets")
+    import ipywidgets  # noqa: F401  (the notebooks extra)
     box = E.widget()
     c = box.controls
     png, text = box.image.value, box.summary.value

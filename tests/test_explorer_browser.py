@@ -62,7 +62,7 @@ def _copy_notebook(folder: Path, figures: Path) -> Path:
 @pytest.fixture
 def lab(tmp_path):
     """JupyterLab serving ``tmp_path/work``; yields (base URL, token, work dir)."""
-    pytest.importorskip("jupyterlab")
+    import jupyterlab  # noqa: F401  (the notebooks extra)
     work, home = tmp_path / "work", tmp_path / "home"
     work.mkdir()
     home.mkdir()
@@ -130,7 +130,7 @@ def _run_all_cells(page) -> None:
 
 
 def test_explorer_redraws_when_a_slider_moves_in_a_real_browser(lab, tmp_path):
-    sync_api = pytest.importorskip("playwright.sync_api")
+    from playwright import sync_api  # the test extra
     from fo_lib.experiments import explorer
 
     url, token, work = lab

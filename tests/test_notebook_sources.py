@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-jupytext = pytest.importorskip("jupytext")
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("build_notebooks",

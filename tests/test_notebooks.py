@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-papermill = pytest.importorskip("papermill")
+import papermill  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))

@@ -44,6 +44,10 @@ def validate_arguments(primitive, M, N, K, comm, *, dtype, device, timeout_ms, s
     return cls
 
 
+def _from_layout(name: str, doc: str) -> property:
+    return property(lambda plan: getattr(plan.buffer_layout, name), doc=doc)
+
+
 def check_operands(plan, a, b) -> None:
     """A call's ``a`` [M, K] and ``b`` [N, K]: torch tensors of the plan's dtype on its device."""
     import torch
@@ -195,31 +199,13 @@ class OverlapPlan:
     def group_tiles(self) -> list[int]:
         return [int(v) for v in self.tables.group_tiles]
 
-    @property
-    def out_rows(self) -> int:
-        return self.buffer_layout.out_rows
-
-    @property
-    def post_table(self) -> np.ndarray:
-        return self.buffer_layout.post_table
-
-    @property
-    def recv_elements(self) -> int:
-        return self.buffer_layout.recv_elements
-
-    @property
-    def sources(self) -> int:
-        """Copies the post-reorder sums per element: ``W`` when the collective only gathers."""
-        return self.buffer_layout.sources
-
-    @property
-    def owned_rows(self) -> np.ndarray:
-        """reduce_scatter: the rows of the sum this rank gets (block-cyclic, :mod:`fo_lib.reorder`)."""
-        return self.buffer_layout.owned_rows
-
-    @property
-    def routing(self):
-        return self.buffer_layout.routing
+    # What the buffer layout decided, read through the plan.
+    out_rows = _from_layout("out_rows", "Rows of a call's output on this rank.")
+    post_table = _from_layout("post_table", "The post-reorder's gather table on this rank.")
+    recv_elements = _from_layout("recv_elements", "Elements of the receive buffer (0: in place).")
+    sources = _from_layout("sources", "Copies the post-reorder sums per element: W when the collective only gathers.")
+    owned_rows = _from_layout("owned_rows", "reduce_scatter: the rows of the sum this rank gets (block-cyclic).")
+    routing = _from_layout("routing", "all_to_all: the routing the plan was built for.")
 
     def fingerprint(self) -> dict:
         """Everything that decides the sequence and sizes of the plan's collectives, which every

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from .._util import ceil_div
+from ..tiling import RASTER_ORDERS
 
 DTYPES = ("bf16", "f16")
 # The store modes of both kernel families (the calls choose one).
@@ -36,6 +37,16 @@ class RasterMixin:
         from dataclasses import replace
         return replace(self, order=self.order if order is None else order,
                        swizzle=self.swizzle if swizzle is None else swizzle)
+
+    def _check_fields(self, positive: tuple[str, ...], bad) -> None:
+        """The checks both families' ``validate`` share: ``positive`` fields are positive ints and
+        the raster order is known; ``bad(message)`` raises with the config's name."""
+        for name in positive:
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                bad(f"{name} must be a positive int, got {v!r}")
+        if self.order not in RASTER_ORDERS:
+            bad(f"order must be one of {RASTER_ORDERS}, got {self.order!r}")
 
 
 def check_positive_ints(**values) -> None:

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from .._util import DTYPE_TAG
-from ..tiling import RASTER_ORDERS
 from .checks import check_operands
 from .config import DTYPES, EPILOGUES, MAX_SMEM, GemmError, RasterMixin, pick_by_waves
 from .family import GemmFamily
@@ -82,10 +81,7 @@ class GemmConfig(RasterMixin):
         def bad(msg: str):
             raise GemmError(f"GemmConfig {self.tile_name}: {msg}")
 
-        for name in ("BM", "BN", "BK", "warps_m", "warps_n", "stages", "swizzle"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                bad(f"{name} must be a positive int, got {v!r}")
+        self._check_fields(("BM", "BN", "BK", "warps_m", "warps_n", "stages", "swizzle"), bad)
         if self.BK not in (32, 64):
             bad(f"BK must be 32 or 64, got {self.BK}")
         if self.BN % 64:
@@ -110,8 +106,6 @@ class GemmConfig(RasterMixin):
             bad(f"stages must be in [2, 8], got {self.stages}")
         if self.smem_bytes > MAX_SMEM:
             bad(f"needs {self.smem_bytes} B of shared memory, more than {MAX_SMEM}")
-        if self.order not in RASTER_ORDERS:
-            bad(f"order must be one of {RASTER_ORDERS}, got {self.order!r}")
         # Accumulators (fp32) + double-buffered fragments must fit the 255-register budget.
         if (wm * wn) // 32 + 2 * (wm // 16 * 4 + wn // 8 * 2) > 200:
             bad(f"warp tile {wm}x{wn} needs too many registers")

@@ -35,7 +35,6 @@ from functools import lru_cache
 from typing import ClassVar
 
 from .._util import DTYPE_TAG, CudaUnavailableError, ceil_div, sm_count
-from ..tiling import RASTER_ORDERS
 from . import tile_table
 from .checks import check_operands
 from .config import DTYPES, EPILOGUE_ID, EPILOGUES, MAX_SMEM, GemmError, RasterMixin, pick_by_waves
@@ -78,18 +77,13 @@ class Sm90Config(RasterMixin):
         def bad(msg: str):
             raise GemmError(f"Sm90Config {self.tile_name}: {msg}")
 
-        for name in ("BN", "stages", "swizzle"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                bad(f"{name} must be a positive int, got {v!r}")
+        self._check_fields(("BN", "stages", "swizzle"), bad)
         if self.BN not in (128, 256):
             bad(f"BN must be 128 or 256 (wgmma m64n128 / m64n256), got {self.BN}")
         if not 2 <= self.stages <= 8:
             bad(f"stages must be in [2, 8], got {self.stages}")
         if self.smem_bytes > MAX_SMEM:
             bad(f"needs {self.smem_bytes} B of shared memory, more than {MAX_SMEM}")
-        if self.order not in RASTER_ORDERS:
-            bad(f"order must be one of {RASTER_ORDERS}, got {self.order!r}")
         return self
 
 
