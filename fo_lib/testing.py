@@ -40,6 +40,15 @@ def median(samples) -> float:
     return float(statistics.median(samples))
 
 
+def _flat_ints(seed):
+    """``seed`` as a flat sequence of ints: callers nest their own seed inside a per-shape tuple."""
+    if isinstance(seed, (tuple, list)):
+        for s in seed:
+            yield from _flat_ints(s)
+    else:
+        yield int(seed)
+
+
 def round_orders(names, rounds: int, order: str = "alternate", seed=0) -> list[list]:
     """The order of ``names`` in each of ``rounds`` rounds: ``"alternate"``, the given order reversed
     every other round; ``"shuffle"``, a random permutation per round drawn from
@@ -48,7 +57,7 @@ def round_orders(names, rounds: int, order: str = "alternate", seed=0) -> list[l
     if order == "alternate":
         return [names if r % 2 == 0 else names[::-1] for r in range(rounds)]
     if order == "shuffle":
-        rng = np.random.default_rng(seed)
+        rng = np.random.default_rng(list(_flat_ints(seed)))
         return [[names[j] for j in rng.permutation(len(names))] for _ in range(rounds)]
     raise ValueError(f"order must be 'alternate' or 'shuffle', got {order!r}")
 
