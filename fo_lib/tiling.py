@@ -25,7 +25,9 @@ import numpy as np
 from ._util import ceil_div
 
 RASTER_ORDERS = ("row", "col")
-
+# NOTES: a stream-K tail adds a workspace round trip per cut tile and a wait for its other part; it
+# is used only where the partial last wave idles at least this share of the GEMM's CTA time.
+STREAM_K_MIN_IDLE = 0.05
 
 
 def _check_positive(**values: int) -> None:
@@ -34,6 +36,24 @@ def _check_positive(**values: int) -> None:
             raise TypeError(f"{name} must be an integer, got {value!r}")
         if value <= 0:
             raise ValueError(f"{name} must be positive, got {value}")
+
+
+def stream_k_tiles(tiles: int, ctas: int) -> int:
+    """How many of the last tiles a stream-K launch of ``tiles`` tiles on ``ctas`` persistent CTAs
+    spreads over every CTA as equal runs of k-blocks (the Hopper GEMM's ``stream_k``): the partial
+    last wave plus one full wave (each CTA then runs between one and two tiles' worth of k-blocks,
+    so a tile is cut between at most two CTAs), or 0 where the last wave is full, there is a single
+    wave, or the last wave idles less than :data:`STREAM_K_MIN_IDLE` of the CTA time.
+
+    >>> stream_k_tiles(336, 132), stream_k_tiles(264, 132), stream_k_tiles(900, 132)
+    (204, 0, 0)
+    """
+    _check_positive(tiles=tiles, ctas=ctas)
+    tail = tiles % ctas
+    if tiles <= ctas or tail == 0:
+        return 0
+    idle = (ctas - tail) / (ceil_div(tiles, ctas) * ctas)
+    return tail + ctas if idle >= STREAM_K_MIN_IDLE else 0
 
 
 def raster_tile(s: np.ndarray | int, tiles_m: int, tiles_n: int, order: str = "row",

@@ -158,3 +158,14 @@ def test_a_plan_whose_collective_failed_refuses_further_calls():
     from fo_lib.engine import PlanError
     with pytest.raises(PlanError, match="failed before"):
         plan.run(*_inputs(512, 64, 16))
+
+
+def test_a_plan_runs_whole_waves_even_from_a_stream_k_config():
+    # The wave groups and the overlap model count whole waves: a stream-K tail would reshuffle them.
+    from dataclasses import replace
+
+    from fo_lib.gemm import sm90
+    cfg = replace(sm90.CONFIGS["128x256x64"], stream_k=True)
+    plan = OverlapPlan("all_reduce", 300, 500, 64, CpuLoopbackCommunicator(2), device="cpu", config=cfg,
+                       sm_count=4)
+    assert plan.config == replace(cfg, stream_k=False)

@@ -2,6 +2,7 @@
 synthetic tables in a temporary data folder: the choice follows the table, tails cost whole tiles,
 no table falls back to the documented guess, and a bad table is refused naming its file and line."""
 import csv
+from dataclasses import replace
 
 import pytest
 
@@ -62,11 +63,28 @@ def test_the_choice_follows_the_measured_wave_times(data_dir, monkeypatch):
     assert sm90.default_config(M, N, K, 132).BN == 256
 
 
-def test_equal_times_are_a_tie_that_goes_to_the_bigger_tile_then_the_smaller_swizzle(data_dir):
-    # 4096 x 4096: 512 big tiles (4 waves) or 1024 small ones (8 waves): half a wave each = a tie.
+def test_equal_times_are_a_tie_that_goes_to_the_bigger_tile_then_the_wider_swizzle(data_dir):
+    # 4224 x 8448: 1056 big tiles (8 waves) or 2112 small ones (16 waves): half a wave each = a tie.
     _table(data_dir, _rows(lambda o, s: 1.0, lambda o, s: 0.5 * (1 - 0.5 * tile_table.TIE)))
-    cfg = sm90.default_config(4096, 4096, 4096, 132)
-    assert (cfg.BN, cfg.order, cfg.swizzle) == (256, "row", 1)
+    cfg = sm90.default_config(4224, 8448, 4096, 132)
+    assert (cfg.BN, cfg.order, cfg.swizzle) == (256, "row", 8)
+
+
+def test_a_partial_last_wave_is_shared_by_every_cta_where_stream_k_pays(data_dir):
+    # 1536 x 3584 with 128 x 256 tiles: 12 x 14 = 168 tiles on 132 CTAs, 2 waves with whole waves;
+    # the stream-K tail spreads all 168 (the partial wave and one full wave) over every CTA.
+    assert tile_table.waves(168, 132, False) == 2
+    assert tile_table.waves(168, 132, True) == pytest.approx(168 / 132 * (1 + tile_table.STREAM_K_FIXUP))
+    # 400 tiles: 2 whole waves, then the last 4 + 132 shared.
+    assert tile_table.waves(400, 132, True) == pytest.approx(2 + 136 / 132 * (1 + tile_table.STREAM_K_FIXUP))
+    # Full or nearly full last waves keep whole waves.
+    assert tile_table.waves(264, 132, True) == tile_table.waves(900, 132, True) - 5 == 2
+    _table(data_dir, _rows(lambda o, s: 1.0, lambda o, s: 0.6))
+    cfg = sm90.default_config(1536, 3584, 8192, 132)
+    assert cfg.stream_k and cfg.BN == 256  # 1.38 waves of 1.0 against 2.67 of 0.6 (336 small tiles)
+    assert sm90.predict_ms(cfg, 1536, 3584, 8192, 132) == pytest.approx(
+        168 / 132 * (1 + tile_table.STREAM_K_FIXUP) * 2.0)
+    assert sm90.predict_ms(replace(cfg, stream_k=False), 1536, 3584, 8192, 132) == pytest.approx(2 * 2.0)
 
 
 def test_the_fastest_recorded_raster_comes_with_the_tile(data_dir):
@@ -207,7 +225,7 @@ def test_the_recorder_writes_a_table_the_picker_reads(data_dir):
     assert len(rows) == 3 * len(rec.KS) * 2 * len(rec.RASTERS)
     _table(data_dir, rows)
     cfg = sm90.default_config(4096, 4096, 4096, 132)
-    assert (cfg.BN, cfg.order, cfg.swizzle) == (256, "row", 1)  # 4 waves x 1 against 8 x 0.52; all rasters tie
+    assert (cfg.BN, cfg.order, cfg.swizzle) == (256, "row", 8)  # 4 waves x 1 against 8 x 0.52; all rasters tie
     assert sm90.predict_ms(cfg, 4096, 4096, 4096, 132) == pytest.approx(4 / 8)
     assert sm90.default_config(128 * 132, 384, 4096, 132).BN == 128  # 2 x 1 against 3 x 0.52
 
@@ -248,7 +266,8 @@ def test_record_then_benchmark_end_to_end_with_fake_timings(data_dir, monkeypatc
         cfg = sm90.default_config(M, N, K, sms)
         alt, guess = llm.alt_config(cfg, M, N, K, sms), sm90.guess_config(M, N, K, sms)
         t = sm90.predict_ms(cfg, M, N, K, sms)
-        return cfg, alt, guess, 1e-3, dict(ours=t, torch=t, signal=t * 1.004, alt=t * 1.1, guess=t * 1.05)
+        return cfg, alt, guess, 1e-3, dict(ours=t, torch=t, signal=t * 1.004, alt=t * 1.1, guess=t * 1.05,
+                                           no_sk=t * 1.2)
 
     monkeypatch.setenv(tile_table.ENV_VAR, "guess")  # restored after the test; main overrides it
     monkeypatch.setattr(llm, "bench_shape", fake_bench)
@@ -261,3 +280,5 @@ def test_record_then_benchmark_end_to_end_with_fake_timings(data_dir, monkeypatc
     assert json.loads(out.with_suffix(".meta.json").read_text())["tiles_table"] == str(table)
     printed = capsys.readouterr().out
     assert "geomean 1.000, median 1.000, worst 1.000" in printed and "signal vs plain median +0.40%" in printed
+    sk = df.stream_k_tiles > 0
+    assert sk.any() and df.config[sk].str.endswith("+sk").all() and "whole waves / stream-K geomean 1.200" in printed

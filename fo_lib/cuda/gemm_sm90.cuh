@@ -16,12 +16,23 @@
 //     straight on to the next tile: the global stores, the fence and the atomic are off their path.
 //   * Tile schedule: CTA b of P runs s = b, b + P, ... through fo::raster_tile (tile_schedule.cuh),
 //     the same function as the portable kernel, so fo_lib.tiling's wave model holds.
+//   * Stream-K tail (sk_tiles > 0): the last sk_tiles schedule indices are not given out whole but
+//     as one run of sk_tiles * KT k-blocks split evenly over the P CTAs, each CTA's run after its
+//     whole tiles (a partial last wave would leave SMs idle; here every CTA does the same work). A
+//     run covers parts of at most a few tiles: a part that starts a tile (k-block 0) "finishes" it,
+//     any other part is "partial". A partial part writes its fp32 accumulators, in register-fragment
+//     order, to its CTA's slot of sk_partial and releases sk_flag[t]; the finishing part, which comes
+//     last in its CTA's run while every partial part comes first in its own, acquires the flag,
+//     adds the slots in CTA order (deterministic) and runs the tile's normal epilogue, so every
+//     epilogue (signal included) sees each tile once. It resets the flag for the next launch.
+//     Needs all P CTAs resident at once (persistent grid, one CTA per SM), as any stream-K does.
 //
 // Handshakes (all mbarriers, phase parity tracked by counters, never re-initialised):
 //   full[s]   : 1 arrival (producer's expect_tx) + the TMA bytes     -> consumers may read stage s
 //   empty[s]  : 2 arrivals (one thread per consumer WG, after wgmma.wait_group 0) -> producer may refill
 //   c_full    : 256 arrivals (every consumer thread after its st.shared of C) -> store warps may read C
 //   c_empty   : 96 arrivals (every store thread after its ld.shared of C)     -> consumers may write C
+//   named barrier 1: the 96 store threads; named barrier 2: the 256 consumer threads (stream-K).
 // NOTES: smem C is written and read by the generic proxy only (st.shared / ld.shared), and the operand
 // ring by the async proxy only (TMA writes, wgmma reads), so no fence.proxy.async is needed anywhere.
 //
@@ -242,6 +253,60 @@ __device__ __forceinline__ void st_global_v4(void* p, const u32 (&v)[4]) {
 
 }  // namespace sm90
 
+// What a CTA does with one unit of work (see the stream-K note at the top).
+enum Sm90Part : int { kWholeTile = 0, kPartialTile = 1, kFinishTile = 2 };
+
+// The stream-K run of CTA b of P over sk_tiles x KT k-blocks: [first(b), first(b + 1)).
+__device__ __forceinline__ i64 sk_first(i64 total, int b, int P) { return total * b / P; }
+
+// The units of this CTA in order: its whole tiles s = b, b + P, ... below tiles - sk_tiles, then its
+// stream-K run cut at tile boundaries (k-blocks [k0, k1) of tile s). Producer, consumers and store
+// warps each walk this same sequence: for (Sm90Work w(...); w.next();).
+struct Sm90Work {
+    int dp, KT, P, s_next;
+    i64 g, end;
+    int s, k0, k1, part;  // the current unit
+
+    __device__ __forceinline__ Sm90Work(int tiles, int sk_tiles, int KT_) {
+        dp = tiles - sk_tiles;
+        KT = KT_;
+        P = gridDim.x;
+        s_next = blockIdx.x;
+        const i64 total = sk_tiles > 0 ? i64(sk_tiles) * KT : 0;
+        g = sk_first(total, blockIdx.x, P);
+        end = sk_first(total, blockIdx.x + 1, P);
+    }
+    __device__ __forceinline__ bool next() {
+        if (s_next < dp) {
+            s = s_next;
+            s_next += P;
+            k0 = 0;
+            k1 = KT;
+            part = kWholeTile;
+            return true;
+        }
+        if (g >= end) return false;
+        const int t = int(g / KT);
+        k0 = int(g - i64(t) * KT);
+        k1 = int(min(i64(KT), i64(k0) + (end - g)));
+        s = dp + t;
+        part = k0 == 0 ? (k1 == KT ? kWholeTile : kFinishTile) : kPartialTile;
+        g += k1 - k0;
+        return true;
+    }
+};
+
+// The partial parts of stream-K tile t (0-based among the sk tiles) that finishing CTA b must add:
+// those of CTAs b + 1 .. b + count (each a CTA whose run starts inside the tile).
+__device__ __forceinline__ int sk_partials_of(int t, int sk_tiles, int KT, int b) {
+    const i64 total = i64(sk_tiles) * KT;
+    const i64 tile_end = i64(t + 1) * KT;
+    int count = 0;
+#pragma unroll 1
+    for (int q = b + 1; q < int(gridDim.x) && sk_first(total, q, gridDim.x) < tile_end; ++q) ++count;
+    return count;
+}
+
 template <int BN, int STAGES>
 struct Sm90Shape {
     static constexpr int BM = 128;
@@ -275,7 +340,8 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                                                int M, int N, int K, i64 ldc, int order, int swizzle,
                                                bits16* __restrict__ comm_buf, const i64* __restrict__ row_offset,
                                                const int* __restrict__ tile_group, u32* group_counter,
-                                               u64* __restrict__ probe) {
+                                               u64* __restrict__ probe, int sk_tiles, float* sk_partial,
+                                               u32* sk_flag) {
     using S = Sm90Shape<BN, STAGES>;
     using namespace sm90;
     static_assert(EPILOGUE >= 0 && EPILOGUE <= 5,
@@ -329,11 +395,11 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 int stage = 0;
                 u32 phase = 0;
 #pragma unroll 1
-                for (int s = blockIdx.x; s < tiles; s += gridDim.x) {
+                for (Sm90Work w(tiles, sk_tiles, KT); w.next();) {
                     int tm, tn;
-                    raster.tile(s, tm, tn);
+                    raster.tile(w.s, tm, tn);
 #pragma unroll 1
-                    for (int kb = 0; kb < KT; ++kb) {
+                    for (int kb = w.k0; kb < w.k1; ++kb) {
                         mbar_wait(bar_empty + 8 * stage, phase ^ 1u);
                         const u32 full = bar_full + 8 * stage;
                         const u32 dst = base + stage * S::STAGE_BYTES;
@@ -357,9 +423,10 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             const int ch = lane % S::C_CHUNKS;
             u32 parity = 0;
 #pragma unroll 1
-            for (int s = blockIdx.x; s < tiles; s += gridDim.x) {
+            for (Sm90Work w(tiles, sk_tiles, KT); w.next();) {
+                if (w.part == kPartialTile) continue;  // no C tile: the consumers publish to sk_partial
                 int tm, tn;
-                raster.tile(s, tm, tn);
+                raster.tile(w.s, tm, tn);
                 const int rows = min(BM, M - tm * BM);
                 const int cols = min(BN, N - tn * BN);
                 if (kTableStore) {
@@ -436,12 +503,14 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
         u32 phase = 0;
         u32 c_parity = 0;
 #pragma unroll 1
-        for (int s = blockIdx.x; s < tiles; s += gridDim.x) {
+        for (Sm90Work w(tiles, sk_tiles, KT); w.next();) {
+            const int k0 = w.k0, part = w.part;
             int tm, tn;
-            raster.tile(s, tm, tn);
-            if (EPILOGUE == 2 && c == 0 && tid == 0) probe[(tm * tiles_n + tn) * 4 + 0] = globaltimer_ns();
+            raster.tile(w.s, tm, tn);
+            if (EPILOGUE == 2 && c == 0 && tid == 0 && part != kPartialTile)
+                probe[(tm * tiles_n + tn) * 4 + 0] = globaltimer_ns();
 #pragma unroll 1
-            for (int kb = 0; kb < KT; ++kb) {
+            for (int kb = k0; kb < w.k1; ++kb) {
                 mbar_wait(bar_full + 8 * stage, phase);
                 const u32 sa = base + stage * S::STAGE_BYTES + c * (64 * BK * 2);
                 const u32 sb = base + stage * S::STAGE_BYTES + S::A_BYTES;
@@ -449,8 +518,9 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < BK / 16; ++kk) {
-                    // scale_d = 0 on the tile's first k16 step: D = A B^T, no zeroing pass needed.
-                    Wgmma<BN>::mma(acc, desc_sw128(sa + kk * 32), desc_sw128(sb + kk * 32), (kb | kk) != 0, T{});
+                    // scale_d = 0 on the part's first k16 step: D = A B^T, no zeroing pass needed.
+                    Wgmma<BN>::mma(acc, desc_sw128(sa + kk * 32), desc_sw128(sb + kk * 32),
+                                   ((kb - k0) | kk) != 0, T{});
                 }
                 wgmma_commit();
                 wgmma_wait<0>();
@@ -461,6 +531,44 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 if (++stage == STAGES) {
                     stage = 0;
                     phase ^= 1u;
+                }
+            }
+            // Stream-K: this CTA's slot holds the accumulators as [c][i / 4][consumer thread][4]
+            // floats: each thread's float4s, coalesced across the warpgroup.
+            const int dp = tiles - sk_tiles;
+            if (part == kPartialTile) {
+                float4* slot = reinterpret_cast<float4*>(sk_partial + i64(blockIdx.x) * (BM * BN)) + c * (S::ACC / 4) * 128;
+#pragma unroll
+                for (int q = 0; q < S::ACC / 4; ++q)
+                    __stcg(slot + q * 128 + tid, make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]));
+                // bar.sync orders every consumer's stores before thread 0's release (cumulative, gpu
+                // scope): the finisher's acquire then sees the whole slot (the signal's protocol).
+                bar_sync(2, 256);
+                if (c == 0 && tid == 0) red_release_gpu_add(sk_flag + (w.s - dp), 1u);
+                continue;
+            }
+            if (part == kFinishTile) {
+                const int t = w.s - dp;
+                const int count = sk_partials_of(t, sk_tiles, KT, blockIdx.x);
+                if (c == 0 && tid == 0) {
+                    while (ld_acquire_gpu(sk_flag + t) < u32(count)) {
+                    }
+                    sk_flag[t] = 0u;  // every part has arrived: ready for the next launch
+                }
+                bar_sync(2, 256);
+#pragma unroll 1
+                for (int j = 1; j <= count; ++j) {
+                    // .cg: read at L2, where the other SM's stores are (never a stale L1 line).
+                    const float4* slot = reinterpret_cast<const float4*>(sk_partial + i64(blockIdx.x + j) * (BM * BN)) +
+                                         c * (S::ACC / 4) * 128;
+#pragma unroll
+                    for (int q = 0; q < S::ACC / 4; ++q) {
+                        const float4 v = __ldcg(slot + q * 128 + tid);
+                        acc[4 * q] += v.x;
+                        acc[4 * q + 1] += v.y;
+                        acc[4 * q + 2] += v.z;
+                        acc[4 * q + 3] += v.w;
+                    }
                 }
             }
             // Epilogue: accumulators -> smem C (16-bit), 16-byte chunks swizzled by row & 7.

@@ -19,8 +19,12 @@ class GemmFamily:
     the config and ``ctas``): a repeated call (a hot loop, an engine plan's GEMM) skips the checks and
     the argument packing."""
 
-    def __init__(self, check, generate, operand_args, *, place_store: bool = True, kernel_of=None):
+    def __init__(self, check, generate, operand_args, *, place_store: bool = True, kernel_of=None,
+                 tail_args=None):
         self.check, self.generate, self.operand_args = check, generate, operand_args
+        # Trailing kernel arguments of one family only (``tail_args(cfg, a, b, grid)`` -> ``(args,
+        # keep)``: the Hopper kernel's stream-K workspace, which the launch keeps alive).
+        self.tail_args = tail_args
         # The instantiation that runs a store mode (the portable kernel shares one between two).
         self.kernel_of = kernel_of or (lambda epilogue: epilogue)
         # Whether the engine should store tile blocks through tile places (``signal_tiles``) rather
@@ -59,8 +63,12 @@ class GemmFamily:
         args = (*self.operand_args(cfg, dtype, a, b, c_ptr, ldc), i32(RASTER_ORDERS.index(cfg.order)),
                 i32(cfg.swizzle), u64(comm_ptr), u64(row_offset_ptr), u64(tile_group_ptr), u64(counter_ptr),
                 u64(probe_ptr))
+        keep = ()
+        if self.tail_args is not None:
+            tail, keep = self.tail_args(cfg, a, b, grid)
+            args += tuple(tail)
         return PreparedLaunch(self.kernel(cfg, dtype, epilogue, dev), (grid,), (cfg.threads,), args,
-                                      device_index=dev, shared_mem=cfg.smem_bytes)
+                              device_index=dev, shared_mem=cfg.smem_bytes, keep=keep)
 
     def gemm_nt(self, a, b, out=None, *, config=None, ctas: int | None = None, stream=None):
         """``out = a @ b.T`` (``a``: M x K, ``b``: N x K); returns ``out``."""

@@ -24,23 +24,32 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
   store warps after the consumers hand the tile over in shared memory, so a tile's probe interval
   may overlap the next tile's start on the same CTA (start = the consumers begin the tile's main
   loop, end = the tile is in global memory: the moment the signal is sent).
+* Stream-K tail (``Sm90Config.stream_k``): when the last wave would leave at least
+  :data:`STREAM_K_MIN_IDLE` of the GEMM's CTA time idle, the last partial wave and one full wave
+  before it are spread over every CTA as equal runs of k-blocks (:func:`stream_k_tiles`); a tile
+  cut between two CTAs is summed in fp32 through a per-launch workspace (``ctas x BM x BN`` floats)
+  by the CTA that holds its first k-block, which then runs the tile's epilogue as usual. Needs all
+  CTAs resident at once (the persistent grid does that on an otherwise idle GPU). Off in the configs
+  the overlap engine runs (its wave model counts whole waves); :func:`default_config` turns it on.
 
 ``import fo_lib.gemm.sm90`` needs neither torch, CuPy nor cuda-bindings; they are imported at launch.
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import ClassVar
 
 from .._util import DTYPE_TAG, CudaUnavailableError, ceil_div, sm_count
+from ..tiling import STREAM_K_MIN_IDLE, stream_k_tiles
 from . import tile_table
 from .checks import check_operands
 from .config import DTYPES, EPILOGUE_ID, EPILOGUES, MAX_SMEM, GemmError, RasterMixin, pick_by_waves
 from .family import GemmFamily
 
-__all__ = ["Sm90Config", "CONFIGS", "default_config", "guess_config", "predict_ms", "gemm_nt", "gemm_nt_signal",
+__all__ = ["Sm90Config", "CONFIGS", "default_config", "stream_k_tiles", "STREAM_K_MIN_IDLE", "guess_config",
+           "predict_ms", "gemm_nt", "gemm_nt_signal",
            "gemm_nt_scatter", "gemm_nt_probe", "generate_source", "kernel_name", "tma_desc_fields", "is_supported",
            "GemmError", "sm_count"]
 
@@ -50,12 +59,14 @@ ARCH = "sm_90a"
 @dataclass(frozen=True)
 class Sm90Config(RasterMixin):
     """One sm_90a tile configuration: ``128 x BN x 64`` tiles, ``stages`` operand buffers.
-    ``order``/``swizzle`` are run-time arguments (no recompile)."""
+    ``order``/``swizzle`` are run-time arguments (no recompile), and so is ``stream_k`` (split the
+    partial last wave over every CTA where :func:`stream_k_tiles` says it pays)."""
 
     BN: int = 256
     stages: int = 3
     order: str = "row"
     swizzle: int = 1
+    stream_k: bool = False
 
     BM: ClassVar[int] = 128  # two consumer warpgroups x wgmma m64
     BK: ClassVar[int] = 64   # one 128-byte swizzle span of 16-bit elements
@@ -78,6 +89,8 @@ class Sm90Config(RasterMixin):
             raise GemmError(f"Sm90Config {self.tile_name}: {msg}")
 
         self._check_fields(("BN", "stages", "swizzle"), bad)
+        if not isinstance(self.stream_k, bool):
+            bad(f"stream_k must be a bool, got {self.stream_k!r}")
         if self.BN not in (128, 256):
             bad(f"BN must be 128 or 256 (wgmma m64n128 / m64n256), got {self.BN}")
         if not 2 <= self.stages <= 8:
@@ -109,13 +122,14 @@ def default_config(M: int, N: int, K: int, sm_count: int = 132, smem_limit: int 
     With a measured table for the current GPU (``data/<gpu>/gemm_sm90_tiles.csv`` under
     ``fo_lib.provenance.DATA_DIR``, or the file ``$FO_SM90_TILES`` names): the wave-quantization model
     of :mod:`fo_lib.gemm.tile_table` over every recorded (tile, order, swizzle): waves (M/N tails
-    counted as whole tiles) x measured time of one full wave at this K; the fastest wins, ties
-    within 1 % to the bigger tile, then the smaller swizzle.
+    counted as whole tiles; a partial last wave shared by every CTA where a stream-K tail pays,
+    ``stream_k=True``) x measured time of one full wave at this K; the fastest wins, ties within
+    1 % to the bigger tile, then the wider swizzle.
 
     Without one (a CPU, another GPU, or ``FO_SM90_TILES=guess``): the documented guess, the
     wave-count model of :func:`fo_lib.gemm.pick_by_waves` with ``_TILE_SPEED`` (estimated time =
     waves x padded tile area / tile speed, the smaller tile must win by 3 %), row order in bands of
-    up to 8 tile rows, swizzle 1 when everything fits in one wave."""
+    up to 8 tile rows, swizzle 1 when everything fits in one wave; no stream-K (unmeasured there)."""
     path = tile_table.table_path()
     # The file's mtime in the cache key: a table re-recorded in this process is read again.
     mtime = os.stat(path).st_mtime_ns if path else 0
@@ -132,7 +146,7 @@ def guess_config(M: int, N: int, K: int, sm_count: int = 132, smem_limit: int = 
 def _default_config(M, N, K, sm_count, smem_limit, path, mtime) -> Sm90Config:
     if path is None:
         return guess_config(M, N, K, sm_count, smem_limit)
-    candidates = {n: CONFIGS[n] for n in _DEFAULT_CANDIDATES}
+    candidates = {n: replace(CONFIGS[n], stream_k=True) for n in _DEFAULT_CANDIDATES}
     return tile_table.pick(tile_table.load(path, CONFIGS), candidates, M, N, K, sm_count, smem_limit)
 
 
@@ -172,9 +186,10 @@ extern "C" __global__ void __launch_bounds__({cfg.threads}, 1)
 {name}(const __grid_constant__ fo::TmaDesc tma_a, const __grid_constant__ fo::TmaDesc tma_b,
        fo::bits16* C, int M, int N, int K, long long ldc, int order, int swizzle,
        fo::bits16* comm_buf, const long long* row_offset, const int* tile_group,
-       unsigned int* group_counter, unsigned long long* probe) {{
+       unsigned int* group_counter, unsigned long long* probe, int sk_tiles, float* sk_partial,
+       unsigned int* sk_flag) {{
     fo::gemm_sm90_body<{targs}>(tma_a, tma_b, C, M, N, K, ldc, order, swizzle,
-                                comm_buf, row_offset, tile_group, group_counter, probe);
+                                comm_buf, row_offset, tile_group, group_counter, probe, sk_tiles, sk_partial, sk_flag);
 }}
 """
     return source, name
@@ -293,12 +308,32 @@ def _sm90_operand_args(cfg, dtype, a, b, c_ptr, ldc):
             np.int32(b.shape[0]), np.int32(K), np.int64(ldc))
 
 
+def _stream_k_args(cfg, a, b, grid):
+    """The kernel's trailing stream-K arguments ``(sk_tiles, partial slots, flags)`` and the buffers
+    the launch keeps: one fp32 slot of ``BM x BN`` per CTA and one zeroed flag per stream-K tile
+    (the finishing CTA resets its flag, so they stay zero between launches). Per launch, not shared:
+    two launches on two streams never meet in one workspace."""
+    import numpy as np
+    import torch
+
+    tiles = ceil_div(a.shape[0], cfg.BM) * ceil_div(b.shape[0], cfg.BN)
+    sk = stream_k_tiles(tiles, grid) if cfg.stream_k else 0
+    if sk == 0:
+        return (np.int32(0), np.uint64(0), np.uint64(0)), ()
+    partial = torch.empty(grid * cfg.BM * cfg.BN, dtype=torch.float32, device=a.device)
+    flags = torch.zeros(sk, dtype=torch.int32, device=a.device)
+    if not torch.cuda.is_current_stream_capturing():
+        # The zeros are written on this stream; the launch may be enqueued on another one.
+        torch.cuda.current_stream(a.device).synchronize()
+    return (np.int32(sk), np.uint64(partial.data_ptr()), np.uint64(flags.data_ptr())), (partial, flags)
+
+
 # The same public calls as the portable family (fo_lib.gemm.family.GemmFamily). Probe stamps: start
 # when the consumers begin the tile, end when its stores are done (when a signal would be sent).
 # place_store=False: the store warps fetch a tile's row offsets while the consumers compute it, so
 # the row table costs nothing measurable here, while tile places add per-store arithmetic to the
 # three store warps (docs/perf-log.md, "Tile places").
-SM90 = GemmFamily(_operands, generate_source, _sm90_operand_args, place_store=False)
+SM90 = GemmFamily(_operands, generate_source, _sm90_operand_args, place_store=False, tail_args=_stream_k_args)
 gemm_nt = SM90.gemm_nt
 gemm_nt_signal = SM90.gemm_nt_signal
 gemm_nt_scatter = SM90.gemm_nt_scatter

@@ -12,8 +12,9 @@ being an exact multiple of the SM count). The model predicts a shape's time for 
 ``ms_per_wave`` read from the recorded grid whose tile-grid aspect (rows / columns) is nearest the
 shape's (a raster's L2 reuse depends on it) and interpolated linearly in ``K`` between the recorded
 ``K`` (extrapolated from the nearest two beyond them). The fastest prediction wins; predictions
-within :data:`TIE` of it count as ties, which go to the bigger tile, then the smaller swizzle, then
-row before col order.
+within :data:`TIE` of it count as ties, which go to the bigger tile, then the wider swizzle, then
+row before col order. A config with ``stream_k`` has its partial last wave shared by every CTA
+(:func:`waves`).
 
 Pure: no torch, no CuPy (the GPU's name is read through torch only to find its folder).
 """
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from .. import provenance
 from .._util import ceil_div
+from ..tiling import stream_k_tiles
 from .config import GemmError, check_positive_ints
 
 TABLE_NAME = "gemm_sm90_tiles.csv"
@@ -39,6 +41,9 @@ COLUMNS = ("config", "tile_name", "order", "swizzle", "M", "N", "K", "waves", "m
 # a candidate less than 1 % faster on paper is no evidence: keep the bigger tile (fewer signals,
 # fewer and larger overlap groups) and the plainer raster.
 TIE = 0.01
+# The stream-K tail's extra cost per unit of its work (a cut tile's fp32 partial through L2 and the
+# finishing CTA's wait): an estimate, checked by bench_gemm_sm90_llm.py's ``no_sk`` variant.
+STREAM_K_FIXUP = 0.05
 
 
 @dataclass(frozen=True)
@@ -189,11 +194,21 @@ def predict_ms(table: TileTable, name: str, cfg, M: int, N: int, K: int, sm_coun
     ``M x N x K`` with ``sm_count`` CTAs. One wave: every raster runs the same tiles at once, so
     the best recorded raster's wave time."""
     tm, tn = ceil_div(M, cfg.BM), ceil_div(N, cfg.BN)
-    waves = ceil_div(tm * tn, sm_count)
     aspect = math.log(tm / tn)
     if tm * tn <= sm_count:
         return min(table.ms_per_wave(name, o, s, aspect, K) for o, s in table.rasters(name))
-    return waves * table.ms_per_wave(name, cfg.order, cfg.swizzle, aspect, K)
+    return waves(tm * tn, sm_count, getattr(cfg, "stream_k", False)) * table.ms_per_wave(
+        name, cfg.order, cfg.swizzle, aspect, K)
+
+
+def waves(tiles: int, sm_count: int, stream_k: bool) -> float:
+    """The waves a launch takes: whole waves (a partial last one costs a full one), or with a
+    stream-K tail (:func:`fo_lib.tiling.stream_k_tiles`) the whole waves before it plus the tail's
+    tiles shared by every CTA, the cut tiles' fixup charged at :data:`STREAM_K_FIXUP` of the tail."""
+    sk = stream_k_tiles(tiles, sm_count) if stream_k else 0
+    if sk == 0:
+        return ceil_div(tiles, sm_count)
+    return (tiles - sk) / sm_count + sk / sm_count * (1 + STREAM_K_FIXUP)
 
 
 def candidates(table: TileTable, configs: dict, M: int, N: int, sm_count: int):
@@ -214,7 +229,7 @@ def candidates(table: TileTable, configs: dict, M: int, N: int, sm_count: int):
 
 def pick(table: TileTable, configs: dict, M: int, N: int, K: int, sm_count: int, smem_limit: int):
     """The fastest predicted candidate among ``configs`` (name -> config) that fit ``smem_limit``;
-    ties (within :data:`TIE`) to the bigger tile, then the smaller swizzle, then row order."""
+    ties (within :data:`TIE`) to the bigger tile, then the wider swizzle, then row order."""
     check_positive_ints(M=M, N=N, K=K, sm_count=sm_count, smem_limit=smem_limit)
     fit = {n: c for n, c in configs.items() if c.smem_bytes <= smem_limit}
     if not fit:
@@ -225,4 +240,7 @@ def pick(table: TileTable, configs: dict, M: int, N: int, K: int, sm_count: int,
                         f"(scripts/bench/record_sm90_tiles.py) or set {ENV_VAR}=guess")
     best = min(t for t, _ in scored)
     ties = [c for t, c in scored if t <= best * (1 + TIE)]
-    return min(ties, key=lambda c: (-c.BM * c.BN, c.swizzle, c.order != "row"))
+    # NOTES: the recorded grids are 8-16 waves; on bigger grids a narrow band re-reads the operands
+    # from DRAM (16384 x 13824 x 5120 in row order, swizzle 1: 12 % slower than swizzle 8), while
+    # the widest swizzle was within noise of the best on every recorded grid: ties go to it.
+    return min(ties, key=lambda c: (-c.BM * c.BN, -c.swizzle, c.order != "row"))

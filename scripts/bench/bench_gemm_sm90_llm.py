@@ -19,8 +19,9 @@ Variants per shape, in the same interleaved rounds, a random order per round, as
 (``torch.matmul``), ``ours`` (``fo_lib.gemm.sm90.default_config``: the tile table's pick, plain
 epilogue), ``signal`` (the same config with the engine's AllReduce-tile signal: one group per wave,
 through the row table, as ``bench_gemm_sm90.py``'s ``sm90_signal``), ``alt`` (the model's best
-config of the other tile size: did the model choose the right tile?) and ``guess`` (the table-free
-picker's config, timed only where it differs from both). The table: data/<gpu>/gemm_sm90_tiles.csv,
+config of the other tile size: did the model choose the right tile?), ``guess`` (the table-free
+picker's config, timed only where it differs from both) and ``no_sk`` (the pick in whole waves, timed
+where it has a stream-K tail). The table: data/<gpu>/gemm_sm90_tiles.csv,
 or ``--tiles PATH`` (sets ``FO_SM90_TILES``; ``guess`` for none). ~60-90 s on an H200.
 
     python scripts/bench/bench_gemm_sm90_llm.py --out data/h200/gemm_sm90_llm.csv
@@ -33,6 +34,7 @@ import json
 import math
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -79,9 +81,9 @@ SHAPES = [
 
 
 def config_label(cfg) -> str:
-    """``128x256x64/row8``: the CONFIGS name, raster order and swizzle."""
+    """``128x256x64/row8`` (``+sk`` with a stream-K tail): the CONFIGS name, raster order, swizzle."""
     name = next(n for n, c in sm90.CONFIGS.items() if c.tile_name == cfg.tile_name)
-    return f"{name}/{cfg.order}{cfg.swizzle}"
+    return f"{name}/{cfg.order}{cfg.swizzle}" + ("+sk" if getattr(cfg, "stream_k", False) else "")
 
 
 def alt_config(cfg, M, N, K, sms):
@@ -118,6 +120,9 @@ def bench_shape(M, N, K, dtype, rounds, inner, sms, seed):
            "alt": plain(alt)}
     if guess not in (cfg, alt):
         fns["guess"] = plain(guess)
+    sk = sm90.stream_k_tiles(cfg.grid(M, N, sms).num_tiles, sms) if cfg.stream_k else 0
+    if sk:  # the same config in whole waves: what the stream-K tail gains or costs here
+        fns["no_sk"] = plain(replace(cfg, stream_k=False))
     _, err, res = check_and_time(fns, sm90.SM90, cfg, sets, M, N, K, rounds, inner, graph=True, seed=seed)
     ms = {k: v for k, (v, _) in res.items()}
     ms["guess"] = ms.get("guess", ms["ours"] if guess == cfg else ms["alt"])
@@ -131,6 +136,9 @@ def summary(df) -> dict:
                 signal_pct=float(((df.signal_ms / df.ours_ms - 1) * 100).median()),
                 vs_guess=math.exp(np.log(df.guess_ms / df.ours_ms).mean()),
                 alt_faster=int((df.alt_ms < df.ours_ms * (1 - tile_table.TIE)).sum()),
+                stream_k=int((df.stream_k_tiles > 0).sum()),
+                sk_gain=(math.exp(np.log((df.no_sk_ms / df.ours_ms)[df.stream_k_tiles > 0]).mean())
+                         if (df.stream_k_tiles > 0).any() else math.nan),
                 flips=int((df.config != df.guess_config).sum()), shapes=len(df))
 
 
@@ -169,6 +177,8 @@ def main(argv=None):
                    alt_config=config_label(alt), alt_ms=round(ms["alt"], 5),
                    alt_predicted_ms=alt_pred and round(alt_pred, 5),
                    guess_config=config_label(guess), guess_ms=round(ms["guess"], 5),
+                   stream_k_tiles=sm90.stream_k_tiles(cfg.grid(M, N, sms).num_tiles, sms) if cfg.stream_k else 0,
+                   no_sk_ms=round(ms.get("no_sk", ms["ours"]), 5),
                    rel_err=float(f"{err:.3e}"), rounds=args.rounds, inner=args.inner)
         rows.append(row)
         print(f"{origin:>32} {M:6d} {N:6d} {K:6d} {row['config']:>18} {ms['torch'] / ms['ours']:11.3f} "
@@ -184,7 +194,8 @@ def main(argv=None):
     print(f"cuBLAS / ours over {s['shapes']} shapes: geomean {s['geomean']:.3f}, median {s['median']:.3f}, worst "
           f"{s['worst']:.3f} (bar 1.00 / 1.00 / 0.97); signal vs plain median {s['signal_pct']:+.2f}%; "
           f"guess / ours geomean {s['vs_guess']:.3f} ({s['flips']} shapes off the guess); the other tile "
-          f"faster by > 1 % on {s['alt_faster']} -> {args.out}")
+          f"faster by > 1 % on {s['alt_faster']}; stream-K tail on {s['stream_k']} (whole waves / stream-K "
+          f"geomean {s['sk_gain']:.3f}) -> {args.out}")
 
 
 if __name__ == "__main__":

@@ -81,9 +81,17 @@ def main() -> None:
 
 def sm90() -> None:
     """The sm_90a GEMM (TMA + wgmma) in every epilogue, tails in M, N and K, few CTAs."""
+    from dataclasses import replace
+
     from fo_lib.gemm import sm90 as gemm_sm90
 
     exercise(gemm_sm90.SM90, list(gemm_sm90.CONFIGS.values()), ((130, 200, 72), (257, 136, 40), (300, 520, 136)))
+    # The stream-K tail on 3 CTAs: 4 tiles of 128 x 256 (200 x 300) and 10 of 128 x 128 (140 x 520)
+    # cut into runs of k-blocks, partial sums through the workspace.
+    sk = [replace(c, stream_k=True) for c in gemm_sm90.CONFIGS.values()]
+    assert all(gemm_sm90.stream_k_tiles(c.grid(M, N, 3).num_tiles, 3) > 0
+               for c, (M, N) in zip(sk, ((200, 300), (140, 520))))
+    exercise(gemm_sm90.SM90, sk, ((200, 300, 72), (140, 520, 200)))
     print("sanitize: ok")
 
 

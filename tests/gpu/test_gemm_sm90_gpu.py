@@ -2,6 +2,8 @@
 random inputs with poisoned outputs and guard frames, the signal epilogue's row tables (random and
 fo_lib.reorder's tile / subtile / subtoken layouts) and exact counters over back-to-back epochs, a
 counter-gated reader on a second stream, and the probe's timestamps against the wave model."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -67,9 +69,86 @@ def test_gemm_default_and_ctas(M, N, K, ctas, order, swizzle):
     a, b = inputs(M, N, K, "bf16", seed=1)
     out = gemm_sm90.gemm_nt(a, b, ctas=ctas)  # default config
     assert calc_diff(out, ref(a, b)) < TOL["bf16"]
-    cfg = gemm_sm90.default_config(M, N, K, gemm.sm_count()).with_raster(order, swizzle)
-    out2 = gemm_sm90.gemm_nt(a, b, config=cfg, ctas=ctas)
-    assert torch.equal(out, out2), "raster/ctas must not change the result (same k order per tile)"
+    # Whole tiles (no stream-K tail, which cuts whichever tiles the raster puts last): every tile
+    # sums its k-blocks in one order, so the raster and the CTA count cannot change a bit.
+    whole = replace(gemm_sm90.default_config(M, N, K, gemm.sm_count()), stream_k=False)
+    out1 = gemm_sm90.gemm_nt(a, b, config=whole, ctas=ctas)
+    out2 = gemm_sm90.gemm_nt(a, b, config=whole.with_raster(order, swizzle), ctas=ctas)
+    assert torch.equal(out1, out2), "raster/ctas must not change the result (same k order per tile)"
+
+
+# --- stream-K tail -------------------------------------------------------------------------------
+# (M, N, K, config, CTAs): cut tiles with M/N/K tails, K of two k-blocks (a CTA's run holds a whole
+# tile and the first k-block of the next), few CTAs, and the LLM shapes the tail is for (132 CTAs).
+STREAM_K_CASES = [(200, 300, 72, "128x256x64", 3), (1000, 2000, 4104, "128x256x64", 7),
+                  (333, 4100, 4040, "128x128x64", 16), (129, 1030, 520, "128x128x64", 6),
+                  (1536, 3584, 18944, "128x256x64", 132), (2600, 4096, 14336, "128x128x64", 132)]
+
+
+def _stream_k_config(cname, M, N, ctas):
+    cfg = replace(gemm_sm90.CONFIGS[cname].with_raster("col", 2), stream_k=True)
+    tiles = cfg.grid(M, N, ctas).num_tiles
+    assert gemm_sm90.stream_k_tiles(tiles, min(ctas, tiles)) > 0, "the case must cut tiles"
+    return cfg
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("M,N,K,cname,ctas", STREAM_K_CASES)
+def test_stream_k_tail_matches_float64_and_repeats_exactly(M, N, K, cname, ctas, dtype):
+    cfg = _stream_k_config(cname, M, N, ctas)
+    a, b = inputs(M, N, K, dtype, seed=M + 3 * N + K)
+    buf, out, mask = guarded_out(M, N, dtype)
+    gemm_sm90.gemm_nt(a, b, out, config=cfg, ctas=ctas)
+    torch.cuda.synchronize()
+    assert not torch.isnan(out).any(), "unwritten (NaN) elements in the output"
+    assert torch.isnan(buf[~mask]).all(), "the kernel wrote outside the output view"
+    assert calc_diff(out, ref(a, b)) < TOL[dtype]
+    first = out.clone()
+    # The same launch again on fresh inputs (the flags must be back at zero), then on the first ones.
+    a2, b2 = inputs(M, N, K, dtype, seed=M + 3 * N + K + 1)
+    a_saved, b_saved = a.clone(), b.clone()
+    a.copy_(a2), b.copy_(b2)
+    out.fill_(float("nan"))
+    gemm_sm90.gemm_nt(a, b, out, config=cfg, ctas=ctas)
+    torch.cuda.synchronize()
+    assert calc_diff(out, ref(a, b)) < TOL[dtype]
+    a.copy_(a_saved), b.copy_(b_saved)
+    gemm_sm90.gemm_nt(a, b, out, config=cfg, ctas=ctas)
+    torch.cuda.synchronize()
+    assert torch.equal(out, first), "a stream-K launch must be deterministic"
+
+
+@pytest.mark.parametrize("M,N,K,cname,ctas", STREAM_K_CASES[:4])
+def test_stream_k_tail_signals_each_tile_once(M, N, K, cname, ctas):
+    cfg = _stream_k_config(cname, M, N, ctas)
+    groups = 3
+    a, b = inputs(M, N, K, "bf16", seed=M * N)
+    row_offset, tile_group, grid = signal_tables(M, N, cfg, groups, seed=K)
+    comm = torch.full((M * N,), float("nan"), dtype=DTYPES["bf16"], device="cuda")
+    counters = torch.zeros(groups, dtype=torch.int32, device="cuda")
+    ro, tg = torch.from_numpy(row_offset).cuda(), torch.from_numpy(tile_group).cuda()
+    for epoch in (1, 2):
+        gemm_sm90.gemm_nt_signal(a, b, comm, ro, tg, counters, config=cfg, ctas=ctas)
+        plain = gemm_sm90.gemm_nt(a, b, config=cfg, ctas=ctas)
+        torch.cuda.synchronize()
+        got = comm[torch.from_numpy(gather_index(row_offset, M, N, cfg.BN)).cuda()]
+        assert torch.equal(got, plain), "the signal epilogue stored other values than plain"
+        expect = epoch * np.bincount(tile_group, minlength=groups)
+        assert counters.cpu().numpy().tolist() == expect.tolist()
+    out, probe = gemm_sm90.gemm_nt_probe(a, b, config=cfg, ctas=ctas)
+    torch.cuda.synchronize()
+    assert torch.equal(out, plain)
+    p = probe.cpu().numpy()
+    assert (p[:, 0] > 0).all() and (p[:, 1] >= p[:, 0]).all(), "every tile stamped once it is stored"
+
+
+def test_the_engine_runs_whole_waves():
+    from fo_lib.engine import OverlapPlan
+    from fo_lib.comm.loopback import LoopbackCommunicator
+
+    cfg = _stream_k_config("128x256x64", 2600, 4096, 132)
+    plan = OverlapPlan("all_reduce", 2600, 4096, 1024, comm=LoopbackCommunicator(2), config=cfg)
+    assert plan.config.stream_k is False and plan.config.BN == cfg.BN
 
 
 def test_gemm_on_side_stream():
