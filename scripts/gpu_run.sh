@@ -51,7 +51,11 @@ step bench_sm90 300 python3 scripts/bench/bench_gemm_sm90.py ${FO_SM90_ARGS:-} -
 # missing table is an error there, not a silent guess). To make the table the GPU's default, commit
 # $OUT/data/gemm_sm90_tiles.{csv,meta.json} as data/<gpu>/. ~20-35 s and ~50-90 s on an H200.
 step sm90_tiles 75 python3 scripts/bench/record_sm90_tiles.py ${FO_SM90_TILES_ARGS:-} --out "$OUT/data/gemm_sm90_tiles.csv"
-step sm90_llm 110 python3 scripts/bench/bench_gemm_sm90_llm.py --tiles "${FO_SM90_TILES:-$OUT/data/gemm_sm90_tiles.csv}" ${FO_SM90_LLM_ARGS:-} --out "$OUT/data/gemm_sm90_llm.csv"
+# (without sm90_tiles in the same call, and no FO_SM90_TILES: the table committed under data/<gpu>/)
+tiles_arg=()
+[ -f "$OUT/data/gemm_sm90_tiles.csv" ] && tiles_arg=(--tiles "$OUT/data/gemm_sm90_tiles.csv")
+[ -n "${FO_SM90_TILES:-}" ] && tiles_arg=(--tiles "$FO_SM90_TILES")
+step sm90_llm 150 python3 scripts/bench/bench_gemm_sm90_llm.py "${tiles_arg[@]}" ${FO_SM90_LLM_ARGS:-} --out "$OUT/data/gemm_sm90_llm.csv"
 step bench_postops 120 python3 scripts/bench/bench_postops.py ${FO_POSTOPS_ARGS:-} --out "$OUT/data/postops.csv"
 step launch 120 python3 scripts/bench/bench_launch.py --out "$OUT/data/launch_host_time.csv"
 step profile 200 ncu --clock-control none -k regex:fo_gemm_nt --launch-skip 3 --launch-count 5 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --metrics smsp__inst_executed.sum,smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,launch__registers_per_thread python3 scripts/profile/profile_gemm.py

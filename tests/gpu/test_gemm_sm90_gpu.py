@@ -81,7 +81,7 @@ def test_gemm_default_and_ctas(M, N, K, ctas, order, swizzle):
 # (M, N, K, config, CTAs): cut tiles with M/N/K tails, K of two k-blocks (a CTA's run holds a whole
 # tile and the first k-block of the next), few CTAs, and the LLM shapes the tail is for (132 CTAs).
 STREAM_K_CASES = [(200, 300, 72, "128x256x64", 3), (1000, 2000, 4104, "128x256x64", 7),
-                  (333, 4100, 4040, "128x128x64", 16), (129, 1030, 520, "128x128x64", 6),
+                  (333, 4100, 4040, "128x128x64", 16), (129, 1030, 520, "128x128x64", 7),
                   (1536, 3584, 18944, "128x256x64", 132), (2600, 4096, 14336, "128x128x64", 132)]
 
 
