@@ -16,16 +16,20 @@
 //     straight on to the next tile: the global stores, the fence and the atomic are off their path.
 //   * Tile schedule: CTA b of P runs s = b, b + P, ... through fo::raster_tile (tile_schedule.cuh),
 //     the same function as the portable kernel, so fo_lib.tiling's wave model holds.
-//   * Stream-K tail (sk_tiles > 0): the last sk_tiles schedule indices are not given out whole but
-//     as one run of sk_tiles * KT k-blocks split evenly over the P CTAs, each CTA's run after its
-//     whole tiles (a partial last wave would leave SMs idle; here every CTA does the same work). A
-//     run covers parts of at most a few tiles: a part that starts a tile (k-block 0) "finishes" it,
-//     any other part is "partial". A partial part writes its fp32 accumulators, in register-fragment
-//     order, to its CTA's slot of sk_partial and releases sk_flag[t]; the finishing part, which comes
-//     last in its CTA's run while every partial part comes first in its own, acquires the flag,
-//     adds the slots in CTA order (deterministic) and runs the tile's normal epilogue, so every
-//     epilogue (signal included) sees each tile once. It resets the flag for the next launch.
-//     Needs all P CTAs resident at once (persistent grid, one CTA per SM), as any stream-K does.
+//   * Stream-K tail (P <= sk_tiles < 2 P, else ignored): the last sk_tiles schedule indices are not
+//     given out whole but as one run of sk_tiles * KT k-blocks split evenly over the P CTAs, each
+//     CTA's run after its whole tiles (a partial last wave would leave SMs idle; here every CTA does
+//     the same work). A run is longer than a tile, so a cut tile has two parts: its head (k-block 0
+//     on, the end of CTA b's run) and its tail (up to its last k-block, the start of CTA b + 1's).
+//     Each CTA runs its head FIRST, then its whole tiles, then its tail: every CTA starts the tail
+//     phase at k-block 0 at the same moment and the tails run at one common k offset too, so the
+//     CTAs read the same operand slabs at once and L2 serves them, as in a wave of whole tiles (in
+//     run order each CTA would start at its own k, and every slab would come from DRAM). The head
+//     writes its fp32 accumulators, in register-fragment order, to slot b of sk_partial and
+//     releases sk_flag[t]; the tail, last in its run, acquires the flag (the head was first in its
+//     run: no chain of waits), adds the slot and runs the tile's normal epilogue, so every epilogue
+//     (signal included) sees each tile once. It resets the flag for the next launch. Needs all P
+//     CTAs resident at once (persistent grid, one CTA per SM), as any stream-K does.
 //
 // Handshakes (all mbarriers, phase parity tracked by counters, never re-initialised):
 //   full[s]   : 1 arrival (producer's expect_tx) + the TMA bytes     -> consumers may read stage s
@@ -254,58 +258,81 @@ __device__ __forceinline__ void st_global_v4(void* p, const u32 (&v)[4]) {
 }  // namespace sm90
 
 // What a CTA does with one unit of work (see the stream-K note at the top).
-enum Sm90Part : int { kWholeTile = 0, kPartialTile = 1, kFinishTile = 2 };
+enum Sm90Part : int { kWholeTile = 0, kHeadTile = 1, kTailTile = 2 };
 
 // The stream-K run of CTA b of P over sk_tiles x KT k-blocks: [first(b), first(b + 1)).
 __device__ __forceinline__ i64 sk_first(i64 total, int b, int P) { return total * b / P; }
 
 // The units of this CTA in order: its whole tiles s = b, b + P, ... below tiles - sk_tiles, then its
-// stream-K run cut at tile boundaries (k-blocks [k0, k1) of tile s). Producer, consumers and store
-// warps each walk this same sequence: for (Sm90Work w(...); w.next();).
+// stream-K run [first(b), first(b + 1)) cut at tile boundaries, head first, then whole tiles, then
+// the tail (k-blocks [k0, k1) of tile s). Producer, consumers and store warps each walk this same
+// sequence: for (Sm90Work w(...); w.next();).
 struct Sm90Work {
     int dp, KT, P, s_next;
-    i64 g, end;
-    int s, k0, k1, part;  // the current unit
+    int phase;           // 0 whole tiles before the run, 1 head, 2 whole tiles of the run, 3 tail, 4 done
+    i64 g0, g1;          // the run
+    int t_whole, t_end;  // the run's whole tiles [t_whole, t_end) (0-based among the sk tiles)
+    int s, k0, k1, part; // the current unit
 
     __device__ __forceinline__ Sm90Work(int tiles, int sk_tiles, int KT_) {
+        P = gridDim.x;
+        if (sk_tiles < P || sk_tiles >= 2 * P) sk_tiles = 0;  // the host's contract (stream_k_tiles)
         dp = tiles - sk_tiles;
         KT = KT_;
-        P = gridDim.x;
         s_next = blockIdx.x;
-        const i64 total = sk_tiles > 0 ? i64(sk_tiles) * KT : 0;
-        g = sk_first(total, blockIdx.x, P);
-        end = sk_first(total, blockIdx.x + 1, P);
+        phase = 0;
+        const i64 total = i64(sk_tiles) * KT;
+        g0 = sk_first(total, blockIdx.x, P);
+        g1 = sk_first(total, blockIdx.x + 1, P);
+        t_whole = int((g0 + KT - 1) / KT);
+        t_end = int(g1 / KT);
     }
     __device__ __forceinline__ bool next() {
-        if (s_next < dp) {
-            s = s_next;
-            s_next += P;
-            k0 = 0;
-            k1 = KT;
-            part = kWholeTile;
-            return true;
+        if (phase == 0) {
+            if (s_next < dp) {
+                s = s_next;
+                s_next += P;
+                k0 = 0;
+                k1 = KT;
+                part = kWholeTile;
+                return true;
+            }
+            phase = 1;
         }
-        if (g >= end) return false;
-        const int t = int(g / KT);
-        k0 = int(g - i64(t) * KT);
-        k1 = int(min(i64(KT), i64(k0) + (end - g)));
-        s = dp + t;
-        part = k0 == 0 ? (k1 == KT ? kWholeTile : kFinishTile) : kPartialTile;
-        g += k1 - k0;
-        return true;
+        if (phase == 1) {
+            phase = 2;
+            if (g1 > g0 && g1 % KT != 0) {  // the head of tile t_end: k-blocks [0, g1 - t_end KT)
+                s = dp + t_end;
+                k0 = 0;
+                k1 = int(g1 - i64(t_end) * KT);
+                part = kHeadTile;
+                return true;
+            }
+        }
+        if (phase == 2) {
+            if (g1 > g0 && t_whole < t_end) {
+                s = dp + t_whole++;
+                k0 = 0;
+                k1 = KT;
+                part = kWholeTile;
+                return true;
+            }
+            phase = 3;
+        }
+        if (phase == 3) {
+            phase = 4;
+            if (g1 > g0 && g0 % KT != 0) {  // the tail of the tile g0 falls in: up to its last k-block
+                const int t = int(g0 / KT);
+                s = dp + t;
+                k0 = int(g0 - i64(t) * KT);
+                k1 = KT;
+                part = kTailTile;
+                return true;
+            }
+        }
+        return false;
     }
 };
-
-// The partial parts of stream-K tile t (0-based among the sk tiles) that finishing CTA b must add:
-// those of CTAs b + 1 .. b + count (each a CTA whose run starts inside the tile).
-__device__ __forceinline__ int sk_partials_of(int t, int sk_tiles, int KT, int b) {
-    const i64 total = i64(sk_tiles) * KT;
-    const i64 tile_end = i64(t + 1) * KT;
-    int count = 0;
-#pragma unroll 1
-    for (int q = b + 1; q < int(gridDim.x) && sk_first(total, q, gridDim.x) < tile_end; ++q) ++count;
-    return count;
-}
 
 template <int BN, int STAGES>
 struct Sm90Shape {
@@ -424,7 +451,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             u32 parity = 0;
 #pragma unroll 1
             for (Sm90Work w(tiles, sk_tiles, KT); w.next();) {
-                if (w.part == kPartialTile) continue;  // no C tile: the consumers publish to sk_partial
+                if (w.part == kHeadTile) continue;  // no C tile: the consumers publish the head to sk_partial
                 int tm, tn;
                 raster.tile(w.s, tm, tn);
                 const int rows = min(BM, M - tm * BM);
@@ -507,7 +534,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             const int k0 = w.k0, part = w.part;
             int tm, tn;
             raster.tile(w.s, tm, tn);
-            if (EPILOGUE == 2 && c == 0 && tid == 0 && part != kPartialTile)
+            if (EPILOGUE == 2 && c == 0 && tid == 0 && part != kHeadTile)
                 probe[(tm * tiles_n + tn) * 4 + 0] = globaltimer_ns();
 #pragma unroll 1
             for (int kb = k0; kb < w.k1; ++kb) {
@@ -535,8 +562,8 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             }
             // Stream-K: this CTA's slot holds the accumulators as [c][i / 4][consumer thread][4]
             // floats: each thread's float4s, coalesced across the warpgroup.
-            const int dp = tiles - sk_tiles;
-            if (part == kPartialTile) {
+            const int dp = w.dp;
+            if (part == kHeadTile) {
                 float4* slot = reinterpret_cast<float4*>(sk_partial + i64(blockIdx.x) * (BM * BN)) + c * (S::ACC / 4) * 128;
 #pragma unroll
                 for (int q = 0; q < S::ACC / 4; ++q)
@@ -547,28 +574,24 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 if (c == 0 && tid == 0) red_release_gpu_add(sk_flag + (w.s - dp), 1u);
                 continue;
             }
-            if (part == kFinishTile) {
-                const int t = w.s - dp;
-                const int count = sk_partials_of(t, sk_tiles, KT, blockIdx.x);
+            if (part == kTailTile) {
+                // The head of this tile is the first unit of CTA b - 1's run.
                 if (c == 0 && tid == 0) {
-                    while (ld_acquire_gpu(sk_flag + t) < u32(count)) {
+                    while (ld_acquire_gpu(sk_flag + (w.s - dp)) == 0u) {
                     }
-                    sk_flag[t] = 0u;  // every part has arrived: ready for the next launch
+                    sk_flag[w.s - dp] = 0u;  // ready for the next launch
                 }
                 bar_sync(2, 256);
-#pragma unroll 1
-                for (int j = 1; j <= count; ++j) {
-                    // .cg: read at L2, where the other SM's stores are (never a stale L1 line).
-                    const float4* slot = reinterpret_cast<const float4*>(sk_partial + i64(blockIdx.x + j) * (BM * BN)) +
-                                         c * (S::ACC / 4) * 128;
+                // .cg: read at L2, where the other SM's stores are (never a stale L1 line).
+                const float4* slot = reinterpret_cast<const float4*>(sk_partial + i64(blockIdx.x - 1) * (BM * BN)) +
+                                     c * (S::ACC / 4) * 128;
 #pragma unroll
-                    for (int q = 0; q < S::ACC / 4; ++q) {
-                        const float4 v = __ldcg(slot + q * 128 + tid);
-                        acc[4 * q] += v.x;
-                        acc[4 * q + 1] += v.y;
-                        acc[4 * q + 2] += v.z;
-                        acc[4 * q + 3] += v.w;
-                    }
+                for (int q = 0; q < S::ACC / 4; ++q) {
+                    const float4 v = __ldcg(slot + q * 128 + tid);
+                    acc[4 * q] += v.x;
+                    acc[4 * q + 1] += v.y;
+                    acc[4 * q + 2] += v.z;
+                    acc[4 * q + 3] += v.w;
                 }
             }
             // Epilogue: accumulators -> smem C (16-bit), 16-byte chunks swizzled by row & 7.

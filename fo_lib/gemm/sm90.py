@@ -26,11 +26,13 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
   loop, end = the tile is in global memory: the moment the signal is sent).
 * Stream-K tail (``Sm90Config.stream_k``): when the last wave would leave at least
   :data:`STREAM_K_MIN_IDLE` of the GEMM's CTA time idle, the last partial wave and one full wave
-  before it are spread over every CTA as equal runs of k-blocks (:func:`stream_k_tiles`); a tile
-  cut between two CTAs is summed in fp32 through a per-launch workspace (``ctas x BM x BN`` floats)
-  by the CTA that holds its first k-block, which then runs the tile's epilogue as usual. Needs all
-  CTAs resident at once (the persistent grid does that on an otherwise idle GPU). Off in the configs
-  the overlap engine runs (its wave model counts whole waves); :func:`default_config` turns it on.
+  before it are spread over every CTA as equal runs of k-blocks (:func:`stream_k_tiles`). A tile cut
+  between two CTAs is summed in fp32 through a per-launch workspace (``ctas x BM x BN`` floats) by
+  the CTA that holds its last k-block, which then runs the tile's epilogue as usual; each CTA runs
+  the head it publishes first and the tail it finishes last, so the CTAs stay at common k offsets
+  (L2 reuse, as in a wave of whole tiles) and no CTA waits on a CTA that waits. Needs all CTAs
+  resident at once (the persistent grid does that on an otherwise idle GPU). Off in the configs the
+  overlap engine runs (its wave model counts whole waves); :func:`default_config` turns it on.
 
 ``import fo_lib.gemm.sm90`` needs neither torch, CuPy nor cuda-bindings; they are imported at launch.
 """
