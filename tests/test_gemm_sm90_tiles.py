@@ -74,17 +74,23 @@ def test_a_partial_last_wave_is_shared_by_every_cta_where_stream_k_pays(data_dir
     # 1536 x 3584 with 128 x 256 tiles: 12 x 14 = 168 tiles on 132 CTAs, 2 waves with whole waves;
     # the stream-K tail spreads all 168 (the partial wave and one full wave) over every CTA.
     assert tile_table.waves(168, 132, False) == 2
-    assert tile_table.waves(168, 132, True) == pytest.approx(168 / 132 * (1 + tile_table.STREAM_K_FIXUP))
+    fix = tile_table.STREAM_K_FIXUP[256]
+    assert tile_table.waves(168, 132, True) == pytest.approx(168 / 132 * (1 + fix))
     # 400 tiles: 2 whole waves, then the last 4 + 132 shared.
-    assert tile_table.waves(400, 132, True) == pytest.approx(2 + 136 / 132 * (1 + tile_table.STREAM_K_FIXUP))
+    assert tile_table.waves(400, 132, True) == pytest.approx(2 + 136 / 132 * (1 + fix))
     # Full or nearly full last waves keep whole waves.
     assert tile_table.waves(264, 132, True) == tile_table.waves(900, 132, True) - 5 == 2
     _table(data_dir, _rows(lambda o, s: 1.0, lambda o, s: 0.6))
     cfg = sm90.default_config(1536, 3584, 8192, 132)
-    assert cfg.stream_k and cfg.BN == 256  # 1.38 waves of 1.0 against 2.67 of 0.6 (336 small tiles)
-    assert sm90.predict_ms(cfg, 1536, 3584, 8192, 132) == pytest.approx(
-        168 / 132 * (1 + tile_table.STREAM_K_FIXUP) * 2.0)
+    assert cfg.stream_k and cfg.BN == 256  # 1.43 waves of 1.0 against 3 of 0.6 (336 small tiles)
+    assert sm90.predict_ms(cfg, 1536, 3584, 8192, 132) == pytest.approx(168 / 132 * (1 + fix) * 2.0)
     assert sm90.predict_ms(replace(cfg, stream_k=False), 1536, 3584, 8192, 132) == pytest.approx(2 * 2.0)
+    # Where the tail would cost more than the idle SMs it fills, whole waves win: 128 x 128 tiles
+    # only (big ones twice as slow per area), 336 tiles = 1 whole wave + 204 shared at 1.35.
+    _table(data_dir, _rows(lambda o, s: 2.0, lambda o, s: 0.5))
+    cfg = sm90.default_config(1536, 3584, 8192, 132)
+    assert (cfg.BN, cfg.stream_k) == (128, False)
+    assert 1 + 204 / 132 * (1 + tile_table.STREAM_K_FIXUP[128]) > 3
 
 
 def test_the_fastest_recorded_raster_comes_with_the_tile(data_dir):
@@ -110,9 +116,16 @@ def test_tails_count_as_whole_tiles(data_dir):
     # 132 tiles of 128 x 256 fill one wave; one more row of M adds a tile row: a second wave.
     assert sm90.predict_ms(big, 128 * 132, 256, 4096, 132) == pytest.approx(1.0)
     assert sm90.predict_ms(big, 128 * 132 + 1, 256, 4096, 132) == pytest.approx(2.0)
-    # So the tail flips the choice: 133 big tiles (2 waves, 2.0) against 266 small ones (3 x 0.5).
-    assert sm90.default_config(128 * 132, 256, 4096, 132).BN == 256
-    assert sm90.default_config(128 * 132 + 1, 256, 4096, 132).BN == 128
+    # So in whole waves the tail flips the choice: 133 big tiles (2 waves, 2.0) against 266 small
+    # ones (3 x 0.5)...
+    whole = {n: sm90.CONFIGS[n] for n in (BIG, SMALL)}
+    table = tile_table.load(data_dir / "h200" / tile_table.TABLE_NAME, sm90.CONFIGS)
+    assert tile_table.pick(table, whole, 128 * 132, 256, 4096, 132, 227 * 1024).BN == 256
+    assert tile_table.pick(table, whole, 128 * 132 + 1, 256, 4096, 132, 227 * 1024).BN == 128
+    # ... unless a stream-K tail shares the 133 big tiles among all 132 CTAs (1.13 waves).
+    assert sm90.default_config(128 * 132, 256, 4096, 132).stream_k is False  # a full wave: no tail
+    cfg = sm90.default_config(128 * 132 + 1, 256, 4096, 132)
+    assert (cfg.BN, cfg.stream_k) == (256, True)
 
 
 def test_wave_time_is_interpolated_in_k_and_extrapolated_beyond():

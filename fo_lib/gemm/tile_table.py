@@ -23,7 +23,7 @@ from __future__ import annotations
 import csv
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -41,9 +41,12 @@ COLUMNS = ("config", "tile_name", "order", "swizzle", "M", "N", "K", "waves", "m
 # a candidate less than 1 % faster on paper is no evidence: keep the bigger tile (fewer signals,
 # fewer and larger overlap groups) and the plainer raster.
 TIE = 0.01
-# The stream-K tail's extra cost per unit of its work (a cut tile's fp32 partial through L2 and the
-# finishing CTA's wait): an estimate, checked by bench_gemm_sm90_llm.py's ``no_sk`` variant.
-STREAM_K_FIXUP = 0.05
+# The stream-K tail's extra cost per unit of its work, by tile width BN: the cut tiles' fp32 partials
+# through L2, and the CTAs whose run holds a whole tile between its head and tail reading that tile
+# at their own k offset (no L2 reuse: DRAM traffic). Fitted to bench_gemm_sm90_llm.py's ``no_sk``
+# variant on an H200 (docs/perf-log.md, "Issue 23"): 3-16 % on the nine 128 x 256 shapes, 19 and
+# 53 % on the two 128 x 128 ones (a narrower tile moves more operand bytes per flop).
+STREAM_K_FIXUP = {256: 0.12, 128: 0.35}
 
 
 @dataclass(frozen=True)
@@ -197,39 +200,49 @@ def predict_ms(table: TileTable, name: str, cfg, M: int, N: int, K: int, sm_coun
     aspect = math.log(tm / tn)
     if tm * tn <= sm_count:
         return min(table.ms_per_wave(name, o, s, aspect, K) for o, s in table.rasters(name))
-    return waves(tm * tn, sm_count, getattr(cfg, "stream_k", False)) * table.ms_per_wave(
+    return waves(tm * tn, sm_count, getattr(cfg, "stream_k", False), cfg.BN) * table.ms_per_wave(
         name, cfg.order, cfg.swizzle, aspect, K)
 
 
-def waves(tiles: int, sm_count: int, stream_k: bool) -> float:
+def waves(tiles: int, sm_count: int, stream_k: bool, BN: int = 256) -> float:
     """The waves a launch takes: whole waves (a partial last one costs a full one), or with a
     stream-K tail (:func:`fo_lib.tiling.stream_k_tiles`) the whole waves before it plus the tail's
-    tiles shared by every CTA, the cut tiles' fixup charged at :data:`STREAM_K_FIXUP` of the tail."""
+    tiles shared by every CTA, its extra cost :data:`STREAM_K_FIXUP` ``[BN]`` of the tail."""
     sk = stream_k_tiles(tiles, sm_count) if stream_k else 0
     if sk == 0:
         return ceil_div(tiles, sm_count)
-    return (tiles - sk) / sm_count + sk / sm_count * (1 + STREAM_K_FIXUP)
+    return (tiles - sk) / sm_count + sk / sm_count * (1 + STREAM_K_FIXUP.get(BN, max(STREAM_K_FIXUP.values())))
 
 
 def candidates(table: TileTable, configs: dict, M: int, N: int, sm_count: int):
     """``(name, config with raster)`` for every recorded raster that means something on this grid:
     one wave gets row order, swizzle 1 (the raster cannot matter); a swizzle wider than the grid
-    along its band is skipped (it walks like a narrower one, which was not what was recorded)."""
+    along its band is skipped (it walks like a narrower one, which was not what was recorded). A
+    config with ``stream_k`` comes both with and without it where the grid would have a tail."""
     for name, cfg in configs.items():
         if not table.has(name):
             continue
         tm, tn = ceil_div(M, cfg.BM), ceil_div(N, cfg.BN)
         if tm * tn <= sm_count:
-            yield name, cfg.with_raster("row", 1)
+            yield name, replace(cfg.with_raster("row", 1), stream_k=False) if _has_sk(cfg) else cfg.with_raster("row", 1)
             continue
+        # A config says what runs: stream_k only where the grid has a tail to share.
+        tails = (False, True) if stream_k_tiles(tm * tn, sm_count) else (False,)
         for order, swizzle in table.rasters(name):
             if swizzle == 1 or swizzle <= (tm if order == "row" else tn):
-                yield name, cfg.with_raster(order, swizzle)
+                c = cfg.with_raster(order, swizzle)
+                for tail in tails if _has_sk(cfg) else (None,):
+                    yield name, c if tail is None else replace(c, stream_k=tail)
+
+
+def _has_sk(cfg) -> bool:
+    return bool(getattr(cfg, "stream_k", False))
 
 
 def pick(table: TileTable, configs: dict, M: int, N: int, K: int, sm_count: int, smem_limit: int):
     """The fastest predicted candidate among ``configs`` (name -> config) that fit ``smem_limit``;
-    ties (within :data:`TIE`) to the bigger tile, then the wider swizzle, then row order."""
+    ties (within :data:`TIE`) to the bigger tile, then the wider swizzle, then row order, then
+    whole waves (no stream-K tail)."""
     check_positive_ints(M=M, N=N, K=K, sm_count=sm_count, smem_limit=smem_limit)
     fit = {n: c for n, c in configs.items() if c.smem_bytes <= smem_limit}
     if not fit:
@@ -243,4 +256,4 @@ def pick(table: TileTable, configs: dict, M: int, N: int, K: int, sm_count: int,
     # NOTES: the recorded grids are 8-16 waves; on bigger grids a narrow band re-reads the operands
     # from DRAM (16384 x 13824 x 5120 in row order, swizzle 1: 12 % slower than swizzle 8), while
     # the widest swizzle was within noise of the best on every recorded grid: ties go to it.
-    return min(ties, key=lambda c: (-c.BM * c.BN, -c.swizzle, c.order != "row"))
+    return min(ties, key=lambda c: (-c.BM * c.BN, -c.swizzle, c.order != "row", _has_sk(c)))

@@ -21,7 +21,8 @@ epilogue), ``signal`` (the same config with the engine's AllReduce-tile signal: 
 through the row table, as ``bench_gemm_sm90.py``'s ``sm90_signal``), ``alt`` (the model's best
 config of the other tile size: did the model choose the right tile?), ``guess`` (the table-free
 picker's config, timed only where it differs from both) and ``no_sk`` (the pick in whole waves, timed
-where it has a stream-K tail). The table: data/<gpu>/gemm_sm90_tiles.csv,
+where it has a stream-K tail) and ``alt_flip`` (the other tile with the other stream-K choice,
+where its grid has a tail: with ``no_sk``, every tile x tail combination of those shapes). The table: data/<gpu>/gemm_sm90_tiles.csv,
 or ``--tiles PATH`` (sets ``FO_SM90_TILES``; ``guess`` for none). ~60-90 s on an H200.
 
     python scripts/bench/bench_gemm_sm90_llm.py --out data/h200/gemm_sm90_llm.csv
@@ -123,6 +124,8 @@ def bench_shape(M, N, K, dtype, rounds, inner, sms, seed):
     sk = sm90.stream_k_tiles(cfg.grid(M, N, sms).num_tiles, sms) if cfg.stream_k else 0
     if sk:  # the same config in whole waves: what the stream-K tail gains or costs here
         fns["no_sk"] = plain(replace(cfg, stream_k=False))
+    if sm90.stream_k_tiles(alt.grid(M, N, sms).num_tiles, sms):  # the other tile with the other choice
+        fns["alt_flip"] = plain(replace(alt, stream_k=not alt.stream_k))
     _, err, res = check_and_time(fns, sm90.SM90, cfg, sets, M, N, K, rounds, inner, graph=True, seed=seed)
     ms = {k: v for k, (v, _) in res.items()}
     ms["guess"] = ms.get("guess", ms["ours"] if guess == cfg else ms["alt"])
@@ -179,6 +182,7 @@ def main(argv=None):
                    guess_config=config_label(guess), guess_ms=round(ms["guess"], 5),
                    stream_k_tiles=sm90.stream_k_tiles(cfg.grid(M, N, sms).num_tiles, sms) if cfg.stream_k else 0,
                    no_sk_ms=round(ms.get("no_sk", ms["ours"]), 5),
+                   alt_flip_ms=round(ms["alt_flip"], 5) if "alt_flip" in ms else None,
                    rel_err=float(f"{err:.3e}"), rounds=args.rounds, inner=args.inner)
         rows.append(row)
         print(f"{origin:>32} {M:6d} {N:6d} {K:6d} {row['config']:>18} {ms['torch'] / ms['ours']:11.3f} "
