@@ -295,3 +295,11 @@ def test_record_then_benchmark_end_to_end_with_fake_timings(data_dir, monkeypatc
     assert "geomean 1.000, median 1.000, worst 1.000" in printed and "signal vs plain median +0.40%" in printed
     sk = df.stream_k_tiles > 0
     assert sk.any() and df.config[sk].str.endswith("+sk").all() and "whole waves / stream-K geomean 1.200" in printed
+
+
+@pytest.mark.parametrize("small_gain,want", [(0.03, 256), (0.08, 128)])
+def test_a_smaller_tile_must_win_by_the_measured_margin(data_dir, small_gain, want):
+    # 16896 x 384: 2 waves of big tiles against 3 of small ones, the small ones faster by small_gain.
+    _table(data_dir, _rows(lambda o, s: 1.0, lambda o, s: 2 / 3 * (1 - small_gain)))
+    assert tile_table.SMALLER_TILE_MARGIN == 0.05
+    assert sm90.default_config(128 * 132, 384, 4096, 132).BN == want
