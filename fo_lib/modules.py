@@ -141,6 +141,11 @@ class _LinearBase(_module_base()):
             raise PlanError(f"input must be [tokens, {self.in_features}], got {tuple(x.shape)}")
         return self._cache.plan(int(x.shape[0]), self.out_features, self.in_features)
 
+    @property
+    def plans(self) -> list[OverlapPlan]:
+        """The plans built so far, one per input shape."""
+        return list(self._cache.plans.values())
+
     def _forward(self, x, residual=None):
         """The output; with ``ops.residual_out`` ``(output, pre_norm)``, the pre-norm values in a
         tensor of their own (never the residual itself: an overlap check runs a call twice)."""
@@ -204,8 +209,16 @@ class MoECombine(_module_base()):
         self._cache = _PlanCache("all_to_all", comm, dtype=dtype, device=device, partition=partition,
                                  graphs=False, plan_kw=plan_kw, check=check)
 
-    def forward(self, x, routing: Routing, residual=None):
+    def plan_for(self, x, routing: Routing) -> OverlapPlan:
         if x.dim() != 2 or x.shape[1] != self.in_features:
             raise PlanError(f"input must be [rows, {self.in_features}], got {tuple(x.shape)}")
-        plan = self._cache.plan(int(x.shape[0]), self.out_features, self.in_features, routing)
+        return self._cache.plan(int(x.shape[0]), self.out_features, self.in_features, routing)
+
+    @property
+    def plans(self) -> list[OverlapPlan]:
+        """The plans built so far, one per (input shape, routing)."""
+        return list(self._cache.plans.values())
+
+    def forward(self, x, routing: Routing, residual=None):
+        plan = self.plan_for(x, routing)
         return self._cache.run(plan, x.detach().contiguous(), self.weight.detach(), self.ops, {"residual": residual})
