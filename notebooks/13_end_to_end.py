@@ -22,9 +22,10 @@
 #   adds the residual and normalises. Not in it: the router, the dispatch All-to-All, the experts'
 #   gate/up, tensor parallelism inside an expert.
 #
-# The **baseline** is the same layer with the same weights, each projection as `torch.matmul`,
-# one collective on the whole output, and the post-ops in torch. Both are checked against a
-# float64 reference of the whole layer before they are timed in interleaved rounds.
+# The **baseline** is the same layer with the same weights, each projection as `torch.matmul` and
+# one collective on the whole output (then, in the block, the residual add and torch's `rms_norm`).
+# Both are checked against a float64 reference of the whole layer before they are timed in
+# interleaved rounds.
 #
 # **Here.** One H200: the loopback link of W identical virtual ranks (W = 8 for Llama, 4 for
 # Mixtral, Table 4's degrees) through pinned host memory: an *emulated link*, slower than the

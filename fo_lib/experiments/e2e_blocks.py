@@ -13,13 +13,14 @@ The block takes the normed input ``x`` and the residual stream and returns both 
 (the fused add + RMSNorm of vLLM: the norm after the MLP is the next block's input norm), so each
 row-parallel projection is one overlapped GEMM + AllReduce whose post-reorder adds the residual,
 stores the pre-norm sum (``residual_out``) and normalises. The baseline is the same block with
-``torch.matmul``, one ``comm.all_reduce`` per projection and the post-ops in torch
-(:func:`fo_lib.baselines.torch_post_ops`); everything else is the same code and the same weights.
+``torch.matmul``, one ``comm.all_reduce`` per projection, the residual add and ``torch``'s
+``rms_norm``; everything else is the same code and the same weights.
 
 Attention is ``scaled_dot_product_attention`` (causal, grouped-query) on this rank's heads, without
 rotary embeddings, KV cache or batching (one sequence of ``T`` tokens); ``attention="self"`` is a
 stand-in where each token attends only to itself (a query head's output is its group's V row). The
-paper's Fig. 12 times the GEMM + communication parts; attention runs alike in both paths.
+paper's Fig. 12 reports whole models; here one layer is timed, attention included, which runs alike
+in both paths.
 
 **MoE combine step** (Mixtral, expert parallel over ``W`` ranks, ``T / W`` home tokens per rank)::
 
@@ -45,6 +46,10 @@ import numpy as np
 
 EPS = 1e-5  # Llama 3 and Mixtral's RMSNorm epsilon
 ATTENTION = ("sdpa", "self")
+SPLITS = {"hidden": "tensor parallelism splits the hidden size over the ranks, as Megatron does",
+          "intermediate": "each rank holds intermediate / W MLP columns", "heads": "each rank holds heads / W",
+          "kv_heads": "each rank holds kv_heads / W", "tokens": "each rank is home to tokens / W",
+          "experts": "each rank holds experts / W"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,11 +78,10 @@ class BlockShape:
         if isinstance(world, bool) or not isinstance(world, (int, np.integer)) or world < 1:
             raise ValueError(f"world size must be a positive integer, got {world!r}")
         W = int(world)
-        split = ("tokens", "experts") if self.moe else ("hidden", "intermediate", "heads", "kv_heads")
-        for name in split:
+        for name in ("tokens", "experts") if self.moe else ("hidden", "intermediate", "heads", "kv_heads"):
             if getattr(self, name) % W:
                 raise ValueError(f"{self.layer}: {name} {getattr(self, name)} does not split over {W} ranks "
-                                 f"(each rank holds {name} / W); choose a world size that divides it")
+                                 f"({SPLITS[name]}); choose a world size that divides it")
         if self.moe:
             home, rows = self.tokens // W, self.tokens // W * self.top_k
             if not 1 <= self.top_k <= self.experts or rows % W:
@@ -212,21 +216,19 @@ class OverlappedBlock:
 
 
 class BaselineBlock:
-    """The same block: ``torch.matmul``, one ``comm.all_reduce`` per projection, the post-ops in torch."""
+    """The same block: ``torch.matmul``, one ``comm.all_reduce`` per projection, then the residual
+    add and torch's ``rms_norm`` (two kernels: the leanest torch has; vLLM fuses them into one)."""
 
     def __init__(self, shape: BlockShape, comm, w: DenseWeights, *, attention="sdpa"):
         self.shape, self.comm, self.w, self.attention = shape, comm, w, attention
 
     def _proj(self, a, residual, weight, norm):
-        from ..baselines import torch_post_ops
-        from ..postops import PostOps
+        import torch.nn.functional as F
 
         c = _mm(a, weight)
         self.comm.all_reduce(c.view(-1))
-        pre = c.new_empty(c.shape)
-        y = torch_post_ops(c, PostOps(residual=True, residual_out=True, rmsnorm=True, eps=EPS),
-                           residual=residual, weight=norm, residual_out=pre)
-        return y, pre
+        pre = c + residual
+        return F.rms_norm(pre, (pre.shape[1],), norm, EPS), pre
 
     def __call__(self, x, residual):
         w = self.w
@@ -311,13 +313,12 @@ def moe_inputs(shape: BlockShape, world: int, rank: int, seed: int, device, dtyp
 
 
 def moe_combine(recv, inp: MoEInputs, top_k: int):
-    """The gated sum of each home token's ``top_k`` received rows, plus the residual, normalised."""
-    from ..baselines import torch_post_ops
-    from ..postops import PostOps
+    """The gated sum of each home token's ``top_k`` received rows, plus the residual, normalised
+    (torch, fp32; the same in both paths)."""
+    import torch.nn.functional as F
 
-    mixed = (recv.float().view(-1, top_k, recv.shape[1]) * inp.gates[..., None]).sum(1)
-    return torch_post_ops(mixed, PostOps(residual=True, rmsnorm=True, eps=EPS), residual=inp.residual,
-                          weight=inp.norm).to(recv.dtype)
+    mixed = (recv.float().view(-1, top_k, recv.shape[1]) * inp.gates[..., None]).sum(1) + inp.residual.float()
+    return F.rms_norm(mixed, (mixed.shape[1],), inp.norm.float(), EPS).to(recv.dtype)
 
 
 class OverlappedMoE:

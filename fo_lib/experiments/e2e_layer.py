@@ -150,7 +150,10 @@ def measure(comm=None, *, worlds=None, quick: bool = False, shapes=None, rounds:
         c = comm or links[W]
         case = Case(shape, c, device="cuda", seed=seed, attention=attention)
         errs = check(case)
-        row = _row(case, errs, time_case(case, rounds=rounds, inner=inner, seed=(seed, len(rows))), link_label(c))
+        times = time_case(case, rounds=rounds, inner=inner, seed=(seed, len(rows)))
+        for plan in case.ours.plans:
+            plan.check()  # a counter wait that timed out in any call raises here
+        row = _row(case, errs, times, link_label(c))
         rows.append(row)
         if root:
             tqdm.write(f"{row['layer']} T={row['tokens']} W={W}: ours {row['ours_ms']:.3f} ms, baseline "
