@@ -18,8 +18,9 @@ from ._util import require_torch
 
 
 
-def torch_post_ops(y, ops: PostOps, *, bias=None, residual=None, weight=None):
-    """The fused post-ops of :mod:`fo_lib.postops` written in torch (fp32 math, one rounding)."""
+def torch_post_ops(y, ops: PostOps, *, bias=None, residual=None, weight=None, residual_out=None):
+    """The fused post-ops of :mod:`fo_lib.postops` written in torch (fp32 math, one rounding);
+    ``residual_out`` (with ``ops.residual_out``) receives the pre-norm values, as in the kernel."""
     torch = require_torch()
     F = torch.nn.functional
     v = y.float()
@@ -35,6 +36,10 @@ def torch_post_ops(y, ops: PostOps, *, bias=None, residual=None, weight=None):
         v = F.gelu(v)
     if ops.residual:
         v = v + residual.float()
+    if residual_out is not None:
+        if not ops.residual_out:
+            raise ValueError("residual_out given but ops.residual_out is False")
+        residual_out.copy_(v)
     if ops.rmsnorm:
         v = v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + ops.eps) * weight.float()
     return v.to(y.dtype)

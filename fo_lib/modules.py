@@ -3,7 +3,9 @@
 * :class:`RowParallelLinear`: ``y = AllReduce(x @ W_r^T)`` over the tensor-parallel ranks, then the
   fused post-ops (bias, activation, residual, RMSNorm) in the post-reorder kernel. ``W_r`` is this
   rank's ``[out_features, in_features / world]`` slice (the row-parallel half of a Megatron MLP or
-  attention output projection).
+  attention output projection). With ``PostOps(residual=True, residual_out=True, rmsnorm=True)``
+  the forward returns ``(normed, pre_norm)``: the pre-norm sum is the residual stream a transformer
+  block carries on (fused add + RMSNorm, as in vLLM).
 * :class:`SequenceParallelLinear`: the same GEMM with ReduceScatter: each rank keeps its rows of the
   sum (``plan.owned_rows``, block-cyclic); :meth:`SequenceParallelLinear.gather` is the AllGather
   that restores global row order.
@@ -31,6 +33,9 @@ from .engine import OverlapPlan, PlanError, Routing
 from .postops import PostOps
 from ._util import require_torch
 
+
+
+OUTPUT_OPERANDS = ("residual_out",)  # post-reorder operands the call writes, not reads
 
 
 def _tdtype(dtype: str):
@@ -97,9 +102,13 @@ class _PlanCache:
         static["a"].copy_(x)
         static["b"].copy_(weight.detach())
         for k, v in operands.items():
-            if v is not None:
+            if v is not None and k not in OUTPUT_OPERANDS:
                 static[k].copy_(v)
-        return graphed().clone()
+        y = graphed().clone()
+        for k in OUTPUT_OPERANDS:  # the replay wrote them into its static buffers
+            if operands.get(k) is not None:
+                operands[k].copy_(static[k])
+        return y
 
 
 def _owned(plan: OverlapPlan, y):
@@ -116,8 +125,6 @@ class _LinearBase(_module_base()):
                  plan_kw: dict | None = None, check=None):
         super().__init__()
         torch = require_torch()
-        if ops.residual_out:
-            raise PlanError("residual_out is not exposed by the modules (pass residual= for the add)")
         ops = dataclasses.replace(ops, bias=bool(bias))
         self.in_features, self.out_features, self.comm, self.ops = int(in_features), int(out_features), comm, ops
         dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
@@ -134,13 +141,23 @@ class _LinearBase(_module_base()):
             raise PlanError(f"input must be [tokens, {self.in_features}], got {tuple(x.shape)}")
         return self._cache.plan(int(x.shape[0]), self.out_features, self.in_features)
 
+    @property
+    def plans(self) -> list[OverlapPlan]:
+        """The plans built so far, one per input shape."""
+        return list(self._cache.plans.values())
+
     def _forward(self, x, residual=None):
+        """The output; with ``ops.residual_out`` ``(output, pre_norm)``, the pre-norm values in a
+        tensor of their own (never the residual itself: an overlap check runs a call twice)."""
         plan = self.plan_for(x)
         operands = {"bias": self.bias, "residual": residual, "weight": self.norm_weight}
         if self.ops.residual and residual is None:
             raise PlanError("this module fuses a residual add: pass residual=")
-        return self._cache.run(plan, x.detach().contiguous(), self.weight.detach(), self.ops,
-                               {k: (None if v is None else v.detach()) for k, v in operands.items()})
+        operands = {k: (None if v is None else v.detach()) for k, v in operands.items()}
+        if self.ops.residual_out:
+            operands["residual_out"] = self.weight.new_empty(plan.out_rows, self.out_features)
+        y = self._cache.run(plan, x.detach().contiguous(), self.weight.detach(), self.ops, operands)
+        return (y, operands["residual_out"]) if self.ops.residual_out else y
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features} (per rank), out_features={self.out_features}, "
@@ -183,8 +200,8 @@ class MoECombine(_module_base()):
                  device: str = "cuda", partition=None, plan_kw: dict | None = None, check=None):
         super().__init__()
         torch = require_torch()
-        if ops.bias or ops.rmsnorm:
-            raise PlanError("MoECombine fuses activation and residual only (no bias or RMSNorm here)")
+        if ops.bias or ops.rmsnorm or ops.residual_out:
+            raise PlanError("MoECombine fuses activation and residual only (no bias, RMSNorm or residual_out here)")
         self.in_features, self.out_features, self.comm, self.ops = int(in_features), int(out_features), comm, ops
         dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
         self.weight = torch.nn.Parameter(torch.empty(out_features, in_features, dtype=_tdtype(dtype), device=dev))
@@ -192,8 +209,16 @@ class MoECombine(_module_base()):
         self._cache = _PlanCache("all_to_all", comm, dtype=dtype, device=device, partition=partition,
                                  graphs=False, plan_kw=plan_kw, check=check)
 
-    def forward(self, x, routing: Routing, residual=None):
+    def plan_for(self, x, routing: Routing) -> OverlapPlan:
         if x.dim() != 2 or x.shape[1] != self.in_features:
             raise PlanError(f"input must be [rows, {self.in_features}], got {tuple(x.shape)}")
-        plan = self._cache.plan(int(x.shape[0]), self.out_features, self.in_features, routing)
+        return self._cache.plan(int(x.shape[0]), self.out_features, self.in_features, routing)
+
+    @property
+    def plans(self) -> list[OverlapPlan]:
+        """The plans built so far, one per (input shape, routing)."""
+        return list(self._cache.plans.values())
+
+    def forward(self, x, routing: Routing, residual=None):
+        plan = self.plan_for(x, routing)
         return self._cache.run(plan, x.detach().contiguous(), self.weight.detach(), self.ops, {"residual": residual})

@@ -4,7 +4,7 @@
 # sidecars under $OUT/data/. Run from the repo root:
 #   FO_GIT_SHA=<sha of HEAD> FO_STEPS=build,tests,sanitize,bench_gemm,bench_postops scripts/gpu_run.sh
 # Steps: build tests sanitize sanitize_sm90 bench_gemm exp_gemm signal_cost stall_sites bench_sm90 sm90_tiles sm90_llm bench_postops launch profile record host_path
-# timeline engine engine_host multi_gpu bench_overlap run_all_quick heatmap ablation; arguments through FO_TEST_ARGS, FO_GEMM_ARGS, FO_EXP_OPTIONS/FO_EXP_ARGS, FO_STALL_ARGS, FO_SM90_ARGS, FO_POSTOPS_ARGS,
+# timeline engine engine_host multi_gpu bench_overlap run_all_quick heatmap ablation e2e; arguments through FO_TEST_ARGS, FO_GEMM_ARGS, FO_EXP_OPTIONS/FO_EXP_ARGS, FO_STALL_ARGS, FO_SM90_ARGS, FO_POSTOPS_ARGS,
 # FO_MULTI_ARGS, FO_OVERLAP_ARGS, FO_FIGURES_ARGS (default --quick). (tests runs every file in tests/gpu, the sm90 GEMM's included.)
 # (the GPU machine gets a copy without .git: FO_GIT_SHA is what the provenance sidecars record)
 set -uo pipefail
@@ -77,6 +77,8 @@ step bench_overlap 300 python3 scripts/bench/bench_overlap.py ${FO_OVERLAP_ARGS:
 # Fig. 13 and Fig. 14 on one GPU over the emulated link (notebooks 10 and 11 replay these files).
 step heatmap 240 python3 scripts/record/record_figures.py ${FO_FIGURES_ARGS:---quick} --only heatmap --out-dir "$OUT/data"
 step ablation 180 python3 scripts/record/record_figures.py ${FO_FIGURES_ARGS:---quick} --only ablation --out-dir "$OUT/data"
+# Fig. 12 / Table 4: a Llama TP block and a Mixtral MoE combine step over the emulated link (notebook 13 replays this file).
+step e2e 240 python3 scripts/bench/bench_e2e_layer.py --quick --out "$OUT/data/e2e_layer.csv"
 # Everything under data/ comes back as one archive (a call brings back at most 8 files).
 if [ -n "$(ls -A "$OUT/data" 2>/dev/null)" ]; then tar czf "$OUT/data.tgz" -C "$OUT/data" . && rm -rf "$OUT/data"; fi
 echo "--- summary"; printf '%s\n' "${summary[@]}" | tee -a "$log"

@@ -240,6 +240,37 @@ def test_overlap_check_decides_once_per_shape_and_the_fallback_gives_the_same_re
         RowParallelLinear(64, 72, CpuLoopbackCommunicator(1), device="cpu", check="yes")
 
 
+@pytest.mark.parametrize("check", [False, True])
+def test_row_parallel_linear_returns_the_pre_norm_sum_with_residual_out(check):
+    """Fused add + RMSNorm with ``residual_out``: the module returns ``(normed, pre_norm)``, the
+    pre-norm sum in a tensor of its own (the residual is left as it was), on the overlapped path and
+    on the check's fallback alike."""
+    from fo_lib import baselines, tuning
+    from fo_lib.modules import RowParallelLinear
+    from fo_lib.postops import PostOps
+    from fo_lib.testing import calc_diff
+
+    class Fallback(tuning.OverlapCheck):
+        def timings(self, comm, overlapped, fallback, *, device="cuda"):
+            overlapped(), fallback()
+            return {"overlap": 2.0, "fallback": 1.0}
+
+    ops = PostOps(residual=True, residual_out=True, rmsnorm=True)
+    torch.manual_seed(0)
+    layer = RowParallelLinear(64, 96, CpuLoopbackCommunicator(2), ops=ops, device="cpu",
+                              check=Fallback() if check else None, plan_kw=dict(config=CFG, sm_count=2))
+    with torch.no_grad():
+        layer.norm_weight.uniform_(0.5, 1.5)
+    x, residual = torch.randn(200, 64).bfloat16(), torch.randn(200, 96).bfloat16()
+    kept = residual.clone()
+    y, pre_norm = layer(x, residual=residual)
+    want_pre = 2 * (x.double() @ layer.weight.double().T) + residual.double()
+    want = baselines.torch_post_ops(want_pre, PostOps(rmsnorm=True), weight=layer.norm_weight.double())
+    assert calc_diff(pre_norm, want_pre) < 1e-2 and calc_diff(y, want) < 1e-2
+    assert torch.equal(residual, kept) and pre_norm.data_ptr() != residual.data_ptr()
+    assert calc_diff(pre_norm, residual) > 0.5  # the pre-norm sum really holds the projection
+
+
 def test_overlap_check_times_both_sides_on_the_cpu():
     from fo_lib.tuning import OverlapCheck
 

@@ -7,5 +7,5 @@ from __future__ import annotations
 from .common import (MODES, have_gpu, load, measured_set, notebook_setup, record, resolve_mode, save,  # noqa: F401
                      stamp)
 
-from . import (ablation, explorer, heatmap, kernel_bench, mechanism, multi_gpu, overheads, overlap,  # noqa: E402,F401
-               prediction_error, recorded, timeline, wave_pattern)  # the experiment modules
+from . import (ablation, e2e_layer, explorer, heatmap, kernel_bench, mechanism, multi_gpu, overheads,  # noqa: E402,F401
+               overlap, prediction_error, recorded, timeline, wave_pattern)  # the experiment modules
