@@ -21,15 +21,18 @@
 //     CTA's run after its whole tiles (a partial last wave would leave SMs idle; here every CTA does
 //     the same work). A run is longer than a tile, so a cut tile has two parts: its head (k-block 0
 //     on, the end of CTA b's run) and its tail (up to its last k-block, the start of CTA b + 1's).
-//     Each CTA runs its head FIRST, then its whole tiles, then its tail: every CTA starts the tail
-//     phase at k-block 0 at the same moment and the tails run at one common k offset too, so the
+//     Each CTA runs its head first, then its tail, then its whole tiles: every CTA starts at
+//     k-block 0 at the same moment and after its head every CTA is at one common k offset, so the
 //     CTAs read the same operand slabs at once and L2 serves them, as in a wave of whole tiles (in
 //     run order each CTA would start at its own k, and every slab would come from DRAM). The head
-//     writes its fp32 accumulators, in register-fragment order, to slot b of sk_partial and
-//     releases sk_flag[t]; the tail, last in its run, acquires the flag (the head was first in its
-//     run: no chain of waits), adds the slot and runs the tile's normal epilogue, so every epilogue
-//     (signal included) sees each tile once. It resets the flag for the next launch. Needs all P
-//     CTAs resident at once (persistent grid, one CTA per SM), as any stream-K does.
+//     writes its fp32 accumulators, in register-fragment order, to slot 2 b of sk_partial and
+//     releases sk_flag[t]. The tail's CTA finishes the tile: at once, adding the head to its
+//     registers, when the head (CTA b - 1's first unit) is due before this tail ends; otherwise it
+//     parks the tail in slot 2 b + 1 and finishes the tile after its whole tiles, from both slots, so
+//     no CTA idles on a head and no CTA waits on one that waits. Either way the sum is tail + head
+//     (deterministic) and the tile's normal epilogue runs once (signal included); the finishing
+//     CTA resets the flag for the next launch. Needs all P CTAs resident at once (persistent grid,
+//     one CTA per SM), as any stream-K does.
 //
 // Handshakes (all mbarriers, phase parity tracked by counters, never re-initialised):
 //   full[s]   : 1 arrival (producer's expect_tx) + the TMA bytes     -> consumers may read stage s
@@ -258,21 +261,25 @@ __device__ __forceinline__ void st_global_v4(void* p, const u32 (&v)[4]) {
 }  // namespace sm90
 
 // What a CTA does with one unit of work (see the stream-K note at the top).
-enum Sm90Part : int { kWholeTile = 0, kHeadTile = 1, kTailTile = 2 };
+// kWholeTile: every k-block; kHeadTile: published to slot 2 b; kTailTile: finished in registers with
+// the head; kTailPark: parked in slot 2 b + 1; kFinishParked: no k-blocks, tail slot + head slot.
+enum Sm90Part : int { kWholeTile = 0, kHeadTile = 1, kTailTile = 2, kTailPark = 3, kFinishParked = 4 };
 
 // The stream-K run of CTA b of P over sk_tiles x KT k-blocks: [first(b), first(b + 1)).
 __device__ __forceinline__ i64 sk_first(i64 total, int b, int P) { return total * b / P; }
 
 // The units of this CTA in order: its whole tiles s = b, b + P, ... below tiles - sk_tiles, then its
-// stream-K run [first(b), first(b + 1)) cut at tile boundaries, head first, then whole tiles, then
-// the tail (k-blocks [k0, k1) of tile s). Producer, consumers and store warps each walk this same
-// sequence: for (Sm90Work w(...); w.next();).
+// stream-K run [first(b), first(b + 1)) cut at tile boundaries: head, tail, whole tiles, and the
+// parked tail's finish (k-blocks [k0, k1) of tile s). Producer, consumers and store warps each walk
+// this same sequence: for (Sm90Work w(...); w.next();).
 struct Sm90Work {
     int dp, KT, P, s_next;
-    int phase;           // 0 whole tiles before the run, 1 head, 2 whole tiles of the run, 3 tail, 4 done
-    i64 g0, g1;          // the run
-    int t_whole, t_end;  // the run's whole tiles [t_whole, t_end) (0-based among the sk tiles)
-    int s, k0, k1, part; // the current unit
+    int phase;             // 0 whole tiles before the run, 1 head, 2 tail, 3 whole tiles of the run, 4 finish, 5 done
+    int t_head, head_len;  // the head: k-blocks [0, head_len) of sk tile t_head (head_len 0: none)
+    int t_tail, tail_k0;   // the tail: k-blocks [tail_k0, KT) of sk tile t_tail (tail_k0 0: none)
+    int t_whole, t_end;    // the run's whole tiles [t_whole, t_end)
+    bool park;             // the tail ends before CTA b - 1's head is due: finish it last
+    int s, k0, k1, part;   // the current unit
 
     __device__ __forceinline__ Sm90Work(int tiles, int sk_tiles, int KT_) {
         P = gridDim.x;
@@ -282,10 +289,17 @@ struct Sm90Work {
         s_next = blockIdx.x;
         phase = 0;
         const i64 total = i64(sk_tiles) * KT;
-        g0 = sk_first(total, blockIdx.x, P);
-        g1 = sk_first(total, blockIdx.x + 1, P);
-        t_whole = int((g0 + KT - 1) / KT);
+        const i64 g0 = sk_first(total, blockIdx.x, P);
+        const i64 g1 = sk_first(total, blockIdx.x + 1, P);
         t_end = int(g1 / KT);
+        head_len = int(g1 - i64(t_end) * KT);
+        t_head = t_end;
+        t_tail = int(g0 / KT);
+        tail_k0 = int(g0 - i64(t_tail) * KT);
+        t_whole = tail_k0 ? t_tail + 1 : t_tail;
+        // CTA b - 1's head (tail_k0 k-blocks, its first unit) against this tail's end, both counted
+        // from the start of the runs (all CTAs start them together after the same whole tiles).
+        park = tail_k0 != 0 && head_len + (KT - tail_k0) < tail_k0;
     }
     __device__ __forceinline__ bool next() {
         if (phase == 0) {
@@ -301,32 +315,41 @@ struct Sm90Work {
         }
         if (phase == 1) {
             phase = 2;
-            if (g1 > g0 && g1 % KT != 0) {  // the head of tile t_end: k-blocks [0, g1 - t_end KT)
-                s = dp + t_end;
+            if (head_len) {
+                s = dp + t_head;
                 k0 = 0;
-                k1 = int(g1 - i64(t_end) * KT);
+                k1 = head_len;
                 part = kHeadTile;
                 return true;
             }
         }
         if (phase == 2) {
-            if (g1 > g0 && t_whole < t_end) {
+            phase = 3;
+            if (tail_k0) {
+                s = dp + t_tail;
+                k0 = tail_k0;
+                k1 = KT;
+                part = park ? kTailPark : kTailTile;
+                return true;
+            }
+        }
+        if (phase == 3) {
+            if (t_whole < t_end) {
                 s = dp + t_whole++;
                 k0 = 0;
                 k1 = KT;
                 part = kWholeTile;
                 return true;
             }
-            phase = 3;
-        }
-        if (phase == 3) {
             phase = 4;
-            if (g1 > g0 && g0 % KT != 0) {  // the tail of the tile g0 falls in: up to its last k-block
-                const int t = int(g0 / KT);
-                s = dp + t;
-                k0 = int(g0 - i64(t) * KT);
+        }
+        if (phase == 4) {
+            phase = 5;
+            if (park) {
+                s = dp + t_tail;
+                k0 = KT;
                 k1 = KT;
-                part = kTailTile;
+                part = kFinishParked;
                 return true;
             }
         }
@@ -451,7 +474,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             u32 parity = 0;
 #pragma unroll 1
             for (Sm90Work w(tiles, sk_tiles, KT); w.next();) {
-                if (w.part == kHeadTile) continue;  // no C tile: the consumers publish the head to sk_partial
+                if (w.part == kHeadTile || w.part == kTailPark) continue;  // no C tile: parts go to sk_partial
                 int tm, tn;
                 raster.tile(w.s, tm, tn);
                 const int rows = min(BM, M - tm * BM);
@@ -534,7 +557,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             const int k0 = w.k0, part = w.part;
             int tm, tn;
             raster.tile(w.s, tm, tn);
-            if (EPILOGUE == 2 && c == 0 && tid == 0 && part != kHeadTile)
+            if (EPILOGUE == 2 && c == 0 && tid == 0 && part != kHeadTile && part != kTailPark)
                 probe[(tm * tiles_n + tn) * 4 + 0] = globaltimer_ns();
 #pragma unroll 1
             for (int kb = k0; kb < w.k1; ++kb) {
@@ -560,21 +583,37 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                     phase ^= 1u;
                 }
             }
-            // Stream-K: this CTA's slot holds the accumulators as [c][i / 4][consumer thread][4]
-            // floats: each thread's float4s, coalesced across the warpgroup.
+            // Stream-K: a slot holds a part's accumulators as [c][i / 4][consumer thread][4] floats:
+            // each thread's float4s, coalesced across the warpgroup; every thread reads back only
+            // what it (or its twin in CTA b - 1) wrote.
             const int dp = w.dp;
-            if (part == kHeadTile) {
-                float4* slot = reinterpret_cast<float4*>(sk_partial + i64(blockIdx.x) * (BM * BN)) + c * (S::ACC / 4) * 128;
+            if (part == kHeadTile || part == kTailPark) {
+                float4* slot = reinterpret_cast<float4*>(sk_partial + (2 * i64(blockIdx.x) + (part == kTailPark)) * (BM * BN)) +
+                               c * (S::ACC / 4) * 128;
 #pragma unroll
                 for (int q = 0; q < S::ACC / 4; ++q)
                     __stcg(slot + q * 128 + tid, make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]));
-                // bar.sync orders every consumer's stores before thread 0's release (cumulative, gpu
-                // scope): the finisher's acquire then sees the whole slot (the signal's protocol).
-                bar_sync(2, 256);
-                if (c == 0 && tid == 0) red_release_gpu_add(sk_flag + (w.s - dp), 1u);
+                if (part == kHeadTile) {
+                    // bar.sync orders every consumer's stores before thread 0's release (cumulative,
+                    // gpu scope): the finisher's acquire then sees the whole slot (the signal's protocol).
+                    bar_sync(2, 256);
+                    if (c == 0 && tid == 0) red_release_gpu_add(sk_flag + (w.s - dp), 1u);
+                }
                 continue;
             }
-            if (part == kTailTile) {
+            if (part == kTailTile || part == kFinishParked) {
+                if (part == kFinishParked) {  // the parked tail back into the (idle) accumulators
+                    const float4* own = reinterpret_cast<const float4*>(sk_partial + (2 * i64(blockIdx.x) + 1) * (BM * BN)) +
+                                        c * (S::ACC / 4) * 128;
+#pragma unroll
+                    for (int q = 0; q < S::ACC / 4; ++q) {
+                        const float4 v = __ldcg(own + q * 128 + tid);
+                        acc[4 * q] = v.x;
+                        acc[4 * q + 1] = v.y;
+                        acc[4 * q + 2] = v.z;
+                        acc[4 * q + 3] = v.w;
+                    }
+                }
                 // The head of this tile is the first unit of CTA b - 1's run.
                 if (c == 0 && tid == 0) {
                     while (ld_acquire_gpu(sk_flag + (w.s - dp)) == 0u) {
@@ -583,11 +622,11 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 }
                 bar_sync(2, 256);
                 // .cg: read at L2, where the other SM's stores are (never a stale L1 line).
-                const float4* slot = reinterpret_cast<const float4*>(sk_partial + i64(blockIdx.x - 1) * (BM * BN)) +
+                const float4* head = reinterpret_cast<const float4*>(sk_partial + 2 * i64(blockIdx.x - 1) * (BM * BN)) +
                                      c * (S::ACC / 4) * 128;
 #pragma unroll
                 for (int q = 0; q < S::ACC / 4; ++q) {
-                    const float4 v = __ldcg(slot + q * 128 + tid);
+                    const float4 v = __ldcg(head + q * 128 + tid);
                     acc[4 * q] += v.x;
                     acc[4 * q + 1] += v.y;
                     acc[4 * q + 2] += v.z;

@@ -27,12 +27,14 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
 * Stream-K tail (``Sm90Config.stream_k``): when the last wave would leave at least
   :data:`STREAM_K_MIN_IDLE` of the GEMM's CTA time idle, the last partial wave and one full wave
   before it are spread over every CTA as equal runs of k-blocks (:func:`stream_k_tiles`). A tile cut
-  between two CTAs is summed in fp32 through a per-launch workspace (``ctas x BM x BN`` floats) by
-  the CTA that holds its last k-block, which then runs the tile's epilogue as usual; each CTA runs
-  the head it publishes first and the tail it finishes last, so the CTAs stay at common k offsets
-  (L2 reuse, as in a wave of whole tiles) and no CTA waits on a CTA that waits. Needs all CTAs
-  resident at once (the persistent grid does that on an otherwise idle GPU). Off in the configs the
-  overlap engine runs (its wave model counts whole waves); :func:`default_config` turns it on.
+  between two CTAs is summed in fp32 through a per-launch workspace (two ``BM x BN`` float slots per
+  CTA) by the CTA that holds its last k-block, which then runs the tile's epilogue as usual. Each
+  CTA runs the head it publishes first, then the tail (finished at once, or parked and finished
+  after its whole tiles where the other CTA's head is not due yet), then its whole tiles: the CTAs
+  stay at common k offsets (L2 reuse, as in a wave of whole tiles) and no CTA idles on another.
+  Needs all CTAs resident at once (the persistent grid does that on an otherwise idle GPU). Off in
+  the configs the overlap engine runs (its wave model counts whole waves); :func:`default_config`
+  turns it on where the tile table predicts it pays.
 
 ``import fo_lib.gemm.sm90`` needs neither torch, CuPy nor cuda-bindings; they are imported at launch.
 """
@@ -312,7 +314,8 @@ def _sm90_operand_args(cfg, dtype, a, b, c_ptr, ldc):
 
 def _stream_k_args(cfg, a, b, grid):
     """The kernel's trailing stream-K arguments ``(sk_tiles, partial slots, flags)`` and the buffers
-    the launch keeps: one fp32 slot of ``BM x BN`` per CTA and one zeroed flag per stream-K tile
+    the launch keeps: two fp32 slots of ``BM x BN`` per CTA (a head, a parked tail) and one zeroed
+    flag per stream-K tile
     (the finishing CTA resets its flag, so they stay zero between launches). Per launch, not shared:
     two launches on two streams never meet in one workspace."""
     import numpy as np
@@ -322,7 +325,7 @@ def _stream_k_args(cfg, a, b, grid):
     sk = stream_k_tiles(tiles, grid) if cfg.stream_k else 0
     if sk == 0:
         return (np.int32(0), np.uint64(0), np.uint64(0)), ()
-    partial = torch.empty(grid * cfg.BM * cfg.BN, dtype=torch.float32, device=a.device)
+    partial = torch.empty(2 * grid * cfg.BM * cfg.BN, dtype=torch.float32, device=a.device)
     flags = torch.zeros(sk, dtype=torch.int32, device=a.device)
     if not torch.cuda.is_current_stream_capturing():
         # The zeros are written on this stream; the launch may be enqueued on another one.
