@@ -70,11 +70,11 @@ def test_equal_times_are_a_tie_that_goes_to_the_bigger_tile_then_the_wider_swizz
     assert (cfg.BN, cfg.order, cfg.swizzle) == (256, "row", 8)
 
 
-def test_a_partial_last_wave_is_shared_by_every_cta_where_stream_k_pays(data_dir):
+def test_a_partial_last_wave_is_shared_by_every_cta_where_stream_k_pays(data_dir, monkeypatch):
     # 1536 x 3584 with 128 x 256 tiles: 12 x 14 = 168 tiles on 132 CTAs, 2 waves with whole waves;
     # the stream-K tail spreads all 168 (the partial wave and one full wave) over every CTA.
     assert tile_table.waves(168, 132, False) == 2
-    fix = tile_table.STREAM_K_FIXUP[256]
+    fix = tile_table.STREAM_K_FIXUP
     assert tile_table.waves(168, 132, True) == pytest.approx(168 / 132 * (1 + fix))
     # 400 tiles: 2 whole waves, then the last 4 + 132 shared.
     assert tile_table.waves(400, 132, True) == pytest.approx(2 + 136 / 132 * (1 + fix))
@@ -86,11 +86,15 @@ def test_a_partial_last_wave_is_shared_by_every_cta_where_stream_k_pays(data_dir
     assert sm90.predict_ms(cfg, 1536, 3584, 8192, 132) == pytest.approx(168 / 132 * (1 + fix) * 2.0)
     assert sm90.predict_ms(replace(cfg, stream_k=False), 1536, 3584, 8192, 132) == pytest.approx(2 * 2.0)
     # Where the tail would cost more than the idle SMs it fills, whole waves win: 128 x 128 tiles
-    # only (big ones twice as slow per area), 336 tiles = 1 whole wave + 204 shared at 1.35.
+    # only (big ones twice as slow per area), 1664 x 3584 = 364 tiles: 3 whole waves, or 1 whole
+    # wave + 232 tiles shared, which costs 1 + 232 / 132 x (1 + fixup) waves.
     _table(data_dir, _rows(lambda o, s: 2.0, lambda o, s: 0.5))
-    cfg = sm90.default_config(1536, 3584, 8192, 132)
+    monkeypatch.setattr(tile_table, "STREAM_K_FIXUP", 0.2)  # 3.11 waves: whole waves win
+    cfg = sm90.default_config(1664, 3584, 8192, 132)
     assert (cfg.BN, cfg.stream_k) == (128, False)
-    assert 1 + 204 / 132 * (1 + tile_table.STREAM_K_FIXUP[128]) > 3
+    monkeypatch.setattr(tile_table, "STREAM_K_FIXUP", 0.1)  # 2.93 waves (another M: not cached)
+    cfg = sm90.default_config(1663, 3584, 8192, 132)
+    assert (cfg.BN, cfg.stream_k) == (128, True)
 
 
 def test_the_fastest_recorded_raster_comes_with_the_tile(data_dir):
@@ -122,10 +126,12 @@ def test_tails_count_as_whole_tiles(data_dir):
     table = tile_table.load(data_dir / "h200" / tile_table.TABLE_NAME, sm90.CONFIGS)
     assert tile_table.pick(table, whole, 128 * 132, 256, 4096, 132, 227 * 1024).BN == 256
     assert tile_table.pick(table, whole, 128 * 132 + 1, 256, 4096, 132, 227 * 1024).BN == 128
-    # ... unless a stream-K tail shares the 133 big tiles among all 132 CTAs (1.13 waves).
+    # ... while with stream-K tails both shrink: 133 big tiles shared by 132 CTAs (1.16 waves x 1.0)
+    # against 2 small waves' worth + 134 shared (2.17 x 0.5, x 1.05 for the smaller tile: 1.14).
     assert sm90.default_config(128 * 132, 256, 4096, 132).stream_k is False  # a full wave: no tail
     cfg = sm90.default_config(128 * 132 + 1, 256, 4096, 132)
-    assert (cfg.BN, cfg.stream_k) == (256, True)
+    assert (cfg.BN, cfg.stream_k) == (128, True)
+    assert (1 + 134 / 132 * (1 + tile_table.STREAM_K_FIXUP)) * 0.5 * 1.05 < 133 / 132 * (1 + tile_table.STREAM_K_FIXUP)
 
 
 def test_wave_time_is_interpolated_in_k_and_extrapolated_beyond():

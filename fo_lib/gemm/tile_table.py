@@ -47,12 +47,11 @@ TIE = 0.01
 # (median 5 %, whole waves on both), where the recording grids have the two within 2 %: the
 # recording grids flatter the small tile, and this margin is what the benchmark measured it lacks.
 SMALLER_TILE_MARGIN = 0.05
-# The stream-K tail's extra cost per unit of its work, by tile width BN: the cut tiles' fp32 partials
-# through L2, and the CTAs whose run holds a whole tile between its head and tail reading that tile
-# at their own k offset (no L2 reuse: DRAM traffic). Fitted to bench_gemm_sm90_llm.py's ``no_sk``
-# variant on an H200 (docs/perf-log.md, "Issue 23"): 3-16 % on the nine 128 x 256 shapes, 19 and
-# 53 % on the two 128 x 128 ones (a narrower tile moves more operand bytes per flop).
-STREAM_K_FIXUP = {256: 0.12, 128: 0.35}
+# The stream-K tail's extra cost per unit of its work: the cut tiles' fp32 parts through L2 (a head,
+# and a parked tail where it must wait) and the finishing CTA's epilogue. Fitted to
+# bench_gemm_sm90_llm.py's whole-wave variants on an H200 (docs/perf-log.md, "Issue 23"): -2..26 %
+# (mean 14 %) on nine 128 x 256 shapes, 3-18 % on three 128 x 128 ones.
+STREAM_K_FIXUP = 0.15
 
 
 @dataclass(frozen=True)
@@ -213,11 +212,12 @@ def predict_ms(table: TileTable, name: str, cfg, M: int, N: int, K: int, sm_coun
 def waves(tiles: int, sm_count: int, stream_k: bool, BN: int = 256) -> float:
     """The waves a launch takes: whole waves (a partial last one costs a full one), or with a
     stream-K tail (:func:`fo_lib.tiling.stream_k_tiles`) the whole waves before it plus the tail's
-    tiles shared by every CTA, its extra cost :data:`STREAM_K_FIXUP` ``[BN]`` of the tail."""
+    tiles shared by every CTA, its extra cost :data:`STREAM_K_FIXUP` of the tail (``BN``: kept
+    for a per-width cost; one value fits both widths today)."""
     sk = stream_k_tiles(tiles, sm_count) if stream_k else 0
     if sk == 0:
         return ceil_div(tiles, sm_count)
-    return (tiles - sk) / sm_count + sk / sm_count * (1 + STREAM_K_FIXUP.get(BN, max(STREAM_K_FIXUP.values())))
+    return (tiles - sk) / sm_count + sk / sm_count * (1 + STREAM_K_FIXUP)
 
 
 def candidates(table: TileTable, configs: dict, M: int, N: int, sm_count: int):
