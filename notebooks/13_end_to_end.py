@@ -77,6 +77,14 @@ ex.save(fig, "13_end_to_end", figures_dir)
 # The paper's end-to-end range beside ours, layer by layer. A layer's speedup is bounded by the
 # share of its time spent in the overlapped GEMMs and their collectives, and where communication
 # dominates (a slow link) the overlap can hide at most the GEMMs' time.
+#
+# **Reading the H200 record** (`data/h200/e2e_layer.csv`, the quick set): the Mixtral combine gains
+# 1.26x, its All-to-All hidden behind a 4096 x 4096 x 14336 GEMM. The Llama block at W = 8 is 0.98x:
+# each of its AllReduces sends a 4096 x 8192 output through the emulated ring (~55 GB/s), some
+# milliseconds against GEMMs of 0.1-0.35 ms per rank, so there is little to hide and the
+# eight wave groups' extra collectives cost more than the overlap saves. These layers use the
+# engine's default partition; the modules' `check=OverlapCheck()` would time the fallback and keep
+# it there (`fo_lib.tuning`), which this record does not do.
 
 # %%
 ex.e2e_layer.summary(df)
