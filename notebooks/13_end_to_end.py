@@ -78,13 +78,14 @@ ex.save(fig, "13_end_to_end", figures_dir)
 # share of its time spent in the overlapped GEMMs and their collectives, and where communication
 # dominates (a slow link) the overlap can hide at most the GEMMs' time.
 #
-# **Reading the H200 record** (`data/h200/e2e_layer.csv`, the quick set): the Mixtral combine gains
-# 1.26x, its All-to-All hidden behind a 4096 x 4096 x 14336 GEMM. The Llama block at W = 8 is 0.98x:
-# each of its AllReduces sends a 4096 x 8192 output through the emulated ring (~55 GB/s), some
-# milliseconds against GEMMs of 0.1-0.35 ms per rank, so there is little to hide and the
-# eight wave groups' extra collectives cost more than the overlap saves. These layers use the
-# engine's default partition; the modules' `check=OverlapCheck()` would time the fallback and keep
-# it there (`fo_lib.tuning`), which this record does not do.
+# **Reading the H200 record** (`data/h200/e2e_layer.csv`): the Mixtral combine gains 1.23x at 8192
+# tokens and 1.38x at 32768, its All-to-All hidden behind GEMMs of 4096 columns x 14336. The Llama
+# block at W = 8 is 0.98x at 4096 tokens and 1.01x at 16384: each AllReduce sends a tokens x 8192
+# output through the emulated ring (~55 GB/s), milliseconds against GEMMs of 0.1-1.4 ms per rank,
+# so there is little to hide and the eight wave groups' extra collectives cost about what the
+# overlap saves. These layers use the engine's default partition; the modules'
+# `check=OverlapCheck()` would time the fallback and keep it where overlap loses (`fo_lib.tuning`),
+# which this record does not do.
 
 # %%
 ex.e2e_layer.summary(df)
