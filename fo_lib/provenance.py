@@ -53,13 +53,17 @@ def environment_info() -> dict:
 
 
 def git_sha() -> str:
-    """HEAD of this checkout, or ``FO_GIT_SHA`` (the GPU machine receives a copy without .git)."""
+    """HEAD of this checkout (``+dirty`` when tracked files differ from it), or ``FO_GIT_SHA`` (the GPU
+    machine receives a copy of the working tree, whose .git, if any, may be an older one)."""
     import os
     if os.environ.get("FO_GIT_SHA"):
         return os.environ["FO_GIT_SHA"]
     try:
-        return subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                              text=True, check=True).stdout.strip()
+        def git(*args):
+            return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                                  check=True).stdout.strip()
+        sha = git("rev-parse", "--short=12", "HEAD")
+        return sha + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
