@@ -64,10 +64,15 @@ def test_the_choice_follows_the_measured_wave_times(data_dir, monkeypatch):
 
 
 def test_equal_times_are_a_tie_that_goes_to_the_bigger_tile_then_the_wider_swizzle(data_dir):
-    # 4224 x 8448: 1056 big tiles (8 waves) or 2112 small ones (16 waves): half a wave each = a tie.
-    _table(data_dir, _rows(lambda o, s: 1.0, lambda o, s: 0.5 * (1 - 0.5 * tile_table.TIE)))
-    cfg = sm90.default_config(4224, 8448, 4096, 132)
-    assert (cfg.BN, cfg.order, cfg.swizzle) == (256, "row", 8)
+    # 4224 x 8192: 33 x 32 = 1056 big tiles (8 waves) or 2112 small ones (16 waves), full waves
+    # both; a small wave costs half a big one less 0.5 % after the smaller tile's margin: a tie.
+    small = 0.5 * (1 - 0.5 * tile_table.TIE) / (1 + tile_table.SMALLER_TILE_MARGIN)
+    _table(data_dir, _rows(lambda o, s: 1.0, lambda o, s: small))
+    cfg = sm90.default_config(4224, 8192, 4096, 132)
+    assert (cfg.BN, cfg.order, cfg.swizzle, cfg.stream_k) == (256, "row", 8, False)
+    # Just outside the tie the small tile wins.
+    _table(data_dir, _rows(lambda o, s: 1.0, lambda o, s: small * (1 - 2 * tile_table.TIE)))
+    assert sm90.default_config(4224, 8192, 4096, 132).BN == 128
 
 
 def test_a_partial_last_wave_is_shared_by_every_cta_where_stream_k_pays(data_dir, monkeypatch):
@@ -85,6 +90,10 @@ def test_a_partial_last_wave_is_shared_by_every_cta_where_stream_k_pays(data_dir
     assert cfg.stream_k and cfg.BN == 256  # 1.43 waves of 1.0 against 3 of 0.6 (336 small tiles)
     assert sm90.predict_ms(cfg, 1536, 3584, 8192, 132) == pytest.approx(168 / 132 * (1 + fix) * 2.0)
     assert sm90.predict_ms(replace(cfg, stream_k=False), 1536, 3584, 8192, 132) == pytest.approx(2 * 2.0)
+    # In whole waves (the overlap engine's choice) the small tile wins: 3 x 1.2 x 1.05 < 2 x 2.0. The
+    # engine must get that, not the stream-K pick with its tail switched off.
+    whole = sm90.default_config(1536, 3584, 8192, 132, stream_k=False)
+    assert (whole.BN, whole.stream_k) == (128, False)
     # Where the tail would cost more than the idle SMs it fills, whole waves win: 128 x 128 tiles
     # only (big ones twice as slow per area), 1664 x 3584 = 364 tiles: 3 whole waves, or 1 whole
     # wave + 232 tiles shared, which costs 1 + 232 / 132 x (1 + fixup) waves.
@@ -127,7 +136,7 @@ def test_tails_count_as_whole_tiles(data_dir):
     assert tile_table.pick(table, whole, 128 * 132, 256, 4096, 132, 227 * 1024).BN == 256
     assert tile_table.pick(table, whole, 128 * 132 + 1, 256, 4096, 132, 227 * 1024).BN == 128
     # ... while with stream-K tails both shrink: 133 big tiles shared by 132 CTAs (1.16 waves x 1.0)
-    # against 2 small waves' worth + 134 shared (2.17 x 0.5, x 1.05 for the smaller tile: 1.14).
+    # against 1 whole small wave + 134 tiles shared (2.17 x 0.5, x 1.05 for the smaller tile: 1.14).
     assert sm90.default_config(128 * 132, 256, 4096, 132).stream_k is False  # a full wave: no tail
     cfg = sm90.default_config(128 * 132 + 1, 256, 4096, 132)
     assert (cfg.BN, cfg.stream_k) == (128, True)

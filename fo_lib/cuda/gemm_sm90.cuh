@@ -22,17 +22,18 @@
 //     the same work). A run is longer than a tile, so a cut tile has two parts: its head (k-block 0
 //     on, the end of CTA b's run) and its tail (up to its last k-block, the start of CTA b + 1's).
 //     Each CTA runs its head first, then its tail, then its whole tiles: every CTA starts at
-//     k-block 0 at the same moment and after its head every CTA is at one common k offset, so the
-//     CTAs read the same operand slabs at once and L2 serves them, as in a wave of whole tiles (in
-//     run order each CTA would start at its own k, and every slab would come from DRAM). The head
+//     k-block 0 at the same moment, so many CTAs read the same operand slabs at once and L2 serves
+//     them (in run order each CTA would start at its own k and every slab would come from DRAM;
+//     after the heads the offsets spread again, less than in run order). The head
 //     writes its fp32 accumulators, in register-fragment order, to slot 2 b of sk_partial and
 //     releases sk_flag[t]. The tail's CTA finishes the tile: at once, adding the head to its
 //     registers, when the head (CTA b - 1's first unit) is due before this tail ends; otherwise it
 //     parks the tail in slot 2 b + 1 and finishes the tile after its whole tiles, from both slots, so
 //     no CTA idles on a head and no CTA waits on one that waits. Either way the sum is tail + head
 //     (deterministic) and the tile's normal epilogue runs once (signal included); the finishing
-//     CTA resets the flag for the next launch. Needs all P CTAs resident at once (persistent grid,
-//     one CTA per SM), as any stream-K does.
+//     CTA resets the flag for the next launch. A CTA waits only on CTA b - 1's head, which waits on
+//     nothing: CTA b - 1 must be running no later than CTA b (blocks are dispatched in index order,
+//     and the persistent grid fits the GPU).
 //
 // Handshakes (all mbarriers, phase parity tracked by counters, never re-initialised):
 //   full[s]   : 1 arrival (producer's expect_tx) + the TMA bytes     -> consumers may read stage s

@@ -170,7 +170,7 @@ class OverlapPlan:
     def _choose_config(self, config, sm_count: int):
         if config is None:
             pick = gemm.auto_config if self.device == "cuda" else gemm.default_config
-            config = layout_config(pick(self.M, self.N, self.K, sm_count), self.layout)
+            config = layout_config(pick(self.M, self.N, self.K, sm_count), self.layout)  # whole waves
         if getattr(config, "stream_k", False):
             # The wave groups and the overlap model count whole waves of whole tiles: no stream-K tail.
             config = dataclasses.replace(config, stream_k=False)

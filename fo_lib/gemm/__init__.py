@@ -40,13 +40,15 @@ def kernels_for(config) -> GemmFamily:
     return sm90.SM90 if isinstance(config, sm90.Sm90Config) else PORTABLE
 
 
-def auto_config(M: int, N: int, K: int, sm_count: int = 132, device=None):
+def auto_config(M: int, N: int, K: int, sm_count: int = 132, device=None, stream_k: bool = False):
     """The default config for a GPU: the Hopper wgmma/TMA kernel on compute capability 9.0 devices
     (tile and raster from the GPU's measured tile table where it has one:
     :func:`fo_lib.gemm.sm90.default_config`), the portable mma.sync kernel elsewhere.
-    ``FO_GEMM=portable`` forces the portable one."""
+    ``FO_GEMM=portable`` forces the portable one. Whole waves unless ``stream_k`` (the overlap engine,
+    its profiles and its measurements run whole waves; a plain ``gemm_nt`` without a config takes
+    the stream-K tail where it pays)."""
     import os
 
     if os.environ.get("FO_GEMM", "auto") != "portable" and sm90.is_supported(device):
-        return sm90.default_config(M, N, K, sm_count)
+        return sm90.default_config(M, N, K, sm_count, stream_k=stream_k)
     return default_config(M, N, K, sm_count)

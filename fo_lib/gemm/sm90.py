@@ -27,14 +27,18 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
 * Stream-K tail (``Sm90Config.stream_k``): when the last wave would leave at least
   :data:`STREAM_K_MIN_IDLE` of the GEMM's CTA time idle, the last partial wave and one full wave
   before it are spread over every CTA as equal runs of k-blocks (:func:`stream_k_tiles`). A tile cut
-  between two CTAs is summed in fp32 through a per-launch workspace (two ``BM x BN`` float slots per
-  CTA) by the CTA that holds its last k-block, which then runs the tile's epilogue as usual. Each
-  CTA runs the head it publishes first, then the tail (finished at once, or parked and finished
-  after its whole tiles where the other CTA's head is not due yet), then its whole tiles: the CTAs
-  stay at common k offsets (L2 reuse, as in a wave of whole tiles) and no CTA idles on another.
-  Needs all CTAs resident at once (the persistent grid does that on an otherwise idle GPU). Off in
-  the configs the overlap engine runs (its wave model counts whole waves); :func:`default_config`
-  turns it on where the tile table predicts it pays.
+  between two CTAs is summed in fp32 through a workspace (two ``BM x BN`` float slots per CTA: 35 MB
+  for 128 x 256 on 132 CTAs) by the CTA that holds its last k-block, which then runs the tile's
+  epilogue as usual. Each CTA runs the head it publishes first (all CTAs start at k-block 0
+  together: L2 reuse), then the tail (finished at once, or parked and finished after its whole
+  tiles where the other CTA's head is not due yet), then its whole tiles; a CTA waits only on the
+  previous CTA's head, which waits on nothing. Each memoized launch owns its workspace, so two
+  different launches never share one (the same launch enqueued on two streams at once would, as
+  it shares its output); a launch first built inside a CUDA-graph capture runs whole waves (its
+  flags could not be zeroed before an eager call), and the probe runs whole waves (it times waves).
+  Off in the configs the overlap engine runs (its wave model counts whole waves):
+  :func:`fo_lib.gemm.auto_config` picks in whole waves, :func:`default_config` (a plain ``gemm_nt``)
+  takes the tail where the tile table predicts it pays.
 
 ``import fo_lib.gemm.sm90`` needs neither torch, CuPy nor cuda-bindings; they are imported at launch.
 """
@@ -120,8 +124,11 @@ _TILE_SPEED = {"128x256x64": 1.0, "128x128x64": 0.9}
 _DEFAULT_CANDIDATES = ("128x256x64", "128x128x64")
 
 
-def default_config(M: int, N: int, K: int, sm_count: int = 132, smem_limit: int = MAX_SMEM) -> Sm90Config:
-    """The tile config and raster for ``M x N x K`` on ``sm_count`` CTAs.
+def default_config(M: int, N: int, K: int, sm_count: int = 132, smem_limit: int = MAX_SMEM,
+                   stream_k: bool = True) -> Sm90Config:
+    """The tile config and raster for ``M x N x K`` on ``sm_count`` CTAs; ``stream_k=False``: the best
+    in whole waves (what the overlap engine and its profiles run), not the best whole-wave tile of a
+    stream-K pick.
 
     With a measured table for the current GPU (``data/<gpu>/gemm_sm90_tiles.csv`` under
     ``fo_lib.provenance.DATA_DIR``, or the file ``$FO_SM90_TILES`` names): the wave-quantization model
@@ -137,7 +144,7 @@ def default_config(M: int, N: int, K: int, sm_count: int = 132, smem_limit: int 
     path = tile_table.table_path()
     # The file's mtime in the cache key: a table re-recorded in this process is read again.
     mtime = os.stat(path).st_mtime_ns if path else 0
-    return _default_config(M, N, K, sm_count, smem_limit, path, mtime)
+    return _default_config(M, N, K, sm_count, smem_limit, path, mtime, bool(stream_k))
 
 
 def guess_config(M: int, N: int, K: int, sm_count: int = 132, smem_limit: int = MAX_SMEM) -> Sm90Config:
@@ -147,10 +154,10 @@ def guess_config(M: int, N: int, K: int, sm_count: int = 132, smem_limit: int = 
 
 
 @lru_cache(maxsize=1024)
-def _default_config(M, N, K, sm_count, smem_limit, path, mtime) -> Sm90Config:
+def _default_config(M, N, K, sm_count, smem_limit, path, mtime, stream_k) -> Sm90Config:
     if path is None:
         return guess_config(M, N, K, sm_count, smem_limit)
-    candidates = {n: replace(CONFIGS[n], stream_k=True) for n in _DEFAULT_CANDIDATES}
+    candidates = {n: replace(CONFIGS[n], stream_k=stream_k) for n in _DEFAULT_CANDIDATES}
     return tile_table.pick(tile_table.load(path, CONFIGS), candidates, M, N, K, sm_count, smem_limit)
 
 
@@ -315,21 +322,22 @@ def _sm90_operand_args(cfg, dtype, a, b, c_ptr, ldc):
 def _stream_k_args(cfg, a, b, grid):
     """The kernel's trailing stream-K arguments ``(sk_tiles, partial slots, flags)`` and the buffers
     the launch keeps: two fp32 slots of ``BM x BN`` per CTA (a head, a parked tail) and one zeroed
-    flag per stream-K tile
-    (the finishing CTA resets its flag, so they stay zero between launches). Per launch, not shared:
-    two launches on two streams never meet in one workspace."""
+    flag per stream-K tile (the finishing CTA resets its flag, so they stay zero between launches).
+    Owned by the launch: two different launches never share a workspace."""
     import numpy as np
     import torch
 
     tiles = ceil_div(a.shape[0], cfg.BM) * ceil_div(b.shape[0], cfg.BN)
     sk = stream_k_tiles(tiles, grid) if cfg.stream_k else 0
-    if sk == 0:
+    # Built inside a capture, the flags' zeroing would only be recorded: an eager call of this
+    # memoized launch before the graph's first replay would read garbage flags. Whole waves then.
+    if sk == 0 or torch.cuda.is_current_stream_capturing():
         return (np.int32(0), np.uint64(0), np.uint64(0)), ()
     partial = torch.empty(2 * grid * cfg.BM * cfg.BN, dtype=torch.float32, device=a.device)
     flags = torch.zeros(sk, dtype=torch.int32, device=a.device)
-    if not torch.cuda.is_current_stream_capturing():
-        # The zeros are written on this stream; the launch may be enqueued on another one.
-        torch.cuda.current_stream(a.device).synchronize()
+    # The zeros are written on this stream; the launch may be enqueued on another one (once per
+    # memoized launch: later calls reuse the buffers).
+    torch.cuda.current_stream(a.device).synchronize()
     return (np.int32(sk), np.uint64(partial.data_ptr()), np.uint64(flags.data_ptr())), (partial, flags)
 
 

@@ -135,11 +135,15 @@ def test_stream_k_tail_signals_each_tile_once(M, N, K, cname, ctas):
         assert torch.equal(got, plain), "the signal epilogue stored other values than plain"
         expect = epoch * np.bincount(tile_group, minlength=groups)
         assert counters.cpu().numpy().tolist() == expect.tolist()
+    # The probe times waves: it runs the config in whole waves (the same result as plain whole waves).
     out, probe = gemm_sm90.gemm_nt_probe(a, b, config=cfg, ctas=ctas)
+    whole = gemm_sm90.gemm_nt(a, b, config=replace(cfg, stream_k=False), ctas=ctas)
     torch.cuda.synchronize()
-    assert torch.equal(out, plain)
+    assert torch.equal(out, whole)
     p = probe.cpu().numpy()
     assert (p[:, 0] > 0).all() and (p[:, 1] >= p[:, 0]).all(), "every tile stamped once it is stored"
+    P = min(ctas, grid.num_tiles)
+    assert np.array_equal(p[:, 3], cfg.grid(M, N, P).schedule_index % P), "CTA b runs tiles b, b + P, ..."
 
 
 def test_the_engine_runs_whole_waves():
