@@ -318,3 +318,16 @@ def test_a_smaller_tile_must_win_by_the_measured_margin(data_dir, small_gain, wa
     _table(data_dir, _rows(lambda o, s: 1.0, lambda o, s: 2 / 3 * (1 - small_gain)))
     assert tile_table.SMALLER_TILE_MARGIN == 0.05
     assert sm90.default_config(128 * 132, 384, 4096, 132).BN == want
+
+
+def test_the_engines_pick_is_the_best_in_whole_waves(data_dir, monkeypatch):
+    # auto_config (the plan, the profiles, the overlap measurements) picks among whole-wave configs;
+    # a plain GEMM's default takes the stream-K tail. Same table as above: they differ here.
+    from fo_lib import gemm
+    monkeypatch.setattr(sm90, "is_supported", lambda *a: True)
+    _table(data_dir, _rows(lambda o, s: 1.0, lambda o, s: 0.6))
+    plain = sm90.default_config(1536, 3584, 8192, 132)
+    engine = gemm.auto_config(1536, 3584, 8192, 132)
+    assert (plain.BN, plain.stream_k) == (256, True)
+    assert (engine.BN, engine.stream_k) == (128, False)
+    assert gemm.auto_config(1536, 3584, 8192, 132, stream_k=True) == plain
