@@ -33,8 +33,12 @@ def make_cases(world_size: int, seed: int, count: int) -> list[dict]:
     for i in range(count):
         prim = ("all_reduce", "reduce_scatter", "all_to_all")[i % 3]
         # Every primitive meets every post-op; AllReduce takes turns: tiles, rows, and tiles reduced
-        # by the post-reorder (an AllGather per group).
-        variant = ("tiles", "rows", "gathered")[(i // 3) % 3] if prim == "all_reduce" else "tiles"
+        # by the post-reorder (an AllGather per group); ReduceScatter: in the collective, and reduced
+        # by the post-reorder (an All-to-All per group).
+        if prim == "all_reduce":
+            variant = ("tiles", "rows", "gathered")[(i // 3) % 3]
+        else:
+            variant = ("tiles", "gathered")[(i // 3) % 2] if prim == "reduce_scatter" else "tiles"
         layout = "rows" if variant == "rows" else "tiles"
         cases.append(dict(primitive=prim, M=int(rng.integers(20, 300)), N=int(rng.integers(8, 260)),
                           K=int(8 * rng.integers(1, 9)), sms=int(rng.integers(2, 7)), seed=int(rng.integers(2**31)),

@@ -24,7 +24,7 @@ def _inputs(M, N, K, seed=0):
 
 
 @pytest.mark.parametrize("W", [1, 2, 4])
-@pytest.mark.parametrize("variant", ["tiles", "rows", "gathered", "reduce_scatter", "all_to_all"])
+@pytest.mark.parametrize("variant", ["tiles", "rows", "gathered", "reduce_scatter", "rs_gathered", "all_to_all"])
 def test_every_primitive_matches_w_identical_ranks(W, variant):
     M, N, K = 200, 136, 24
     comm = CpuLoopbackCommunicator(W, rank=W - 1)
@@ -38,10 +38,12 @@ def test_every_primitive_matches_w_identical_ranks(W, variant):
             kw.update(reduction="post_reorder")
         plan = OverlapPlan("all_reduce", M, N, K, comm, **kw)
         got, want = plan.run(a, b, ops=PostOps(activation="relu")), torch.relu(W * C)
-    elif variant == "reduce_scatter":
+    elif variant in ("reduce_scatter", "rs_gathered"):
         M = 192 * W
         a, b = _inputs(M, N, K, seed=W)
         C = a.double() @ b.double().T
+        if variant == "rs_gathered":
+            kw.update(reduction="post_reorder")
         plan = OverlapPlan("reduce_scatter", M, N, K, comm, **kw)
         got, want = plan.run(a, b), W * C[torch.from_numpy(plan.owned_rows)]
     else:

@@ -80,15 +80,18 @@ def test_plan_checks_the_reduction():
     copy_engine = _NoComm(2)
     copy_engine.copy_engine = True  # a copy-engine communicator leaves the GEMM all SMs but one
     for prim, extra in (("all_reduce", {}), ("reduce_scatter", {})):
-        with pytest.raises(PlanError, match="only the AllGather of reduction='post_reorder'"):
+        with pytest.raises(PlanError, match="only the data movement of reduction='post_reorder'"):
             OverlapPlan(prim, 128, 64, 16, copy_engine, **kw, **extra)
     with pytest.raises(PlanError, match="at most 8 copies"):
         OverlapPlan("all_reduce", 128, 64, 16, _NoComm(9), reduction="post_reorder", **kw)
     with pytest.raises(PlanError, match="reduction must be one of"):
         OverlapPlan("all_reduce", 128, 64, 16, comm, reduction="gather", **kw)
-    for prim, layout in (("reduce_scatter", "tiles"), ("all_reduce", "rows")):
-        with pytest.raises(PlanError, match="reduction='post_reorder' is for all_reduce in the tiles layout"):
+    for prim, layout in (("all_to_all", "tiles"), ("all_reduce", "rows")):
+        with pytest.raises(PlanError, match="reduction='post_reorder' is for all_reduce or reduce_scatter in the "
+                                            "tiles layout"):
             OverlapPlan(prim, 128, 64, 16, comm, layout=layout, reduction="post_reorder", **kw)
+    with pytest.raises(PlanError, match="at most 8 copies"):
+        OverlapPlan("reduce_scatter", 128, 64, 16, _NoComm(16), reduction="post_reorder", **kw)
 
 
 def test_run_rejects_mismatched_inputs():
@@ -338,7 +341,8 @@ def test_group_collective_and_comm_buffer():
 
     assert group_collective("all_reduce") == "all_reduce"
     assert group_collective("all_reduce", "post_reorder") == "all_gather"
-    assert group_collective("reduce_scatter", "post_reorder") == "reduce_scatter"
+    assert group_collective("reduce_scatter", "post_reorder") == "all_to_all"
+    assert group_collective("reduce_scatter") == "reduce_scatter"
 
     class Windowed:  # a communicator that places its buffers itself
         def __init__(self):

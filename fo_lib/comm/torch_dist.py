@@ -115,6 +115,8 @@ class TorchDistCommunicator:
     def all_to_all(self, send, send_counts, recv, recv_counts, *, timeout_s: float | None = None) -> None:
         sc = check_counts(send_counts, self.world_size, send.numel(), "all_to_all send")
         rc = check_counts(recv_counts, self.world_size, recv.numel(), "all_to_all recv")
+        if len(set(sc)) == 1 and sc == rc:  # equal chunks: NCCL's AlltoAll (its copy-engine path can take it)
+            sc = rc = None
         self._off_null_stream(lambda: self._call(self._dist.all_to_all_single, recv, send, output_split_sizes=rc,
                                                  input_split_sizes=sc, timeout_s=timeout_s))
 

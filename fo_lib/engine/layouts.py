@@ -36,6 +36,9 @@ class BufferLayout:
     sources = 1
     result = "send"
     stores_in_place = False  # the GEMM writes C row-major (no store table)
+    # Its collective only moves equal chunks (NCCL can run it on the copy engines, beside a GEMM
+    # that holds every SM but one): the layouts reduced by the post-reorder.
+    copy_engine_ok = False
 
     def __init__(self, grid, partition, world_size: int, rank: int):
         self.world_size, self.rank = int(world_size), int(rank)
@@ -118,6 +121,7 @@ class AllReduceRows(AllReduceTiles):
 
 class AllReduceGathered(BufferLayout):
     collective = "all_gather"
+    copy_engine_ok = True
 
     def __init__(self, grid, partition, world_size, rank):
         if not 1 <= int(world_size) <= postops.MAX_SOURCES:
@@ -169,6 +173,49 @@ class ReduceScatterLayout(BufferLayout):
         comm.reduce_scatter(send[s:e], recv[r0:r1], **kw)
 
 
+class ReduceScatterGathered(ReduceScatterLayout):
+    """ReduceScatter reduced by the post-reorder: each group's W chunks go to their owners by one
+    All-to-All (pure data movement: copy engines can carry it, no SM sums anything), and the
+    post-reorder sums the W copies of this rank's chunk. Group g's copies land where its send
+    region lies (the receive buffer is as large as the send buffer), copy q at ``q x chunk``."""
+
+    collective = "all_to_all"
+    copy_engine_ok = True
+
+    def __init__(self, grid, partition, world_size, rank):
+        if not 1 <= int(world_size) <= postops.MAX_SOURCES:
+            raise PlanError(f"reduction='post_reorder' sums at most {postops.MAX_SOURCES} copies, the world has "
+                            f"{world_size} ranks")
+        super().__init__(grid, partition, world_size, rank)
+        t, W = self.tables, self.world_size
+        # The group of every (owned row, tile column) entry: its chunk's start and size.
+        rows = self.owned_rows
+        tile = (rows[:, None] // grid.BM) * grid.tiles_n + np.arange(grid.tiles_n)[None, :]
+        g = t.tile_group[tile]
+        # recv_table's offset within the reduced chunk (recv_start[g] + o) -> copy 0 at W recv_start[g] + o.
+        self.post_table = np.ascontiguousarray(self.post_table + (W - 1) * t.recv_start[g], dtype=np.int64)
+        self.sources = W
+        self.peer_stride = np.ascontiguousarray(t.chunk_elements[g], dtype=np.int64) if W > 1 else None
+
+    @property
+    def recv_elements(self) -> int:
+        return self.tables.buffer_elements
+
+    def slices(self):
+        t, out = self.tables, []
+        for g in range(self.num_groups):
+            s, e = (int(v) for v in t.group_slices[g])
+            out.append(dict(send=(s, e), recv=(s, e), counts=[int(t.chunk_elements[g])] * self.world_size))
+        return out
+
+    def call(self, comm, sl, send, recv, **kw):
+        (s, e), (r0, r1) = sl["send"], sl["recv"]
+        comm.all_to_all(send[s:e], sl["counts"], recv[r0:r1], sl["counts"], **kw)
+
+    def describe(self) -> str:
+        return ", reduced in the post-reorder (All-to-All per group)"
+
+
 class AllToAllLayout(BufferLayout):
     collective = "all_to_all"
     result = "recv"
@@ -205,6 +252,7 @@ _BY_KEY = {("all_reduce", "tiles", "collective"): AllReduceTiles,
            ("all_reduce", "rows", "collective"): AllReduceRows,
            ("all_reduce", "tiles", "post_reorder"): AllReduceGathered,
            ("reduce_scatter", "tiles", "collective"): ReduceScatterLayout,
+           ("reduce_scatter", "tiles", "post_reorder"): ReduceScatterGathered,
            ("all_to_all", "tiles", "collective"): AllToAllLayout}
 
 
@@ -217,17 +265,19 @@ def layout_class(primitive: str, layout: str = "tiles", reduction: str = "collec
             raise PlanError(f"{name} must be one of {allowed}, got {value!r}")
     if layout == "rows" and primitive != "all_reduce":
         raise PlanError(f"the rows layout is for all_reduce (whole rows per group), not {primitive}")
-    if reduction == "post_reorder" and (primitive, layout) != ("all_reduce", "tiles"):
-        raise PlanError(f"reduction='post_reorder' is for all_reduce in the tiles layout, not {primitive} "
-                        f"in the {layout} layout")
+    if reduction == "post_reorder" and (primitive not in ("all_reduce", "reduce_scatter") or layout != "tiles"):
+        raise PlanError(f"reduction='post_reorder' is for all_reduce or reduce_scatter in the tiles layout, not "
+                        f"{primitive} in the {layout} layout")
     return _BY_KEY[(primitive, layout, reduction)]
 
 
 def group_collective(primitive: str, reduction: str = "collective") -> str:
     """The collective each wave group of a plan runs (and whose link curve models it): the
-    primitive, or ``"all_gather"`` for an AllReduce reduced by the post-reorder. Other primitives
-    have no choice of reduction."""
-    return "all_gather" if primitive == "all_reduce" and reduction == "post_reorder" else primitive
+    primitive, or for a reduction by the post-reorder the data movement alone: ``"all_gather"``
+    (AllReduce), ``"all_to_all"`` (ReduceScatter). All-to-All has no choice of reduction."""
+    if reduction == "post_reorder":
+        return {"all_reduce": "all_gather", "reduce_scatter": "all_to_all"}.get(primitive, primitive)
+    return primitive
 
 
 def layout_config(config, layout: str):

@@ -38,10 +38,10 @@ def validate_arguments(primitive, M, N, K, comm, *, dtype, device, timeout_ms, s
         raise PlanError(f"timeout_ms must be positive, got {timeout_ms}")
     if schedule not in SCHEDULES:
         raise PlanError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-    if getattr(comm, "copy_engine", False) and cls.collective != "all_gather":
-        raise PlanError("a copy-engine communicator leaves the GEMM all SMs but one, so only the AllGather of "
-                        "reduction='post_reorder' (copy engines, no SM) can run beside it; use NCCL's default "
-                        "communicator for this plan")
+    if getattr(comm, "copy_engine", False) and not cls.copy_engine_ok:
+        raise PlanError("a copy-engine communicator leaves the GEMM all SMs but one, so only the data movement of "
+                        "reduction='post_reorder' (AllGather or All-to-All on the copy engines, no SM) can run "
+                        "beside it; use NCCL's default communicator for this plan")
     return cls
 
 
@@ -97,11 +97,13 @@ class OverlapPlan:
     config then walks a row-major raster). With no element-wise op and no ``out``, a call runs no
     post-reorder at all and returns the plan's buffer as ``[M, N]``, which any later call of the
     plan overwrites; the modules copy it out.
-    ``reduction`` (all_reduce, tiles layout): ``"collective"`` (default) sums in the collective;
-    ``"post_reorder"`` runs an in-place AllGather per group into ``W`` copies, which the
-    post-reorder sums (fp32) while it restores the layout. On 2 ranks the link carries the same
-    bytes either way, and NCCL runs an AllGather on the copy engines, with no SM, when the
-    communicator asks for it (``TorchDistCommunicator(copy_engine=True)``).
+    ``reduction`` (all_reduce or reduce_scatter, tiles layout): ``"collective"`` (default) sums in
+    the collective; ``"post_reorder"`` only moves data and the post-reorder sums the ``W`` copies
+    (fp32) while it restores the layout: an in-place AllGather per group (all_reduce), or an
+    All-to-All per group that sends each rank its chunk of every other rank's partial sums
+    (reduce_scatter; the link carries what a ReduceScatter's ring does). NCCL runs AllGather (and
+    All-to-All of equal chunks) on the copy engines, with no SM, when the communicator asks for it
+    (``TorchDistCommunicator(copy_engine=True)``).
 
     Before the plan's first collective every rank checks that every other rank built the same plan
     (:meth:`fingerprint`); a difference, or a rank whose build failed, raises on every rank. A

@@ -84,9 +84,9 @@ def measure(comm=None, *, world: int = 2, quick: bool = False,
     mode without host work per group. ``schedule``: the GEMM's CTA schedule
     (:class:`fo_lib.engine.OverlapPlan`; ``"per_tile"`` ignores ``comm_sms``). ``layout``: the
     AllReduce plans' layout (``"rows"``: groups of whole tile rows, the GEMM in a row-major raster,
-    no post-reorder; the other primitives keep ``"tiles"``). ``reduction``: the AllReduce plans'
-    (``"post_reorder"``: an in-place AllGather per group, summed by the post-reorder; the model then
-    uses the AllGather's curve). ``baseline_comm``: the communicator of the non-overlapped
+    no post-reorder; the other primitives keep ``"tiles"``). ``reduction``: the AllReduce and
+    ReduceScatter plans' (``"post_reorder"``: an in-place AllGather, or an All-to-All of each rank's
+    chunks, per group, summed by the post-reorder; the model then uses that collective's curve). ``baseline_comm``: the communicator of the non-overlapped
     baselines' collectives (``comm_ms``, ``cublas_then_comm_ms``, ``ours_sequential_ms``; default
     ``comm``), e.g. NCCL's default communicator when ``comm`` is a copy-engine one.
 
@@ -172,7 +172,7 @@ def _case(comm, prim: str, shape, *, sms: int, comm_sms: int, schedule: str, lay
 
     M, N, K = shape
     plan_layout = layout if prim == "all_reduce" else "tiles"
-    plan_reduction = reduction if prim == "all_reduce" else "collective"
+    plan_reduction = reduction if prim in ("all_reduce", "reduce_scatter") else "collective"
     cfg = layout_config(gemm.auto_config(M, N, K, sms), plan_layout)
     a = torch.randn(M, K, device="cuda").bfloat16()
     b = torch.randn(N, K, device="cuda").bfloat16()

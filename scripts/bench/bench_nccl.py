@@ -99,10 +99,11 @@ def main(argv=None) -> int:
                          "the post-reorder, or groups of whole tile rows stored in place")
     ap.add_argument("--primitives", nargs="+", default=list(PRIMITIVES), choices=PRIMITIVES)
     ap.add_argument("--copy-engine", action="store_true",
-                    help="after the budgets, one more AllReduce sweep: plans with reduction='post_reorder' (an "
-                         "in-place AllGather per group, summed by the post-reorder) on a communicator with NCCL's "
-                         "zero-CTA policy (copy engines, buffers in symmetric windows), the GEMM on every SM but "
-                         "the wait kernel's; baselines on NCCL's default communicator")
+                    help="after the budgets, one more AllReduce / ReduceScatter sweep: plans with "
+                         "reduction='post_reorder' (an in-place AllGather, or an All-to-All of each rank's chunks, "
+                         "per group, summed by the post-reorder) on a communicator with NCCL's zero-CTA policy "
+                         "(copy engines, buffers in symmetric windows), the GEMM on every SM but the wait "
+                         "kernel's; baselines on NCCL's default communicator")
     ap.add_argument("--copy-engine-first", action="store_true",
                     help="run the copy-engine sweep before the budgets' (a GPU that drifts over the call, e.g. "
                          "at its power cap, then favours the other section: swap to see the order's effect)")
@@ -138,15 +139,18 @@ def main(argv=None) -> int:
         if root:
             write_all(out, meta, curves, footprints, summaries, cand_frames, saved_all, W, link)
 
+    ce_prims = [p for p in ("all_reduce", "reduce_scatter") if p in args.primitives]
+
     def copy_engine_sweep():
         c = TorchDistCommunicator(copy_engine=True)
-        say("[copy engine] AllReduce as AllGather + post-reorder sum, GEMM leaves 1 SM")
-        keep("copy_engine", measure(c, quick=args.quick, shapes=sweep_shapes(args.quick), primitives=["all_reduce"],
-                                    candidates_limit=args.candidates, comm_sms={"all_reduce": c.sm_footprint},
+        say("[copy engine] AllReduce as AllGather, ReduceScatter as All-to-All, each summed by the post-reorder; "
+            "GEMM leaves 1 SM")
+        keep("copy_engine", measure(c, quick=args.quick, shapes=sweep_shapes(args.quick), primitives=ce_prims,
+                                    candidates_limit=args.candidates, comm_sms={p: c.sm_footprint for p in ce_prims},
                                     model_kw=model_kw, schedule=args.schedule, reduction="post_reorder",
                                     baseline_comm=comm))
 
-    copy_engine = args.copy_engine and "sweep" not in args.skip and "all_reduce" in args.primitives
+    copy_engine = args.copy_engine and "sweep" not in args.skip and bool(ce_prims)
     if copy_engine and args.copy_engine_first:
         copy_engine_sweep()
     for budget in args.ctas:
