@@ -39,8 +39,13 @@ class CudaExecutor:
         # Zeroed once: padding of tail subtiles is never written but does take part in reductions.
         # A communicator may place it where its collectives run best (NCCL's symmetric windows).
         self.send = comm_buffer(p.comm, p.tables.buffer_elements, p.torch_dtype, dev).zero_()
-        self.recv = (torch.zeros(p.recv_elements, dtype=p.torch_dtype, device=dev)
-                     if p.buffer_layout.result == "recv" else None)
+        # The receive buffer too where the layout's collective may run on the copy engines (both ends
+        # of an All-to-All in symmetric windows).
+        self.recv = None
+        if p.buffer_layout.result == "recv":
+            self.recv = (comm_buffer(p.comm, p.recv_elements, p.torch_dtype, dev).zero_()
+                         if p.buffer_layout.copy_engine_ok else
+                         torch.zeros(p.recv_elements, dtype=p.torch_dtype, device=dev))
         self.row_offset = torch.from_numpy(p.tables.row_offset).to(dev)
         # How the GEMM stores: a place per tile where the layout is tile blocks (AllReduce tiles,
         # ReduceScatter subtiles: no row table to read), else the row table (All-to-All), or C
