@@ -116,6 +116,16 @@ def test_stream_k_tail_matches_float64_and_repeats_exactly(M, N, K, cname, ctas,
     gemm_sm90.gemm_nt(a, b, out, config=cfg, ctas=ctas)
     torch.cuda.synchronize()
     assert torch.equal(out, first), "a stream-K launch must be deterministic"
+    # The launch was built with a stream-K tail (it keeps a workspace), and its flags are back at zero.
+    flags = _stream_k_flags()
+    assert flags, "no memoized launch holds a stream-K workspace"
+    assert all(int(f.count_nonzero()) == 0 for f in flags), "a finishing CTA left its flag set"
+
+
+def _stream_k_flags():
+    """The flag buffers of the memoized Hopper launches that have a stream-K workspace (a launch
+    keeps ``(partial slots, flags)``; whole-wave launches keep nothing)."""
+    return [launch._keep[1] for launch in gemm_sm90.SM90._memo._launches.values() if launch._keep]
 
 
 @pytest.mark.parametrize("M,N,K,cname,ctas", STREAM_K_CASES[:4])
