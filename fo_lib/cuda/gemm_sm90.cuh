@@ -302,57 +302,37 @@ struct Sm90Work {
         // from the start of the runs (all CTAs start them together after the same whole tiles).
         park = tail_k0 != 0 && head_len + (KT - tail_k0) < tail_k0;
     }
+    // Makes (s_, k0_, k1_, part_) the current unit.
+    __device__ __forceinline__ bool unit(int s_, int k0_, int k1_, int part_) {
+        s = s_;
+        k0 = k0_;
+        k1 = k1_;
+        part = part_;
+        return true;
+    }
     __device__ __forceinline__ bool next() {
         if (phase == 0) {
             if (s_next < dp) {
-                s = s_next;
                 s_next += P;
-                k0 = 0;
-                k1 = KT;
-                part = kWholeTile;
-                return true;
+                return unit(s_next - P, 0, KT, kWholeTile);
             }
             phase = 1;
         }
         if (phase == 1) {
             phase = 2;
-            if (head_len) {
-                s = dp + t_head;
-                k0 = 0;
-                k1 = head_len;
-                part = kHeadTile;
-                return true;
-            }
+            if (head_len) return unit(dp + t_head, 0, head_len, kHeadTile);
         }
         if (phase == 2) {
             phase = 3;
-            if (tail_k0) {
-                s = dp + t_tail;
-                k0 = tail_k0;
-                k1 = KT;
-                part = park ? kTailPark : kTailTile;
-                return true;
-            }
+            if (tail_k0) return unit(dp + t_tail, tail_k0, KT, park ? kTailPark : kTailTile);
         }
         if (phase == 3) {
-            if (t_whole < t_end) {
-                s = dp + t_whole++;
-                k0 = 0;
-                k1 = KT;
-                part = kWholeTile;
-                return true;
-            }
+            if (t_whole < t_end) return unit(dp + t_whole++, 0, KT, kWholeTile);
             phase = 4;
         }
         if (phase == 4) {
             phase = 5;
-            if (park) {
-                s = dp + t_tail;
-                k0 = KT;
-                k1 = KT;
-                part = kFinishParked;
-                return true;
-            }
+            if (park) return unit(dp + t_tail, KT, KT, kFinishParked);
         }
         return false;
     }
@@ -588,9 +568,12 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             // each thread's float4s, coalesced across the warpgroup; every thread reads back only
             // what it (or its twin in CTA b - 1) wrote.
             const int dp = w.dp;
+            // This consumer warpgroup's part of slot i (i: 2 b a head, 2 b + 1 a parked tail).
+            const auto sk_slot = [&](i64 i) {
+                return reinterpret_cast<float4*>(sk_partial + i * (BM * BN)) + c * (S::ACC / 4) * 128;
+            };
             if (part == kHeadTile || part == kTailPark) {
-                float4* slot = reinterpret_cast<float4*>(sk_partial + (2 * i64(blockIdx.x) + (part == kTailPark)) * (BM * BN)) +
-                               c * (S::ACC / 4) * 128;
+                float4* slot = sk_slot(2 * i64(blockIdx.x) + (part == kTailPark));
 #pragma unroll
                 for (int q = 0; q < S::ACC / 4; ++q)
                     __stcg(slot + q * 128 + tid, make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]));
@@ -604,8 +587,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             }
             if (part == kTailTile || part == kFinishParked) {
                 if (part == kFinishParked) {  // the parked tail back into the (idle) accumulators
-                    const float4* own = reinterpret_cast<const float4*>(sk_partial + (2 * i64(blockIdx.x) + 1) * (BM * BN)) +
-                                        c * (S::ACC / 4) * 128;
+                    const float4* own = sk_slot(2 * i64(blockIdx.x) + 1);
 #pragma unroll
                     for (int q = 0; q < S::ACC / 4; ++q) {
                         const float4 v = __ldcg(own + q * 128 + tid);
@@ -623,8 +605,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 }
                 bar_sync(2, 256);
                 // .cg: read at L2, where the other SM's stores are (never a stale L1 line).
-                const float4* head = reinterpret_cast<const float4*>(sk_partial + 2 * i64(blockIdx.x - 1) * (BM * BN)) +
-                                     c * (S::ACC / 4) * 128;
+                const float4* head = sk_slot(2 * i64(blockIdx.x - 1));
 #pragma unroll
                 for (int q = 0; q < S::ACC / 4; ++q) {
                     const float4 v = __ldcg(head + q * 128 + tid);
