@@ -119,14 +119,19 @@ class AllReduceRows(AllReduceTiles):
         return f", layout rows (row cuts {self.tables.row_cuts.tolist()})"
 
 
+def _check_copies(world_size: int) -> None:
+    """A reduction by the post-reorder sums one copy per rank: at most ``postops.MAX_SOURCES``."""
+    if not 1 <= int(world_size) <= postops.MAX_SOURCES:
+        raise PlanError(f"reduction='post_reorder' sums at most {postops.MAX_SOURCES} copies, the world has "
+                        f"{world_size} ranks")
+
+
 class AllReduceGathered(BufferLayout):
     collective = "all_gather"
     copy_engine_ok = True
 
     def __init__(self, grid, partition, world_size, rank):
-        if not 1 <= int(world_size) <= postops.MAX_SOURCES:
-            raise PlanError(f"reduction='post_reorder' sums at most {postops.MAX_SOURCES} copies, the world has "
-                            f"{world_size} ranks")
+        _check_copies(world_size)
         super().__init__(grid, partition, world_size, rank)
         self.sources = self.world_size
         self.peer_stride = self.tables.peer_stride if self.sources > 1 else None  # one copy: nothing to sum
@@ -183,19 +188,12 @@ class ReduceScatterGathered(ReduceScatterLayout):
     copy_engine_ok = True
 
     def __init__(self, grid, partition, world_size, rank):
-        if not 1 <= int(world_size) <= postops.MAX_SOURCES:
-            raise PlanError(f"reduction='post_reorder' sums at most {postops.MAX_SOURCES} copies, the world has "
-                            f"{world_size} ranks")
+        _check_copies(world_size)
         super().__init__(grid, partition, world_size, rank)
-        t, W = self.tables, self.world_size
-        # The group of every (owned row, tile column) entry: its chunk's start and size.
-        rows = self.owned_rows
-        tile = (rows[:, None] // grid.BM) * grid.tiles_n + np.arange(grid.tiles_n)[None, :]
-        g = t.tile_group[tile]
-        # recv_table's offset within the reduced chunk (recv_start[g] + o) -> copy 0 at W recv_start[g] + o.
-        self.post_table = np.ascontiguousarray(self.post_table + (W - 1) * t.recv_start[g], dtype=np.int64)
-        self.sources = W
-        self.peer_stride = np.ascontiguousarray(t.chunk_elements[g], dtype=np.int64) if W > 1 else None
+        self.sources = self.world_size
+        post, stride = self.tables.gathered_tables(self.rank)
+        self.post_table = post
+        self.peer_stride = stride if self.sources > 1 else None
 
     @property
     def recv_elements(self) -> int:

@@ -5,7 +5,6 @@ rank built the same plan, and hands calls to an executor (CUDA streams or the CP
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 
 import numpy as np
 
@@ -172,10 +171,9 @@ class OverlapPlan:
     def _choose_config(self, config, sm_count: int):
         if config is None:
             pick = gemm.auto_config if self.device == "cuda" else gemm.default_config
-            config = layout_config(pick(self.M, self.N, self.K, sm_count), self.layout)  # whole waves
-        if getattr(config, "stream_k", False):
-            # The wave groups and the overlap model count whole waves of whole tiles: no stream-K tail.
-            config = dataclasses.replace(config, stream_k=False)
+            config = layout_config(pick(self.M, self.N, self.K, sm_count), self.layout)
+        # The wave groups and the overlap model count whole waves of whole tiles: no stream-K tail.
+        config = config.whole_waves()
         config.validate()
         if self.layout == "rows" and config.order != "row":
             raise PlanError(f"the rows layout needs a row raster (bands of whole tile rows), got order "

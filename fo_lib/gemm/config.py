@@ -38,6 +38,12 @@ class RasterMixin:
         return replace(self, order=self.order if order is None else order,
                        swizzle=self.swizzle if swizzle is None else swizzle)
 
+    def whole_waves(self):
+        """The same config without a stream-K tail (the Hopper configs' ``stream_k``): what runs where
+        waves must stay whole (the overlap engine, the probe). Configs without the field are whole."""
+        from dataclasses import replace
+        return replace(self, stream_k=False) if getattr(self, "stream_k", False) else self
+
     def _check_fields(self, positive: tuple[str, ...], bad) -> None:
         """The checks both families' ``validate`` share: ``positive`` fields are positive ints and
         the raster order is known; ``bad(message)`` raises with the config's name."""

@@ -145,13 +145,10 @@ class GemmFamily:
         """``a @ b.T`` plus a per-tile probe: returns ``(out, probe)``, ``probe`` int64 ``[tiles, 4]``
         = (start globaltimer ns, end ns, smid, CTA index), indexed by row-major tile id. Always whole
         waves (a stream-K config runs without its tail here)."""
-        import dataclasses
-
         import torch
         if config is None:
             raise GemmError("gemm_nt_probe needs an explicit config")
-        if getattr(config, "stream_k", False):  # the probe times waves: whole waves of whole tiles
-            config = dataclasses.replace(config, stream_k=False)
+        config = config.whole_waves()  # the probe times waves
         dtype, M, N, K, cfg, ctas = self.check(a, b, config, ctas)
         out = output(out, M, N, a)
         probe = torch.zeros(ceil_div(M, cfg.BM) * ceil_div(N, cfg.BN), 4, dtype=torch.int64, device=a.device)

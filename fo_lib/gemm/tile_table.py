@@ -205,15 +205,15 @@ def predict_ms(table: TileTable, name: str, cfg, M: int, N: int, K: int, sm_coun
     aspect = math.log(tm / tn)
     if tm * tn <= sm_count:
         return min(table.ms_per_wave(name, o, s, aspect, K) for o, s in table.rasters(name))
-    return waves(tm * tn, sm_count, getattr(cfg, "stream_k", False), cfg.BN) * table.ms_per_wave(
+    return waves(tm * tn, sm_count, cfg.stream_k) * table.ms_per_wave(
         name, cfg.order, cfg.swizzle, aspect, K)
 
 
-def waves(tiles: int, sm_count: int, stream_k: bool, BN: int = 256) -> float:
+def waves(tiles: int, sm_count: int, stream_k: bool) -> float:
     """The waves a launch takes: whole waves (a partial last one costs a full one), or with a
     stream-K tail (:func:`fo_lib.tiling.stream_k_tiles`) the whole waves before it plus the tail's
-    tiles shared by every CTA, its extra cost :data:`STREAM_K_FIXUP` of the tail (``BN``: kept
-    for a per-width cost; one value fits both widths today)."""
+    tiles shared by every CTA, its extra cost :data:`STREAM_K_FIXUP` of the tail (one value fits both
+    tile widths)."""
     sk = stream_k_tiles(tiles, sm_count) if stream_k else 0
     if sk == 0:
         return ceil_div(tiles, sm_count)
@@ -230,19 +230,14 @@ def candidates(table: TileTable, configs: dict, M: int, N: int, sm_count: int):
             continue
         tm, tn = ceil_div(M, cfg.BM), ceil_div(N, cfg.BN)
         if tm * tn <= sm_count:
-            yield name, replace(cfg.with_raster("row", 1), stream_k=False) if _has_sk(cfg) else cfg.with_raster("row", 1)
+            yield name, cfg.with_raster("row", 1).whole_waves()
             continue
         # A config says what runs: stream_k only where the grid has a tail to share.
-        tails = (False, True) if stream_k_tiles(tm * tn, sm_count) else (False,)
+        tails = (False, True) if cfg.stream_k and stream_k_tiles(tm * tn, sm_count) else (False,)
         for order, swizzle in table.rasters(name):
             if swizzle == 1 or swizzle <= (tm if order == "row" else tn):
-                c = cfg.with_raster(order, swizzle)
-                for tail in tails if _has_sk(cfg) else (None,):
-                    yield name, c if tail is None else replace(c, stream_k=tail)
-
-
-def _has_sk(cfg) -> bool:
-    return bool(getattr(cfg, "stream_k", False))
+                for tail in tails:
+                    yield name, replace(cfg.with_raster(order, swizzle), stream_k=tail)
 
 
 def pick(table: TileTable, configs: dict, M: int, N: int, K: int, sm_count: int, smem_limit: int):
@@ -264,4 +259,4 @@ def pick(table: TileTable, configs: dict, M: int, N: int, K: int, sm_count: int,
     # NOTES: the recorded grids are 8-16 waves; on bigger grids a narrow band re-reads the operands
     # from DRAM (16384 x 13824 x 5120 in row order, swizzle 1: 12 % slower than swizzle 8), while
     # the widest swizzle was within noise of the best on every recorded grid: ties go to it.
-    return min(ties, key=lambda c: (-c.BM * c.BN, -c.swizzle, c.order != "row", _has_sk(c)))
+    return min(ties, key=lambda c: (-c.BM * c.BN, -c.swizzle, c.order != "row", c.stream_k))

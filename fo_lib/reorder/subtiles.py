@@ -59,15 +59,28 @@ class SubtileReorder(_GroupedTiles):
     def post_table_for(self, rank: int) -> np.ndarray:
         return self.recv_table(rank)
 
+    def _owned_entries(self, rank: int):
+        """The owned rows of ``rank`` and the group of each (row, tile column) entry, ``[rows_k, TN]``."""
+        rows = self.owned_rows(rank)
+        tile = (rows[:, None] // self.grid.BM) * self.grid.tiles_n + np.arange(self.grid.tiles_n)[None, :]
+        return rows, self.tile_group[tile]
+
     def recv_table(self, rank: int) -> np.ndarray:
         """Gather table from rank's receive buffer to its owned rows (ascending), ``[rows_k, TN]``."""
-        rows = self.owned_rows(rank)
+        rows, g = self._owned_entries(rank)
         # The receive layout of rank k is chunk k of every group, i.e. the send layout with the
         # group start moved to recv_start and the chunk index k dropped.
-        tile = (rows[:, None] // self.grid.BM) * self.grid.tiles_n + np.arange(self.grid.tiles_n)[None, :]
-        g = self.tile_group[tile]
         send = self.row_offset[rows]
         return send - self.group_slices[g, 0] - rank * self.chunk_elements[g] + self.recv_start[g]
+
+    def gathered_tables(self, rank: int) -> tuple[np.ndarray, np.ndarray]:
+        """For a receive buffer laid out like the send buffer, each group holding ``W`` copies of
+        ``rank``'s chunk (one from every rank, copy ``q`` at ``q x chunk``: an All-to-All per group):
+        ``(post table of copy 0, the stride between copies)``, both ``[rows_k, TN]``."""
+        rows, g = self._owned_entries(rank)
+        # Offset o within the reduced chunk (recv_start[g] + o) -> copy 0 at W recv_start[g] + o.
+        post = self.recv_table(rank) + (self.world_size - 1) * self.recv_start[g]
+        return np.ascontiguousarray(post, dtype=np.int64), np.ascontiguousarray(self.chunk_elements[g], dtype=np.int64)
 
     def allgather_table(self) -> np.ndarray:
         """Gather table restoring global row order after an AllGather of ``[W, max_rows, N]``.

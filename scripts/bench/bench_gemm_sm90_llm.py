@@ -84,7 +84,7 @@ SHAPES = [
 def config_label(cfg) -> str:
     """``128x256x64/row8`` (``+sk`` with a stream-K tail): the CONFIGS name, raster order, swizzle."""
     name = next(n for n, c in sm90.CONFIGS.items() if c.tile_name == cfg.tile_name)
-    return f"{name}/{cfg.order}{cfg.swizzle}" + ("+sk" if getattr(cfg, "stream_k", False) else "")
+    return f"{name}/{cfg.order}{cfg.swizzle}" + ("+sk" if cfg.stream_k else "")
 
 
 def alt_config(cfg, M, N, K, sms):
