@@ -113,6 +113,48 @@ __device__ __forceinline__ void tma_load_2d(u32 dst, const TmaDesc& desc, u32 ba
         : "memory");
 }
 
+// The same box into this CTA's and the other cluster CTAs' shared memory at the same offsets
+// (`mask`: one bit per destination CTA rank); completes its bytes on each destination's mbarrier at
+// `bar`'s offset.
+__device__ __forceinline__ void tma_load_2d_multicast(u32 dst, const TmaDesc& desc, u32 bar, int c0, int c1,
+                                                      unsigned short mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+        " [%0], [%1, {%4, %5}], [%2], %3;" ::"r"(dst),
+        "l"(reinterpret_cast<u64>(&desc)), "r"(bar), "h"(mask), "r"(c0), "r"(c1)
+        : "memory");
+}
+
+// --- clusters ------------------------------------------------------------------------------------
+__device__ __forceinline__ u32 cluster_ctarank() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+// Every thread of every CTA in the cluster; release/acquire at cluster scope.
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+// Arrive (release, cluster scope) on the mbarrier at the same offset as `bar` in cluster CTA `rank`.
+__device__ __forceinline__ void mbar_arrive_remote(u32 bar, u32 rank) {
+    asm volatile(
+        "{\n .reg .b32 ra;\n mapa.shared::cluster.u32 ra, %0, %1;\n"
+        " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+        "r"(rank)
+        : "memory");
+}
+// mbar_try_wait at cluster scope: the phase may be completed by the other CTA's arrivals.
+__device__ __forceinline__ bool mbar_try_wait_cluster(u32 bar, u32 parity) {
+    u32 ok;
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(ok)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    return ok != 0;
+}
+
 // --- wgmma ---------------------------------------------------------------------------------------
 // Shared-memory matrix descriptor of a K-major operand in the 128B-swizzle canonical layout that a
 // TMA box of 64 16-bit elements x rows produces: rows of 128 bytes, 8-row (1024-byte) swizzle atoms
@@ -237,9 +279,6 @@ __device__ __forceinline__ void bar_sync(u32 id, u32 count) {
 // handed between warps by mbarriers and named barriers, so every access carries a "memory" clobber
 // that keeps the compiler from moving it across them. The portable kernel orders its accesses with
 // __syncthreads and keeps its accessors clobber-free (its code generation is tuned with them).
-__device__ __forceinline__ void st_shared_b32(u32 addr, u32 v) {
-    asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
-}
 __device__ __forceinline__ void st_shared_s64(u32 addr, i64 v) {
     asm volatile("st.shared.s64 [%0], %1;" ::"r"(addr), "l"(v) : "memory");
 }
@@ -256,6 +295,15 @@ __device__ __forceinline__ void ld_shared_v4(u32 addr, u32 (&v)[4]) {
 }
 __device__ __forceinline__ void st_global_v4(void* p, const u32 (&v)[4]) {
     asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
+                 : "memory");
+}
+
+// Four 8 x 8 16-bit matrices to shared memory: lane l gives the address of row l % 8 of matrix l / 8;
+// register i holds this lane's pair of matrix i in the mma fragment layout (row l / 4, columns
+// 2 (l % 4), + 1): one instruction for what takes four st.shared.b32.
+__device__ __forceinline__ void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0), "r"(r1),
+                 "r"(r2), "r"(r3)
                  : "memory");
 }
 
@@ -282,10 +330,12 @@ struct Sm90Work {
     bool park;             // the tail ends before CTA b - 1's head is due: finish it last
     int s, k0, k1, part;   // the current unit
 
-    __device__ __forceinline__ Sm90Work(int tiles, int sk_tiles, int KT_) {
+    // cluster 2: no stream-K (the two CTAs of a cluster walk k-blocks in lockstep), and an odd tile
+    // count gets one phantom unit (s == tiles: no tile) so both CTAs walk the same number of units.
+    __device__ __forceinline__ Sm90Work(int tiles, int sk_tiles, int KT_, int cluster = 1) {
         P = gridDim.x;
-        if (sk_tiles < P || sk_tiles >= 2 * P) sk_tiles = 0;  // the host's contract (stream_k_tiles)
-        dp = tiles - sk_tiles;
+        if (sk_tiles < P || sk_tiles >= 2 * P || cluster > 1) sk_tiles = 0;  // the host's contract (stream_k_tiles)
+        dp = cluster > 1 ? (tiles + 1) & ~1 : tiles - sk_tiles;
         KT = KT_;
         s_next = blockIdx.x;
         phase = 0;
@@ -366,7 +416,7 @@ struct Sm90Shape {
 };
 
 // Pointers an epilogue does not use may be null.
-template <int BN, int STAGES, class T, int EPILOGUE>
+template <int BN, int STAGES, int CLUSTER, class T, int EPILOGUE>
 __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDesc& tma_b, bits16* __restrict__ C,
                                                int M, int N, int K, i64 ldc, int order, int swizzle,
                                                bits16* __restrict__ comm_buf, const i64* __restrict__ row_offset,
@@ -375,6 +425,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                                                u32* sk_flag) {
     using S = Sm90Shape<BN, STAGES>;
     using namespace sm90;
+    static_assert(CLUSTER == 1 || CLUSTER == 2, "CLUSTER is 1 or 2 CTAs along M");
     static_assert(EPILOGUE >= 0 && EPILOGUE <= 5,
                   "EPILOGUE is 0 plain, 1 signal, 2 probe, 3 scatter, 4 signal_rows or 5 signal_tiles");
     constexpr bool kTableStore = EPILOGUE == 1 || EPILOGUE == 3;
@@ -407,7 +458,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(bar_full + 8 * s, 1);
-            mbar_init(bar_empty + 8 * s, 2);
+            mbar_init(bar_empty + 8 * s, 2 * CLUSTER);  // each consumer WG of each cluster CTA
         }
         mbar_init(bar_c_full, 256);
         mbar_init(bar_c_empty, S::STORE_THREADS);
@@ -415,6 +466,9 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
+    // The other CTA multicasts into this one's ring and arrives on its barriers: not before they exist.
+    if (CLUSTER > 1) cluster_sync();
+    const u32 rank = CLUSTER > 1 ? cluster_ctarank() : 0u;
 
     if (wg == 0) {
         // ----------------------------------------------------------------- producer warpgroup
@@ -426,17 +480,44 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 int stage = 0;
                 u32 phase = 0;
 #pragma unroll 1
-                for (Sm90Work w(tiles, sk_tiles, KT); w.next();) {
-                    int tm, tn;
-                    raster.tile(w.s, tm, tn);
+                for (Sm90Work w(tiles, sk_tiles, KT, CLUSTER); w.next();) {
+                    const bool phantom = w.s >= tiles;  // cluster 2, odd tile count: no tile
+                    int tm = 0, tn = 0;
+                    if (!phantom) raster.tile(w.s, tm, tn);
+                    // Cluster 2: CTA ranks 0 and 1 run schedule indices 2 i and 2 i + 1 (P is even); when
+                    // both are tiles of one tile column they share B, and each loads half of it for both.
+                    bool share_b = false;
+                    if (CLUSTER > 1 && !phantom && (w.s ^ 1) < tiles) {
+                        int pm, pn;
+                        raster.tile(w.s ^ 1, pm, pn);
+                        share_b = pn == tn;
+                    }
 #pragma unroll 1
                     for (int kb = w.k0; kb < w.k1; ++kb) {
-                        mbar_wait(bar_empty + 8 * stage, phase ^ 1u);
+                        const u32 empty = bar_empty + 8 * stage;
+                        if (CLUSTER > 1) {
+                            while (!mbar_try_wait_cluster(empty, phase ^ 1u)) {
+                            }
+                        } else {
+                            mbar_wait(empty, phase ^ 1u);
+                        }
                         const u32 full = bar_full + 8 * stage;
                         const u32 dst = base + stage * S::STAGE_BYTES;
-                        mbar_arrive_expect_tx(full, S::STAGE_BYTES);
-                        tma_load_2d(dst, tma_a, full, kb * BK, tm * BM);
-                        tma_load_2d(dst + S::A_BYTES, tma_b, full, kb * BK, tn * BN);
+                        if (phantom) {
+                            mbar_arrive(full);  // nothing to load: the consumers only keep step
+                        } else {
+                            mbar_arrive_expect_tx(full, S::STAGE_BYTES);
+                            tma_load_2d(dst, tma_a, full, kb * BK, tm * BM);
+                            if (CLUSTER == 1) {
+                                tma_load_2d(dst + S::A_BYTES, tma_b, full, kb * BK, tn * BN);
+                            } else if (share_b) {  // B's tensor map has boxes of BN / 2 rows here
+                                tma_load_2d_multicast(dst + S::A_BYTES + rank * (S::B_BYTES / 2), tma_b, full,
+                                                      kb * BK, tn * BN + int(rank) * (BN / 2), 0x3);
+                            } else {
+                                tma_load_2d(dst + S::A_BYTES, tma_b, full, kb * BK, tn * BN);
+                                tma_load_2d(dst + S::A_BYTES + S::B_BYTES / 2, tma_b, full, kb * BK, tn * BN + BN / 2);
+                            }
+                        }
                         if (++stage == STAGES) {
                             stage = 0;
                             phase ^= 1u;
@@ -454,8 +535,9 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             const int ch = lane % S::C_CHUNKS;
             u32 parity = 0;
 #pragma unroll 1
-            for (Sm90Work w(tiles, sk_tiles, KT); w.next();) {
-                if (w.part == kHeadTile || w.part == kTailPark) continue;  // no C tile: parts go to sk_partial
+            for (Sm90Work w(tiles, sk_tiles, KT, CLUSTER); w.next();) {
+                // No C tile: a phantom, or a part that goes to sk_partial.
+                if (w.s >= tiles || w.part == kHeadTile || w.part == kTailPark) continue;
                 int tm, tn;
                 raster.tile(w.s, tm, tn);
                 const int rows = min(BM, M - tm * BM);
@@ -534,36 +616,44 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
         u32 phase = 0;
         u32 c_parity = 0;
 #pragma unroll 1
-        for (Sm90Work w(tiles, sk_tiles, KT); w.next();) {
+        for (Sm90Work w(tiles, sk_tiles, KT, CLUSTER); w.next();) {
             const int k0 = w.k0, part = w.part;
-            int tm, tn;
-            raster.tile(w.s, tm, tn);
-            if (EPILOGUE == 2 && c == 0 && tid == 0 && part != kHeadTile && part != kTailPark)
+            const bool phantom = w.s >= tiles;
+            int tm = 0, tn = 0;
+            if (!phantom) raster.tile(w.s, tm, tn);
+            if (EPILOGUE == 2 && !phantom && c == 0 && tid == 0 && part != kHeadTile && part != kTailPark)
                 probe[(tm * tiles_n + tn) * 4 + 0] = globaltimer_ns();
 #pragma unroll 1
             for (int kb = k0; kb < w.k1; ++kb) {
                 mbar_wait(bar_full + 8 * stage, phase);
-                const u32 sa = base + stage * S::STAGE_BYTES + c * (64 * BK * 2);
-                const u32 sb = base + stage * S::STAGE_BYTES + S::A_BYTES;
-                fence_acc(acc);
-                wgmma_fence();
+                if (!phantom) {
+                    const u32 sa = base + stage * S::STAGE_BYTES + c * (64 * BK * 2);
+                    const u32 sb = base + stage * S::STAGE_BYTES + S::A_BYTES;
+                    fence_acc(acc);
+                    wgmma_fence();
 #pragma unroll
-                for (int kk = 0; kk < BK / 16; ++kk) {
-                    // scale_d = 0 on the part's first k16 step: D = A B^T, no zeroing pass needed.
-                    Wgmma<BN>::mma(acc, desc_sw128(sa + kk * 32), desc_sw128(sb + kk * 32),
-                                   ((kb - k0) | kk) != 0, T{});
+                    for (int kk = 0; kk < BK / 16; ++kk) {
+                        // scale_d = 0 on the part's first k16 step: D = A B^T, no zeroing pass needed.
+                        Wgmma<BN>::mma(acc, desc_sw128(sa + kk * 32), desc_sw128(sb + kk * 32),
+                                       ((kb - k0) | kk) != 0, T{});
+                    }
+                    wgmma_commit();
+                    wgmma_wait<0>();
+                    fence_acc(acc);
                 }
-                wgmma_commit();
-                wgmma_wait<0>();
-                fence_acc(acc);
                 // wgmma.wait_group 0 means this warpgroup's MMAs (and their shared-memory reads of
-                // the stage) are complete: one arrival per warpgroup frees the stage.
-                if (tid == 0) mbar_arrive(bar_empty + 8 * stage);
+                // the stage) are complete: one arrival per warpgroup frees the stage, in this CTA and
+                // (cluster 2) in the other, whose producer multicasts into this stage too.
+                if (tid == 0) {
+                    mbar_arrive(bar_empty + 8 * stage);
+                    if (CLUSTER > 1) mbar_arrive_remote(bar_empty + 8 * stage, rank ^ 1u);
+                }
                 if (++stage == STAGES) {
                     stage = 0;
                     phase ^= 1u;
                 }
             }
+            if (phantom) continue;
             // Stream-K: a slot holds a part's accumulators as [c][i / 4][consumer thread][4] floats:
             // each thread's float4s, coalesced across the warpgroup; every thread reads back only
             // what it (or its twin in CTA b - 1) wrote.
@@ -619,20 +709,22 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             // Fragment of wgmma m64nNk16: acc[4 j + 2 h + e] is row 16 warp + lane / 4 + 8 h,
             // column 8 j + 2 (lane % 4) + e of this warpgroup's 64 x BN block.
             mbar_wait(bar_c_empty, c_parity ^ 1u);  // the store warps are done with the previous tile
-            const int row0 = c * 64 + warp * 16 + lane / 4;
+            // stmatrix x4 stores the 8 x 8 blocks (j, h = 0), (j, 1), (j + 1, 0), (j + 1, 1): lane l
+            // addresses row l % 8 of block l / 8, chunk j + l / 16 (row & 7 = l % 8).
+            const int st_row = c * 64 + warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+            const u32 st_addr = smem_c + st_row * (BN * 2);
 #pragma unroll
-            for (int j = 0; j < BN / 8; ++j) {
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int row = row0 + 8 * h;
-                    st_shared_b32(smem_c + row * (BN * 2) + ((j ^ (row & 7)) << 4) + (lane % 4) * 4,
-                                  pack2(T{}, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]));
-                }
+            for (int j = 0; j < BN / 8; j += 2) {
+                stmatrix_x4(st_addr + (((j + (lane >> 4)) ^ (lane & 7)) << 4),
+                            pack2(T{}, acc[4 * j], acc[4 * j + 1]), pack2(T{}, acc[4 * j + 2], acc[4 * j + 3]),
+                            pack2(T{}, acc[4 * j + 4], acc[4 * j + 5]), pack2(T{}, acc[4 * j + 6], acc[4 * j + 7]));
             }
             mbar_arrive(bar_c_full);
             c_parity ^= 1u;
         }
     }
+    // Cluster 2: the other CTA's last arrivals on this CTA's barriers land before either exits.
+    if (CLUSTER > 1) cluster_sync();
 }
 
 }  // namespace fo

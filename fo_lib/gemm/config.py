@@ -32,6 +32,11 @@ class RasterMixin:
         from ..tiling import TileGrid
         return TileGrid(M, N, self.BM, self.BN, order=self.order, swizzle=self.swizzle, _ctas=ctas)
 
+    def launch_ctas(self, tiles: int, ctas: int) -> int:
+        """The grid of ``tiles`` on up to ``ctas`` CTAs. NOTES: CTAs past the last tile would only
+        exit; launching ``min(ctas, tiles)`` keeps the schedule (tile s -> CTA s % ctas) unchanged."""
+        return min(ctas, tiles)
+
     def with_raster(self, order: str | None = None, swizzle: int | None = None):
         """The same tiles walked in another raster order (a run-time argument: no recompile)."""
         from dataclasses import replace

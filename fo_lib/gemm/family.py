@@ -56,9 +56,7 @@ class GemmFamily:
 
         M, N = a.shape[0], b.shape[0]
         dev = a.device.index
-        # NOTES: CTAs past the last tile would only exit; launching min(ctas, tiles) keeps the
-        # schedule (tile s -> CTA s % ctas) unchanged.
-        grid = min(ctas, ceil_div(M, cfg.BM) * ceil_div(N, cfg.BN))
+        grid = cfg.launch_ctas(ceil_div(M, cfg.BM) * ceil_div(N, cfg.BN), ctas)
         u64, i32 = np.uint64, np.int32
         args = (*self.operand_args(cfg, dtype, a, b, c_ptr, ldc), i32(RASTER_ORDERS.index(cfg.order)),
                 i32(cfg.swizzle), u64(comm_ptr), u64(row_offset_ptr), u64(tile_group_ptr), u64(counter_ptr),

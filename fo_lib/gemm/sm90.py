@@ -75,7 +75,13 @@ class Sm90Config(RasterMixin):
     order: str = "row"
     swizzle: int = 1
     stream_k: bool = False
+    cluster: int = 1
 
+    # ``cluster`` (compiled in: 1 or 2) is a cluster of that many CTAs along M. With 2, the CTAs
+    # running schedule indices 2 i and 2 i + 1 (the grid is even) share B when both tiles lie in one
+    # tile column (a row raster with an even swizzle pairs nearly every tile), each loading half of
+    # it by TMA multicast into both: a third less operand traffic from L2 per tile of 128 x 256.
+    # No stream-K tail there, and ``ctas`` must be even.
     BM: ClassVar[int] = 128  # two consumer warpgroups x wgmma m64
     BK: ClassVar[int] = 64   # one 128-byte swizzle span of 16-bit elements
     threads: ClassVar[int] = 384
@@ -90,7 +96,12 @@ class Sm90Config(RasterMixin):
     @property
     def tile_name(self) -> str:
         """Identifies the compiled specialization (everything but the run-time raster)."""
-        return f"m{self.BM}n{self.BN}k{self.BK}_s{self.stages}"
+        return f"m{self.BM}n{self.BN}k{self.BK}_s{self.stages}" + (f"_c{self.cluster}" if self.cluster > 1 else "")
+
+    def launch_ctas(self, tiles: int, ctas: int) -> int:
+        """The grid of ``tiles`` on up to ``ctas`` CTAs: CTAs past the last tile would only exit
+        (``min(ctas, tiles)`` keeps the schedule s -> CTA s % ctas); a cluster's CTAs come in pairs."""
+        return min(ctas, tiles + tiles % self.cluster)
 
     def validate(self) -> "Sm90Config":
         def bad(msg: str):
@@ -99,6 +110,8 @@ class Sm90Config(RasterMixin):
         self._check_fields(("BN", "stages", "swizzle"), bad)
         if not isinstance(self.stream_k, bool):
             bad(f"stream_k must be a bool, got {self.stream_k!r}")
+        if self.cluster not in (1, 2):
+            bad(f"cluster must be 1 or 2 CTAs, got {self.cluster!r}")
         if self.BN not in (128, 256):
             bad(f"BN must be 128 or 256 (wgmma m64n128 / m64n256), got {self.BN}")
         if not 2 <= self.stages <= 8:
@@ -113,6 +126,9 @@ CONFIGS: dict[str, Sm90Config] = {
     "128x256x64": Sm90Config(256, 3),
     # Small N / many tiles: 5 x 32 KB stages + the 32 KB C tile.
     "128x128x64": Sm90Config(128, 5),
+    # The same tiles in clusters of 2 along M sharing B (TMA multicast).
+    "128x256x64c2": Sm90Config(256, 3, cluster=2),
+    "128x128x64c2": Sm90Config(128, 5, cluster=2),
 }
 for _c in CONFIGS.values():
     _c.validate()
@@ -188,12 +204,14 @@ def generate_source(cfg: Sm90Config, dtype: str, epilogue: str) -> tuple[str, st
     if epilogue not in EPILOGUES:
         raise GemmError(f"epilogue must be one of {EPILOGUES}, got {epilogue!r}")
     name = kernel_name(cfg, dtype, epilogue)
-    targs = f"{cfg.BN}, {cfg.stages}, {DTYPE_TAG[dtype]}, {EPILOGUE_ID[epilogue]}"
+    targs = f"{cfg.BN}, {cfg.stages}, {cfg.cluster}, {DTYPE_TAG[dtype]}, {EPILOGUE_ID[epilogue]}"
     # NOTES: __launch_bounds__(384, 1) gives the kernel a register cap at entry, without which
-    # setmaxnreg is ignored (ptxas warning C7508).
+    # setmaxnreg is ignored (ptxas warning C7508). A compiled-in cluster size lets a plain
+    # cuLaunchKernel (CuPy's launch) start clusters.
+    cluster = f" __cluster_dims__({cfg.cluster}, 1, 1)" if cfg.cluster > 1 else ""
     source = f"""#include "gemm_sm90.cuh"
 
-extern "C" __global__ void __launch_bounds__({cfg.threads}, 1)
+extern "C" __global__ void __launch_bounds__({cfg.threads}, 1){cluster}
 {name}(const __grid_constant__ fo::TmaDesc tma_a, const __grid_constant__ fo::TmaDesc tma_b,
        fo::bits16* C, int M, int N, int K, long long ldc, int order, int swizzle,
        fo::bits16* comm_buf, const long long* row_offset, const int* tile_group,
@@ -286,6 +304,30 @@ def _operand_desc(t, box_rows: int, dtype: str):
 
 
 # --- launch -------------------------------------------------------------------------------------
+def cluster_capacity(cfg: Sm90Config, dtype: str = "bf16", device_index: int | None = None) -> int:
+    """How many clusters of ``cfg`` can be resident at once on a device (the driver's
+    ``cuOccupancyMaxActiveClusters``): a persistent grid of clusters beyond it would run a second,
+    late round. ``cfg.cluster == 1``: the SM count."""
+    import torch
+    dev = torch.cuda.current_device() if device_index is None else device_index
+    if cfg.cluster == 1:
+        return sm_count(dev)
+    drv = _driver()
+    kernel = SM90.kernel(cfg, dtype, "plain", dev)
+    lc = drv.CUlaunchConfig()
+    lc.gridDimX, lc.gridDimY, lc.gridDimZ = 2 * sm_count(dev), 1, 1
+    lc.blockDimX, lc.blockDimY, lc.blockDimZ = cfg.threads, 1, 1
+    lc.sharedMemBytes = cfg.smem_bytes
+    attr = drv.CUlaunchAttribute()
+    attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cfg.cluster, 1, 1
+    lc.attrs, lc.numAttrs = [attr], 1
+    err, n = drv.cuOccupancyMaxActiveClusters(drv.CUfunction(kernel.kernel.ptr), lc)
+    if err != drv.CUresult.CUDA_SUCCESS:
+        raise GemmError(f"cuOccupancyMaxActiveClusters failed ({err}) for {cfg.tile_name}")
+    return int(n)
+
+
 def is_supported(device=None) -> bool:
     """Whether ``device`` (default: the current one) can run this kernel (compute capability 9.0)."""
     try:
@@ -304,6 +346,9 @@ def _check_config(config) -> None:
 def _operands(a, b, config, ctas):
     _check_config(config)
     dtype, M, N, K, cfg, ctas = check_operands(a, b, config, ctas, pick_default=default_config)
+    if ctas % cfg.cluster:
+        raise GemmError(f"config {cfg.tile_name} runs clusters of {cfg.cluster} CTAs: ctas must be a multiple "
+                        f"of {cfg.cluster}, got {ctas}")
     import torch
     cap = torch.cuda.get_device_capability(a.device)
     if cap != (9, 0):
@@ -315,7 +360,8 @@ def _operands(a, b, config, ctas):
 def _sm90_operand_args(cfg, dtype, a, b, c_ptr, ldc):
     import numpy as np
     M, K = a.shape
-    return (_operand_desc(a, cfg.BM, dtype), _operand_desc(b, cfg.BN, dtype), np.uint64(c_ptr), np.int32(M),
+    # Cluster 2: each CTA loads half of a B tile per TMA box.
+    return (_operand_desc(a, cfg.BM, dtype), _operand_desc(b, cfg.BN // cfg.cluster, dtype), np.uint64(c_ptr), np.int32(M),
             np.int32(b.shape[0]), np.int32(K), np.int64(ldc))
 
 
@@ -328,7 +374,7 @@ def _stream_k_args(cfg, a, b, grid):
     import torch
 
     tiles = ceil_div(a.shape[0], cfg.BM) * ceil_div(b.shape[0], cfg.BN)
-    sk = stream_k_tiles(tiles, grid) if cfg.stream_k else 0
+    sk = stream_k_tiles(tiles, grid) if cfg.stream_k and cfg.cluster == 1 else 0
     # Built inside a capture, the flags' zeroing would only be recorded: an eager call of this
     # memoized launch before the graph's first replay would read garbage flags. Whole waves then.
     if sk == 0 or torch.cuda.is_current_stream_capturing():

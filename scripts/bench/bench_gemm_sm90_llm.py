@@ -97,7 +97,14 @@ def alt_config(cfg, M, N, K, sms):
     return tile_table.pick(tile_table.load(path, sm90.CONFIGS), other, M, N, K, sms, sm90.MAX_SMEM)
 
 
-def bench_shape(M, N, K, dtype, rounds, inner, sms, seed):
+def clustered(cfg):
+    """``cfg``'s tile in clusters of 2 along M: whole waves, a row raster with an even swizzle (2 at least)."""
+    name = next(n for n, c in sm90.CONFIGS.items() if c.tile_name == cfg.tile_name and n in sm90._DEFAULT_CANDIDATES)
+    c2 = sm90.CONFIGS[name + "c2"]
+    return c2.with_raster("row", max(2, cfg.swizzle + cfg.swizzle % 2))
+
+
+def bench_shape(M, N, K, dtype, rounds, inner, sms, seed, cluster=False):
     import torch
 
     from fo_lib.experiments.kernel_bench import check_and_time, input_sets
@@ -126,6 +133,9 @@ def bench_shape(M, N, K, dtype, rounds, inner, sms, seed):
         fns["no_sk"] = plain(replace(cfg, stream_k=False))
     if sm90.stream_k_tiles(alt.grid(M, N, sms).num_tiles, sms):  # the other tile with the other choice
         fns["alt_flip"] = plain(replace(alt, stream_k=not alt.stream_k))
+    if cluster:  # both tiles in clusters of 2 sharing B (whole waves, an even swizzle pairs the tiles)
+        fns["c2"] = plain(clustered(cfg))
+        fns["alt_c2"] = plain(clustered(alt))
     _, err, res = check_and_time(fns, sm90.SM90, cfg, sets, M, N, K, rounds, inner, graph=True, seed=seed)
     ms = {k: v for k, (v, _) in res.items()}
     ms["guess"] = ms.get("guess", ms["ours"] if guess == cfg else ms["alt"])
@@ -153,6 +163,8 @@ def main(argv=None):
     p.add_argument("--inner", type=int, default=3, help="calls per CUDA graph")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only", type=int, nargs="*", help="indices into SHAPES (default all)")
+    p.add_argument("--cluster", action="store_true",
+                   help="also time both tiles in clusters of 2 (columns c2_ms, alt_c2_ms)")
     args = p.parse_args(argv)
     import torch
 
@@ -171,7 +183,7 @@ def main(argv=None):
         if args.only and i not in args.only:
             continue
         cfg, alt, guess, err, ms = bench_shape(M, N, K, torch.bfloat16, args.rounds, args.inner, sms,
-                                               args.seed)
+                                               args.seed, **({"cluster": True} if args.cluster else {}))
         torch.cuda.empty_cache()  # the shapes' operands reach ~1.5 GB per input set
         pred, alt_pred = (sm90.predict_ms(c, M, N, K, sms) for c in (cfg, alt))
         row = dict(M=M, N=N, K=K, ours_ms=round(ms["ours"], 5), cublas_ms=round(ms["torch"], 5),
@@ -184,10 +196,15 @@ def main(argv=None):
                    no_sk_ms=round(ms.get("no_sk", ms["ours"]), 5),
                    alt_flip_ms=round(ms["alt_flip"], 5) if "alt_flip" in ms else None,
                    rel_err=float(f"{err:.3e}"), rounds=args.rounds, inner=args.inner)
+        if args.cluster:
+            row.update(c2_config=config_label(clustered(cfg)), c2_ms=round(ms["c2"], 5),
+                       alt_c2_config=config_label(clustered(alt)), alt_c2_ms=round(ms["alt_c2"], 5))
         rows.append(row)
         print(f"{origin:>32} {M:6d} {N:6d} {K:6d} {row['config']:>18} {ms['torch'] / ms['ours']:11.3f} "
               f"{(ms['signal'] / ms['ours'] - 1) * 100:+6.2f} {row['alt_config']:>18} {ms['alt'] / ms['ours']:8.3f} "
-              + (f"{pred / ms['ours']:9.3f}" if pred else f"{'-':>9}"), flush=True)
+              + (f"{pred / ms['ours']:9.3f}" if pred else f"{'-':>9}")
+              + (f"  c2 {ms['torch'] / ms['c2']:.3f} alt_c2 {ms['torch'] / ms['alt_c2']:.3f}" if args.cluster else ""),
+              flush=True)
     df = pd.DataFrame(rows)
     meta_path = Path(table).with_suffix(".meta.json") if table else None
     table_meta = json.loads(meta_path.read_text()) if meta_path and meta_path.exists() else {}
@@ -200,6 +217,15 @@ def main(argv=None):
           f"guess / ours geomean {s['vs_guess']:.3f} ({s['flips']} shapes off the guess); the other tile "
           f"faster by > 1 % on {s['alt_faster']}; stream-K tail on {s['stream_k']} (whole waves / stream-K "
           f"geomean {s['sk_gain']:.3f}) -> {args.out}")
+    if args.cluster:
+        best = df[["ours_ms", "alt_ms", "c2_ms", "alt_c2_ms"]].min(axis=1)
+        for col in ("c2_ms", "alt_c2_ms"):
+            r = df.cublas_ms / df[col]
+            print(f"cuBLAS / {col[:-3]}: geomean {math.exp(np.log(r).mean()):.3f}, median {r.median():.3f}, "
+                  f"worst {r.min():.3f}")
+        r = df.cublas_ms / best
+        print(f"cuBLAS / best of ours, alt, c2, alt_c2: geomean {math.exp(np.log(r).mean()):.3f}, median "
+              f"{r.median():.3f}, worst {r.min():.3f}")
 
 
 if __name__ == "__main__":
