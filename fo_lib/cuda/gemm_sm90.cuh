@@ -135,24 +135,33 @@ __device__ __forceinline__ u32 cluster_ctarank() {
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
 }
-// Arrive (release, cluster scope) on the mbarrier at the same offset as `bar` in cluster CTA `rank`.
+// Arrive on the mbarrier at the same offset as `bar` in cluster CTA `rank` (the default semantics,
+// release at CTA scope, as CUTLASS's ClusterBarrier: it only tells the other CTA's producer that this
+// warpgroup's wgmma reads of a stage are complete, and a cluster-scope release on every k-block
+// made each k-block wait for it).
+#ifndef FO_SM90_C2_SHARE
+#define FO_SM90_C2_SHARE 1
+#endif
+#ifndef FO_SM90_C2_CROSS
+#define FO_SM90_C2_CROSS 1
+#endif
+#ifndef FO_SM90_C2_RELEASE_CLUSTER
+#define FO_SM90_C2_RELEASE_CLUSTER 0
+#endif
 __device__ __forceinline__ void mbar_arrive_remote(u32 bar, u32 rank) {
+#if FO_SM90_C2_RELEASE_CLUSTER
     asm volatile(
         "{\n .reg .b32 ra;\n mapa.shared::cluster.u32 ra, %0, %1;\n"
         " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
         "r"(rank)
         : "memory");
-}
-// mbar_try_wait at cluster scope: the phase may be completed by the other CTA's arrivals.
-__device__ __forceinline__ bool mbar_try_wait_cluster(u32 bar, u32 parity) {
-    u32 ok;
+#else
     asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(ok)
-        : "r"(bar), "r"(parity)
+        "{\n .reg .b32 ra;\n mapa.shared::cluster.u32 ra, %0, %1;\n"
+        " mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+        "r"(rank)
         : "memory");
-    return ok != 0;
+#endif
 }
 
 // --- wgmma ---------------------------------------------------------------------------------------
@@ -458,7 +467,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(bar_full + 8 * s, 1);
-            mbar_init(bar_empty + 8 * s, 2 * CLUSTER);  // each consumer WG of each cluster CTA
+            mbar_init(bar_empty + 8 * s, FO_SM90_C2_CROSS ? 2 * CLUSTER : 2);  // each consumer WG of each cluster CTA
         }
         mbar_init(bar_c_full, 256);
         mbar_init(bar_c_empty, S::STORE_THREADS);
@@ -490,17 +499,12 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                     if (CLUSTER > 1 && !phantom && (w.s ^ 1) < tiles) {
                         int pm, pn;
                         raster.tile(w.s ^ 1, pm, pn);
-                        share_b = pn == tn;
+                        share_b = FO_SM90_C2_SHARE && pn == tn;
                     }
 #pragma unroll 1
                     for (int kb = w.k0; kb < w.k1; ++kb) {
                         const u32 empty = bar_empty + 8 * stage;
-                        if (CLUSTER > 1) {
-                            while (!mbar_try_wait_cluster(empty, phase ^ 1u)) {
-                            }
-                        } else {
-                            mbar_wait(empty, phase ^ 1u);
-                        }
+                        mbar_wait(empty, phase ^ 1u);
                         const u32 full = bar_full + 8 * stage;
                         const u32 dst = base + stage * S::STAGE_BYTES;
                         if (phantom) {
@@ -646,7 +650,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 // (cluster 2) in the other, whose producer multicasts into this stage too.
                 if (tid == 0) {
                     mbar_arrive(bar_empty + 8 * stage);
-                    if (CLUSTER > 1) mbar_arrive_remote(bar_empty + 8 * stage, rank ^ 1u);
+                    if (CLUSTER > 1 && FO_SM90_C2_CROSS) mbar_arrive_remote(bar_empty + 8 * stage, rank ^ 1u);
                 }
                 if (++stage == STAGES) {
                     stage = 0;

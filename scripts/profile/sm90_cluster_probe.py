@@ -17,6 +17,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--shape", type=int, nargs=3, default=(8192, 8192, 8192))
     p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--ctas", type=int, nargs="+", default=(132, 130, 128, 120))
+    p.add_argument("--configs", nargs="+", default=("128x256x64", "128x256x64c2"))
     args = p.parse_args(argv)
     import torch
 
@@ -29,9 +31,9 @@ def main(argv=None):
     M, N, K = args.shape
     sets = input_sets(M, N, K, torch.bfloat16)
     fns = {"torch": lambda i: torch.matmul(sets[i % len(sets)][0], sets[i % len(sets)][1].T, out=sets[i % len(sets)][2])}
-    for name in ("128x256x64", "128x256x64c2"):
+    for name in args.configs:
         cfg = sm90.CONFIGS[name].with_raster("row", 8)
-        for ctas in (132, 130, 128, 120):
+        for ctas in args.ctas:
             fns[f"{name}@{ctas}"] = (lambda c, n: lambda i: sm90.gemm_nt(*sets[i % len(sets)], config=c, ctas=n))(cfg, ctas)
     med = summarize(bench_interleaved(fns, rounds=args.rounds, inner=3, warmup=2, graph=True, order="shuffle"))
     flop = 2.0 * M * N * K

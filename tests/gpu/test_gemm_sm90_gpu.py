@@ -77,6 +77,48 @@ def test_gemm_default_and_ctas(M, N, K, ctas, order, swizzle):
     assert torch.equal(out1, out2), "raster/ctas must not change the result (same k order per tile)"
 
 
+# --- clusters of 2 (B shared by TMA multicast) ---------------------------------------------------
+# Odd tile counts (a phantom unit), odd tile rows (edge bands whose pairs do not share B), N tails
+# inside and past the first half of B (a half box wholly out of bounds), grids smaller than ctas.
+CLUSTER_SHAPES = [(1100, 1792, 520), (300, 130, 72), (129, 100, 8), (2048, 4096, 1024), (777, 1000, 4104)]
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("tile", ["128x256x64", "128x128x64"])
+@pytest.mark.parametrize("M,N,K", CLUSTER_SHAPES)
+def test_cluster_equals_single_cta_bitwise(M, N, K, tile, dtype):
+    """The same tiles with and without clusters sum the same k-blocks in the same order: equal bit
+    for bit, over rasters that pair every tile (row 2), some (row 3, col 4) or none (row 1), and CTA
+    counts down to one cluster; and within tolerance of float64."""
+    a, b = inputs(M, N, K, dtype, seed=M + N + K)
+    want = ref(a, b)
+    for order, swizzle in (("row", 2), ("row", 3), ("col", 4), ("row", 1)):
+        for ctas in (2, 6, 132):
+            c1 = gemm_sm90.CONFIGS[tile].with_raster(order, swizzle)
+            c2 = gemm_sm90.CONFIGS[tile + "c2"].with_raster(order, swizzle)
+            buf, out, mask = guarded_out(M, N, dtype)
+            gemm_sm90.gemm_nt(a, b, out, config=c2, ctas=ctas)
+            torch.cuda.synchronize()
+            assert not torch.isnan(out).any(), f"unwritten elements ({order}{swizzle}, {ctas} CTAs)"
+            assert torch.isnan(buf[~mask]).all(), "the kernel wrote outside the output view"
+            assert calc_diff(out, want) < TOL[dtype]
+            single = gemm_sm90.gemm_nt(a, b, config=c1, ctas=ctas)
+            assert torch.equal(out, single), f"cluster != single CTA ({order}{swizzle}, {ctas} CTAs)"
+
+
+def test_cluster_needs_an_even_cta_count():
+    a, b = inputs(256, 512, 64, "bf16", seed=5)
+    with pytest.raises(gemm.GemmError, match="multiple of 2"):
+        gemm_sm90.gemm_nt(a, b, config=gemm_sm90.CONFIGS["128x256x64c2"], ctas=7)
+
+
+def test_cluster_capacity_is_known():
+    """The driver's count of resident clusters: at least one, at most one per pair of SMs."""
+    for cfg in gemm_sm90.CONFIGS.values():
+        n = gemm_sm90.cluster_capacity(cfg)
+        assert 1 <= n * cfg.cluster <= gemm.sm_count()
+
+
 # --- stream-K tail -------------------------------------------------------------------------------
 # (M, N, K, config, CTAs): cut tiles with M/N/K tails, K of two k-blocks (a CTA's run holds a whole
 # tile and the first k-block of the next), few CTAs, and the LLM shapes the tail is for (132 CTAs).
@@ -296,7 +338,8 @@ def test_gemm_signal_gates_a_reader_on_another_stream(cname):
     group's slice while the GEMM is still running later groups. Calls alternate between two input
     sets (so a stale slice is caught) and two buffers; every copied slice must hold its call's data."""
     cfg = gemm_sm90.CONFIGS[cname].with_raster("row", 2)
-    M, N, K, ctas, calls = 2048, 4096, 1024, 33, 8
+    M, N, K, calls = 2048, 4096, 1024, 8
+    ctas = 33 + (cfg.cluster == 2)  # clusters come in pairs
     grid = cfg.grid(M, N, ctas)
     plan = reorder.tile_reorder(grid, (1,) * grid.num_waves)
     sets = [inputs(M, N, K, "bf16", seed=40 + i) for i in range(2)]
@@ -351,6 +394,8 @@ def test_gemm_signal_rejects_bad_tables():
     ("128x128x64", 1000, 1000, 256, 17, "col", 1),
     ("128x256x64", 2000, 3000, 512, 64, "row", 5),
     ("128x256x64", 1024, 8192, 512, 100, "col", 8),
+    ("128x256x64c2", 1100, 1792, 256, 12, "row", 4),  # 63 tiles: a phantom unit on the last CTA
+    ("128x128x64c2", 2000, 3000, 512, 64, "row", 3),
 ])
 def test_gemm_probe_waves_and_raster(cname, M, N, K, ctas, order, swizzle):
     cfg = gemm_sm90.CONFIGS[cname].with_raster(order, swizzle)
