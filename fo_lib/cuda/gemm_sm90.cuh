@@ -713,6 +713,10 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             // Fragment of wgmma m64nNk16: acc[4 j + 2 h + e] is row 16 warp + lane / 4 + 8 h,
             // column 8 j + 2 (lane % 4) + e of this warpgroup's 64 x BN block.
             mbar_wait(bar_c_empty, c_parity ^ 1u);  // the store warps are done with the previous tile
+#ifndef FO_SM90_STMATRIX
+#define FO_SM90_STMATRIX 1
+#endif
+#if FO_SM90_STMATRIX
             // stmatrix x4 stores the 8 x 8 blocks (j, h = 0), (j, 1), (j + 1, 0), (j + 1, 1): lane l
             // addresses row l % 8 of block l / 8, chunk j + l / 16 (row & 7 = l % 8).
             const int st_row = c * 64 + warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
@@ -723,6 +727,18 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                             pack2(T{}, acc[4 * j], acc[4 * j + 1]), pack2(T{}, acc[4 * j + 2], acc[4 * j + 3]),
                             pack2(T{}, acc[4 * j + 4], acc[4 * j + 5]), pack2(T{}, acc[4 * j + 6], acc[4 * j + 7]));
             }
+#else
+            const int row0 = c * 64 + warp * 16 + lane / 4;
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = row0 + 8 * h;
+                    asm volatile("st.shared.b32 [%0], %1;" ::"r"(smem_c + row * (BN * 2) + ((j ^ (row & 7)) << 4) + (lane % 4) * 4),
+                                 "r"(pack2(T{}, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1])) : "memory");
+                }
+            }
+#endif
             mbar_arrive(bar_c_full);
             c_parity ^= 1u;
         }
