@@ -357,3 +357,14 @@ def test_group_collective_and_comm_buffer():
     assert comm.asked == [(5, torch.bfloat16, "cpu")] and bool((got == 7).all())
     plain = comm_buffer(object(), 3, torch.float16, "cpu")  # no empty(): a plain tensor
     assert plain.shape == (3,) and plain.dtype == torch.float16
+
+
+@pytest.mark.parametrize("ctas,cluster", [(130, 2), (131, 1)])
+def test_a_cluster_config_runs_clusters_only_on_an_even_cta_count(ctas, cluster):
+    """A Hopper config in clusters of 2 needs an even CTA count: on an odd one the plan runs the same
+    tiles one CTA at a time (same grid, same waves)."""
+    from fo_lib.gemm import sm90
+    c2 = sm90.CONFIGS["128x256x64c2"].with_raster("row", 8)
+    plan = OverlapPlan("all_reduce", 4096, 4096, 64, _NoComm(2), device="cpu", config=c2, ctas=ctas)
+    assert plan.config.cluster == cluster and plan.config.BN == 256 and plan.config.swizzle == 8
+    assert plan.grid == c2.grid(4096, 4096, ctas)

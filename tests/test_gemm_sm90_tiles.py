@@ -245,12 +245,15 @@ def test_the_recorder_writes_a_table_the_picker_reads(data_dir):
     for M, N in rec.grids(132):
         for K in rec.KS:
             # Synthetic GEMM times: a wave of the small tile (twice as many waves) takes 0.52 of a
-            # wave of the big one; col order 2 % slower.
-            med = {rec.variant(n, o, s): (1.0 if n == BIG else 1.04) * (1.02 if o == "col" else 1.0) * K / 4096
-                   for n in (BIG, SMALL) for o, s in rec.RASTERS}
+            # wave of the big one; col order 2 % slower; clusters 3 % slower (never taken here).
+            med = {rec.variant(n, o, s): (1.0 if c.BN == 256 else 1.04) * (1.02 if o == "col" else 1.0)
+                   * (1.03 if c.cluster > 1 else 1.0) * K / 4096
+                   for n, c in rec.candidates().items() for o, s in rec.rasters(c)}
             med["torch"] = 1.0
             rows += rec.table_rows(M, N, K, 132, med, 12, 3)
-    assert len(rows) == 3 * len(rec.KS) * 2 * len(rec.RASTERS)
+    per_grid = sum(len(rec.rasters(c)) for c in rec.candidates().values())
+    assert per_grid == 2 * len(rec.RASTERS) + 2 * len(rec.CLUSTER_RASTERS)
+    assert len(rows) == 3 * len(rec.KS) * per_grid
     _table(data_dir, rows)
     cfg = sm90.default_config(4096, 4096, 4096, 132)
     assert (cfg.BN, cfg.order, cfg.swizzle) == (256, "row", 8)  # 4 waves x 1 against 8 x 0.52; all rasters tie
@@ -280,14 +283,14 @@ def test_record_then_benchmark_end_to_end_with_fake_timings(data_dir, monkeypatc
     monkeypatch.setattr(sm90, "sm_count", lambda *a: 132)
 
     def fake_measure(M, N, K, dtype, rounds, inner, sm_count, seed):
-        med = {rec.variant(n, o, s): (1.0 if n == BIG else 1.02) * (1 + 0.01 * s) * K / 4096
-               for n in (BIG, SMALL) for o, s in rec.RASTERS}
+        med = {rec.variant(n, o, s): (1.0 if c.BN == 256 else 1.02) * (1 + 0.01 * s) * (1.05 if c.cluster > 1 else 1)
+               * K / 4096 for n, c in rec.candidates().items() for o, s in rec.rasters(c)}
         return dict(med, torch=1.0)
 
     monkeypatch.setattr(rec, "measure", fake_measure)
     table = tmp_path / "out" / "gemm_sm90_tiles.csv"
     rec.main(["--out", str(table), "--K", "1024", "4096"])
-    assert len(pd.read_csv(table)) == 3 * 2 * 2 * len(rec.RASTERS)
+    assert len(pd.read_csv(table)) == 3 * 2 * sum(len(rec.rasters(c)) for c in rec.candidates().values())
     assert json.loads(table.with_suffix(".meta.json").read_text())["waves"] == rec.WAVES
 
     def fake_bench(M, N, K, dtype, rounds, inner, sms, seed):
@@ -331,3 +334,38 @@ def test_the_engines_pick_is_the_best_in_whole_waves(data_dir, monkeypatch):
     assert (plain.BN, plain.stream_k) == (256, True)
     assert (engine.BN, engine.stream_k) == (128, False)
     assert gemm.auto_config(1536, 3584, 8192, 132, stream_k=True) == plain
+
+
+def _cluster_rows(ms_c1, ms_c2, grid=GRID, ks=(1024, 4096)):
+    """Big-tile rows with and without clusters: a wave takes ``ms_c1`` / ``ms_c2`` at K = 4096."""
+    rows = []
+    for name, ms, rasters in ((BIG, ms_c1, (("row", 1), ("row", 8))), (BIG + "c2", ms_c2, (("row", 2), ("row", 8)))):
+        for order, sw in rasters:
+            for k in ks:
+                rows.append(dict(config=name, tile_name=sm90.CONFIGS[name].tile_name, order=order, swizzle=sw,
+                                 M=grid[0], N=grid[1], K=k, waves=8, ms_per_wave=ms * k / 4096, tflops=1.0))
+    return rows
+
+
+@pytest.mark.parametrize("c2_speed,want", [(0.97, 2), (0.995, 1)])
+def test_a_cluster_is_taken_where_it_is_measured_faster_and_ties_go_without(data_dir, c2_speed, want):
+    _table(data_dir, _cluster_rows(1.0, c2_speed))
+    cfg = sm90.default_config(4096, 8192, 4096, 132)
+    assert cfg.cluster == want and not cfg.stream_k
+    if want == 2:  # clusters of 2 along M share B only in a row raster with an even swizzle
+        assert cfg.order == "row" and cfg.swizzle % 2 == 0
+
+
+def test_clusters_are_no_candidates_on_an_odd_cta_count(data_dir):
+    _table(data_dir, _cluster_rows(1.0, 0.9))
+    assert sm90.default_config(4096, 8192, 4096, 132).cluster == 2
+    assert sm90.default_config(4096, 8192, 4096, 131).cluster == 1
+
+
+def test_a_cluster_pick_runs_whole_waves_and_pairs_tiles_in_one_wave(data_dir):
+    # 1536 x 3584: 12 x 14 = 168 big tiles on 132 CTAs (a tail a stream-K config would share).
+    _table(data_dir, _cluster_rows(1.0, 0.5))
+    cfg = sm90.default_config(1536, 3584, 8192, 132)
+    assert cfg.cluster == 2 and not cfg.stream_k
+    one_wave = sm90.default_config(1024, 2048, 4096, 132)  # 8 x 8 tiles
+    assert one_wave.cluster == 2 and (one_wave.order, one_wave.swizzle) == ("row", 2)

@@ -16,6 +16,14 @@
 //     straight on to the next tile: the global stores, the fence and the atomic are off their path.
 //   * Tile schedule: CTA b of P runs s = b, b + P, ... through fo::raster_tile (tile_schedule.cuh),
 //     the same function as the portable kernel, so fo_lib.tiling's wave model holds.
+//   * Clusters (CLUSTER 2, along M): P is even, so cluster ranks 0 and 1 run schedule indices 2 i and
+//     2 i + 1 in step. When both are tiles of one tile column (a row raster with an even swizzle
+//     pairs every tile but an odd edge band's) they share the B tile: each producer loads its A and
+//     one half of B, multicast into both CTAs' stage at the same offset, and a stage may be refilled
+//     only when the consumers of both CTAs are done with it (each consumer warpgroup arrives on
+//     both CTAs' empty barrier). Unshared pairs load their whole B themselves under the same
+//     handshake. An odd tile count gives the last CTA a phantom unit (no loads, no MMA, no store)
+//     so both CTAs walk the same k-blocks; no stream-K tail in clusters.
 //   * Stream-K tail (P <= sk_tiles < 2 P, else ignored): the last sk_tiles schedule indices are not
 //     given out whole but as one run of sk_tiles * KT k-blocks split evenly over the P CTAs, each
 //     CTA's run after its whole tiles (a partial last wave would leave SMs idle; here every CTA does
@@ -37,10 +45,13 @@
 //
 // Handshakes (all mbarriers, phase parity tracked by counters, never re-initialised):
 //   full[s]   : 1 arrival (producer's expect_tx) + the TMA bytes     -> consumers may read stage s
-//   empty[s]  : 2 arrivals (one thread per consumer WG, after wgmma.wait_group 0) -> producer may refill
+//   empty[s]  : 2 arrivals (one thread per consumer WG, after wgmma.wait_group 0; CLUSTER 2: 4, the
+//               other CTA's consumers too)                               -> producer may refill
 //   c_full    : 256 arrivals (every consumer thread after its st.shared of C) -> store warps may read C
 //   c_empty   : 96 arrivals (every store thread after its ld.shared of C)     -> consumers may write C
 //   named barrier 1: the 96 store threads; named barrier 2: the 256 consumer threads (stream-K).
+//   CLUSTER 2: a cluster barrier after the barriers are initialised (the other CTA multicasts into
+//   this one's ring) and one before exit (its last arrivals on this CTA's barriers).
 // NOTES: smem C is written and read by the generic proxy only (st.shared / ld.shared), and the operand
 // ring by the async proxy only (TMA writes, wgmma reads), so no fence.proxy.async is needed anywhere.
 //

@@ -157,10 +157,12 @@ class OverlapPlan:
         if schedule == "per_tile":
             self.grid = self.config.grid(self.M, self.N, sm_count)
             self.ctas = self.grid.tiles_m * self.grid.tiles_n
+            self.config = self.config.for_ctas(self.ctas)  # same tiles: the grid holds
         else:
             self.ctas = int(ctas) if ctas is not None else sm_count - self.comm_sms
             if self.ctas <= 0:
                 raise PlanError(f"no CTAs left for the GEMM (SMs {sm_count}, comm_sms {self.comm_sms})")
+            self.config = self.config.for_ctas(self.ctas)
             self.grid = self.config.grid(self.M, self.N, self.ctas)
         self.partition = self._choose_partition(partition, max_groups)
         extra = {"routing": routing} if primitive == "all_to_all" else {}

@@ -37,6 +37,13 @@ class RasterMixin:
         exit; launching ``min(ctas, tiles)`` keeps the schedule (tile s -> CTA s % ctas) unchanged."""
         return min(ctas, tiles)
 
+    def for_ctas(self, ctas: int):
+        """The config that runs on ``ctas`` CTAs: itself, or (a Hopper cluster config on a CTA count
+        that is no whole number of clusters) the same tiles one CTA at a time."""
+        from dataclasses import replace
+        cluster = getattr(self, "cluster", 1)
+        return self if ctas % cluster == 0 else replace(self, cluster=1)
+
     def with_raster(self, order: str | None = None, swizzle: int | None = None):
         """The same tiles walked in another raster order (a run-time argument: no recompile)."""
         from dataclasses import replace

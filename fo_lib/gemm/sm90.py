@@ -137,7 +137,9 @@ for _c in CONFIGS.values():
 # area, a GUESS (the bigger tile reuses each A/B byte twice as often), fed to pick_by_waves. With a
 # table (fo_lib.gemm.tile_table) the measured wave times replace it.
 _TILE_SPEED = {"128x256x64": 1.0, "128x128x64": 0.9}
-_DEFAULT_CANDIDATES = ("128x256x64", "128x128x64")
+_GUESS_CANDIDATES = ("128x256x64", "128x128x64")
+# What the measured table chooses among (scripts/bench/record_sm90_tiles.py records each of them).
+_DEFAULT_CANDIDATES = ("128x256x64", "128x128x64", "128x256x64c2", "128x128x64c2")
 
 
 def default_config(M: int, N: int, K: int, sm_count: int = 132, smem_limit: int = MAX_SMEM,
@@ -165,7 +167,7 @@ def default_config(M: int, N: int, K: int, sm_count: int = 132, smem_limit: int 
 
 def guess_config(M: int, N: int, K: int, sm_count: int = 132, smem_limit: int = MAX_SMEM) -> Sm90Config:
     """The table-free pick (the documented guess above), whatever table there is."""
-    return pick_by_waves({n: CONFIGS[n] for n in _DEFAULT_CANDIDATES}, _TILE_SPEED, M, N, K, sm_count, smem_limit,
+    return pick_by_waves({n: CONFIGS[n] for n in _GUESS_CANDIDATES}, _TILE_SPEED, M, N, K, sm_count, smem_limit,
                          family="sm90")
 
 
@@ -173,7 +175,8 @@ def guess_config(M: int, N: int, K: int, sm_count: int = 132, smem_limit: int = 
 def _default_config(M, N, K, sm_count, smem_limit, path, mtime, stream_k) -> Sm90Config:
     if path is None:
         return guess_config(M, N, K, sm_count, smem_limit)
-    candidates = {n: replace(CONFIGS[n], stream_k=stream_k) for n in _DEFAULT_CANDIDATES}
+    # Clusters run whole waves (no stream-K tail).
+    candidates = {n: replace(CONFIGS[n], stream_k=stream_k and CONFIGS[n].cluster == 1) for n in _DEFAULT_CANDIDATES}
     return tile_table.pick(tile_table.load(path, CONFIGS), candidates, M, N, K, sm_count, smem_limit)
 
 

@@ -226,11 +226,13 @@ def candidates(table: TileTable, configs: dict, M: int, N: int, sm_count: int):
     along its band is skipped (it walks like a narrower one, which was not what was recorded). A
     config with ``stream_k`` comes both with and without it where the grid would have a tail."""
     for name, cfg in configs.items():
-        if not table.has(name):
+        cluster = getattr(cfg, "cluster", 1)
+        if not table.has(name) or sm_count % cluster:  # clusters need a whole number of them
             continue
         tm, tn = ceil_div(M, cfg.BM), ceil_div(N, cfg.BN)
         if tm * tn <= sm_count:
-            yield name, cfg.with_raster("row", 1).whole_waves()
+            # Clusters of 2 along M share B only in a raster that pairs tiles down a tile column.
+            yield name, cfg.with_raster("row", 1 if cluster == 1 else 2).whole_waves()
             continue
         # A config says what runs: stream_k only where the grid has a tail to share.
         tails = (False, True) if cfg.stream_k and stream_k_tiles(tm * tn, sm_count) else (False,)
@@ -243,7 +245,8 @@ def candidates(table: TileTable, configs: dict, M: int, N: int, sm_count: int):
 def pick(table: TileTable, configs: dict, M: int, N: int, K: int, sm_count: int, smem_limit: int):
     """The fastest predicted candidate among ``configs`` (name -> config) that fit ``smem_limit``, a
     smaller tile's time counted :data:`SMALLER_TILE_MARGIN` higher; ties (within :data:`TIE`) to the
-    bigger tile, then the wider swizzle, then row order, then whole waves (no stream-K tail)."""
+    bigger tile, then no cluster, then the wider swizzle, then row order, then whole waves (no
+    stream-K tail)."""
     check_positive_ints(M=M, N=N, K=K, sm_count=sm_count, smem_limit=smem_limit)
     fit = {n: c for n, c in configs.items() if c.smem_bytes <= smem_limit}
     if not fit:
@@ -259,4 +262,6 @@ def pick(table: TileTable, configs: dict, M: int, N: int, K: int, sm_count: int,
     # NOTES: the recorded grids are 8-16 waves; on bigger grids a narrow band re-reads the operands
     # from DRAM (16384 x 13824 x 5120 in row order, swizzle 1: 12 % slower than swizzle 8), while
     # the widest swizzle was within noise of the best on every recorded grid: ties go to it.
-    return min(ties, key=lambda c: (-c.BM * c.BN, -c.swizzle, c.order != "row", c.stream_k))
+    # A cluster must win by more than a tie: it asks for an even CTA count.
+    return min(ties, key=lambda c: (-c.BM * c.BN, getattr(c, "cluster", 1), -c.swizzle, c.order != "row",
+                                    c.stream_k))

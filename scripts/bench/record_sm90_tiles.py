@@ -35,6 +35,13 @@ ASPECTS = (1 / 16, 1.0, 16.0)  # tile rows / tile columns of the 128 x 256 grid:
 WAVES = 8
 KS = (1024, 4096, 8192, 16384)  # the picker interpolates between them, and extrapolates past 16384
 RASTERS = tuple((order, swizzle) for order in ("row", "col") for swizzle in (1, 2, 4, 8))
+# Clusters of 2 along M share B only where a raster pairs tiles down a tile column.
+CLUSTER_RASTERS = (("row", 2), ("row", 4), ("row", 8))
+
+
+def rasters(cfg) -> tuple:
+    """The rasters recorded for ``cfg``."""
+    return RASTERS if cfg.cluster == 1 else CLUSTER_RASTERS
 
 
 def full_wave_grid(sm_count: int, waves: int, aspect: float, BM: int = 128, BN: int = 256) -> tuple[int, int]:
@@ -75,7 +82,7 @@ def table_rows(M, N, K, sm_count, medians, rounds, inner) -> list[dict]:
     for name, cfg in candidates().items():
         tiles = (M // cfg.BM) * (N // cfg.BN)
         waves = tiles // sm_count
-        for order, swizzle in RASTERS:
+        for order, swizzle in rasters(cfg):
             ms = medians[variant(name, order, swizzle)]
             rows.append(dict(config=name, tile_name=cfg.tile_name, order=order, swizzle=swizzle, M=M, N=N, K=K,
                              sm_count=sm_count, tiles=tiles, waves=waves, median_ms=round(ms, 5),
@@ -94,7 +101,7 @@ def measure(M, N, K, dtype, rounds, inner, sm_count, seed):
     n = len(sets)
     fns = {"torch": lambda i: torch.matmul(sets[i % n][0], sets[i % n][1].T, out=sets[i % n][2])}
     for name, cfg in candidates().items():
-        for order, swizzle in RASTERS:
+        for order, swizzle in rasters(cfg):
             c = cfg.with_raster(order, swizzle)
             fns[variant(name, order, swizzle)] = (
                 lambda c: lambda i: sm90.gemm_nt(*sets[i % n], config=c, ctas=sm_count))(c)
