@@ -56,6 +56,37 @@ def stream_k_tiles(tiles: int, ctas: int) -> int:
     return tail + ctas if idle >= STREAM_K_MIN_IDLE else 0
 
 
+# The split tail (stream_k_plan): at most this many parts per tile (the finishing CTA reads the others'
+# fp32 parts back), each at least this many k-blocks long.
+STREAM_K_MAX_SPLIT = 4
+STREAM_K_MIN_PART_KBLOCKS = 4
+
+
+def stream_k_plan(tiles: int, ctas: int, k_blocks: int) -> tuple[int, int]:
+    """How a stream-K launch of ``tiles`` tiles of ``k_blocks`` k-blocks on ``ctas`` persistent CTAs
+    shares its partial last wave: ``(sk_tiles, split)``.
+
+    * ``split >= 2`` (the split tail): the ``sk_tiles`` tiles of the partial last wave are each cut
+      into ``split`` equal k ranges, one per CTA (``sk_tiles * split <= ctas``), every part of a tile
+      starting at the same moment; the CTA with the last range sums the others. Where the tail has at
+      most half as many tiles as there are CTAs (and K gives parts of
+      :data:`STREAM_K_MIN_PART_KBLOCKS` k-blocks): the last wave then costs ``1 / split`` of a tile.
+    * ``split == 1`` (runs): :func:`stream_k_tiles` tiles, the partial wave and one full wave, spread
+      over every CTA as equal runs of k-blocks.
+    * ``(0, 0)``: whole waves (see :func:`stream_k_tiles`).
+
+    >>> stream_k_plan(448, 132, 80), stream_k_plan(336, 132, 224), stream_k_plan(264, 132, 64)
+    ((52, 2), (204, 1), (0, 0))
+    """
+    _check_positive(tiles=tiles, ctas=ctas, k_blocks=k_blocks)
+    sk = stream_k_tiles(tiles, ctas)
+    if sk == 0:
+        return 0, 0
+    tail = tiles % ctas
+    split = min(STREAM_K_MAX_SPLIT, ctas // tail, k_blocks // STREAM_K_MIN_PART_KBLOCKS)
+    return (tail, split) if split >= 2 else (sk, 1)
+
+
 def raster_tile(s: np.ndarray | int, tiles_m: int, tiles_n: int, order: str = "row",
                 swizzle: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Map schedule indices ``s`` to tile coordinates ``(tm, tn)`` (vectorised over ``s``)."""

@@ -76,19 +76,23 @@ def test_equal_times_are_a_tie_that_goes_to_the_bigger_tile_then_the_wider_swizz
 
 
 def test_a_partial_last_wave_is_shared_by_every_cta_where_stream_k_pays(data_dir, monkeypatch):
-    # 1536 x 3584 with 128 x 256 tiles: 12 x 14 = 168 tiles on 132 CTAs, 2 waves with whole waves;
-    # the stream-K tail spreads all 168 (the partial wave and one full wave) over every CTA.
-    assert tile_table.waves(168, 132, False) == 2
-    fix = tile_table.STREAM_K_FIXUP
-    assert tile_table.waves(168, 132, True) == pytest.approx(168 / 132 * (1 + fix))
-    # 400 tiles: 2 whole waves, then the last 4 + 132 shared.
-    assert tile_table.waves(400, 132, True) == pytest.approx(2 + 136 / 132 * (1 + fix))
+    # 1536 x 3584 with 128 x 256 tiles: 12 x 14 = 168 tiles on 132 CTAs, 2 waves with whole waves.
+    # With 128 k-blocks the 36 tiles of the last wave are each split in 3 k ranges (108 CTAs): 1/3
+    # of a wave; with 7 k-blocks (parts would be too short) all 168 (the partial wave and one full
+    # wave) are spread over every CTA as runs.
+    assert tile_table.waves(168, 132, False, 128) == 2
+    fix, split_fix = tile_table.STREAM_K_FIXUP, tile_table.STREAM_K_SPLIT_FIXUP
+    assert tile_table.waves(168, 132, True, 128) == pytest.approx(1 + (1 + split_fix) / 3)
+    assert tile_table.waves(168, 132, True, 7) == pytest.approx(168 / 132 * (1 + fix))
+    # 400 tiles: 3 whole waves and the last 4 in 4 parts each; or 2 whole waves and 4 + 132 as runs.
+    assert tile_table.waves(400, 132, True, 128) == pytest.approx(3 + (1 + split_fix) / 4)
+    assert tile_table.waves(400, 132, True, 7) == pytest.approx(2 + 136 / 132 * (1 + fix))
     # Full or nearly full last waves keep whole waves.
-    assert tile_table.waves(264, 132, True) == tile_table.waves(900, 132, True) - 5 == 2
+    assert tile_table.waves(264, 132, True, 128) == tile_table.waves(900, 132, True, 128) - 5 == 2
     _table(data_dir, _rows(lambda o, s: 1.0, lambda o, s: 0.6))
     cfg = sm90.default_config(1536, 3584, 8192, 132)
-    assert cfg.stream_k and cfg.BN == 256  # 1.43 waves of 1.0 against 3 of 0.6 (336 small tiles)
-    assert sm90.predict_ms(cfg, 1536, 3584, 8192, 132) == pytest.approx(168 / 132 * (1 + fix) * 2.0)
+    assert cfg.stream_k and cfg.BN == 256  # 1.37 waves of 1.0 against 3 of 0.6 (336 small tiles)
+    assert sm90.predict_ms(cfg, 1536, 3584, 8192, 132) == pytest.approx((1 + (1 + split_fix) / 3) * 2.0)
     assert sm90.predict_ms(replace(cfg, stream_k=False), 1536, 3584, 8192, 132) == pytest.approx(2 * 2.0)
     # In whole waves (the overlap engine's choice) the small tile wins: 3 x 1.2 x 1.05 < 2 x 2.0. The
     # engine must get that, not the stream-K pick with its tail switched off.

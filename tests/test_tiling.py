@@ -61,3 +61,28 @@ def test_waves_partition_tiles(M, N, sms, order, swizzle):
 def test_bad_grids(kw, msg):
     with pytest.raises(ValueError, match=msg):
         TileGrid(**kw)
+
+
+def test_stream_k_plan_splits_only_a_small_tail_into_equal_k_ranges():
+    from fo_lib.tiling import (STREAM_K_MAX_SPLIT, STREAM_K_MIN_PART_KBLOCKS, stream_k_plan, stream_k_tiles)
+    rng = np.random.default_rng(0)
+    seen = set()
+    for _ in range(5000):
+        ctas = int(rng.integers(1, 140))
+        tiles = int(rng.integers(1, 6 * ctas + 2))
+        kb = int(rng.integers(1, 300))
+        sk, split = stream_k_plan(tiles, ctas, kb)
+        runs = stream_k_tiles(tiles, ctas)
+        if runs == 0:
+            assert (sk, split) == (0, 0)
+            continue
+        seen.add(min(split, 2))
+        if split == 1:
+            assert sk == runs
+            continue
+        # The partial last wave, each tile in `split` k ranges of at least the minimum, one per CTA.
+        assert sk == tiles % ctas and 2 <= split <= STREAM_K_MAX_SPLIT and sk * split <= ctas
+        bounds = [j * kb // split for j in range(split + 1)]
+        assert bounds[0] == 0 and bounds[-1] == kb
+        assert min(b - a for a, b in zip(bounds, bounds[1:])) >= STREAM_K_MIN_PART_KBLOCKS
+    assert seen == {1, 2}

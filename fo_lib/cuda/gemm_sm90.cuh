@@ -331,8 +331,9 @@ __device__ __forceinline__ void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u3
 
 // What a CTA does with one unit of work (see the stream-K note at the top).
 // kWholeTile: every k-block; kHeadTile: published to slot 2 b; kTailTile: finished in registers with
-// the head; kTailPark: parked in slot 2 b + 1; kFinishParked: no k-blocks, tail slot + head slot.
-enum Sm90Part : int { kWholeTile = 0, kHeadTile = 1, kTailTile = 2, kTailPark = 3, kFinishParked = 4 };
+// the head; kTailPark: parked in slot 2 b + 1; kFinishParked: no k-blocks, tail slot + head slot;
+// kSplitLast: the split tail's last k range, finished with the tile's other parts.
+enum Sm90Part : int { kWholeTile = 0, kHeadTile = 1, kTailTile = 2, kTailPark = 3, kFinishParked = 4, kSplitLast = 5 };
 
 // The stream-K run of CTA b of P over sk_tiles x KT k-blocks: [first(b), first(b + 1)).
 __device__ __forceinline__ i64 sk_first(i64 total, int b, int P) { return total * b / P; }
@@ -343,6 +344,7 @@ __device__ __forceinline__ i64 sk_first(i64 total, int b, int P) { return total 
 // this same sequence: for (Sm90Work w(...); w.next();).
 struct Sm90Work {
     int dp, KT, P, s_next;
+    int sk, split;         // split tail: the last sk tiles, each in `split` k ranges (split 0: runs or none)
     int phase;             // 0 whole tiles before the run, 1 head, 2 tail, 3 whole tiles of the run, 4 finish, 5 done
     int t_head, head_len;  // the head: k-blocks [0, head_len) of sk tile t_head (head_len 0: none)
     int t_tail, tail_k0;   // the tail: k-blocks [tail_k0, KT) of sk tile t_tail (tail_k0 0: none)
@@ -352,14 +354,25 @@ struct Sm90Work {
 
     // cluster 2: no stream-K (the two CTAs of a cluster walk k-blocks in lockstep), and an odd tile
     // count gets one phantom unit (s == tiles: no tile) so both CTAs walk the same number of units.
-    __device__ __forceinline__ Sm90Work(int tiles, int sk_tiles, int KT_, int cluster = 1) {
+    // sk_split >= 2: the split tail (CTA b < sk_tiles * split runs k range b / sk_tiles of tile
+    // b % sk_tiles of the tail); 1: runs; the host's contract is fo_lib.tiling.stream_k_plan.
+    __device__ __forceinline__ Sm90Work(int tiles, int sk_tiles, int sk_split, int KT_, int cluster = 1) {
         P = gridDim.x;
-        if (sk_tiles < P || sk_tiles >= 2 * P || cluster > 1) sk_tiles = 0;  // the host's contract (stream_k_tiles)
+        split = 0;
+        if (cluster > 1) {
+            sk_tiles = 0;
+        } else if (sk_split >= 2) {
+            if (sk_tiles > 0 && sk_tiles < P && sk_tiles * sk_split <= P && sk_split <= KT_) split = sk_split;
+            else sk_tiles = 0;
+        } else if (sk_tiles < P || sk_tiles >= 2 * P) {
+            sk_tiles = 0;
+        }
+        sk = sk_tiles;
         dp = cluster > 1 ? (tiles + 1) & ~1 : tiles - sk_tiles;
         KT = KT_;
         s_next = blockIdx.x;
         phase = 0;
-        const i64 total = i64(sk_tiles) * KT;
+        const i64 total = split ? 0 : i64(sk_tiles) * KT;  // the runs (none in the split tail)
         const i64 g0 = sk_first(total, blockIdx.x, P);
         const i64 g1 = sk_first(total, blockIdx.x + 1, P);
         t_end = int(g1 / KT);
@@ -387,6 +400,13 @@ struct Sm90Work {
                 return unit(s_next - P, 0, KT, kWholeTile);
             }
             phase = 1;
+        }
+        if (phase == 1 && split) {  // the split tail: at most one part per CTA
+            phase = 5;
+            const int b = blockIdx.x;
+            if (b >= sk * split) return false;
+            const int j = b / sk;
+            return unit(dp + (b - j * sk), j * KT / split, (j + 1) * KT / split, j + 1 < split ? kHeadTile : kSplitLast);
         }
         if (phase == 1) {
             phase = 2;
@@ -441,7 +461,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                                                int M, int N, int K, i64 ldc, int order, int swizzle,
                                                bits16* __restrict__ comm_buf, const i64* __restrict__ row_offset,
                                                const int* __restrict__ tile_group, u32* group_counter,
-                                               u64* __restrict__ probe, int sk_tiles, float* sk_partial,
+                                               u64* __restrict__ probe, int sk_tiles, int sk_split, float* sk_partial,
                                                u32* sk_flag) {
     using S = Sm90Shape<BN, STAGES>;
     using namespace sm90;
@@ -500,7 +520,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 int stage = 0;
                 u32 phase = 0;
 #pragma unroll 1
-                for (Sm90Work w(tiles, sk_tiles, KT, CLUSTER); w.next();) {
+                for (Sm90Work w(tiles, sk_tiles, sk_split, KT, CLUSTER); w.next();) {
                     const bool phantom = w.s >= tiles;  // cluster 2, odd tile count: no tile
                     int tm = 0, tn = 0;
                     if (!phantom) raster.tile(w.s, tm, tn);
@@ -550,7 +570,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             const int ch = lane % S::C_CHUNKS;
             u32 parity = 0;
 #pragma unroll 1
-            for (Sm90Work w(tiles, sk_tiles, KT, CLUSTER); w.next();) {
+            for (Sm90Work w(tiles, sk_tiles, sk_split, KT, CLUSTER); w.next();) {
                 // No C tile: a phantom, or a part that goes to sk_partial.
                 if (w.s >= tiles || w.part == kHeadTile || w.part == kTailPark) continue;
                 int tm, tn;
@@ -631,7 +651,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
         u32 phase = 0;
         u32 c_parity = 0;
 #pragma unroll 1
-        for (Sm90Work w(tiles, sk_tiles, KT, CLUSTER); w.next();) {
+        for (Sm90Work w(tiles, sk_tiles, sk_split, KT, CLUSTER); w.next();) {
             const int k0 = w.k0, part = w.part;
             const bool phantom = w.s >= tiles;
             int tm = 0, tn = 0;
@@ -689,6 +709,27 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                     if (c == 0 && tid == 0) red_release_gpu_add(sk_flag + (w.s - dp), 1u);
                 }
                 continue;
+            }
+            if (part == kSplitLast) {
+                // The tile's other parts are the first units of CTAs b - sk, b - 2 sk, ..., which
+                // wait on nothing; added from the latest k range down (deterministic).
+                if (c == 0 && tid == 0) {
+                    while (ld_acquire_gpu(sk_flag + (w.s - dp)) != u32(w.split - 1)) {
+                    }
+                    sk_flag[w.s - dp] = 0u;  // ready for the next launch
+                }
+                bar_sync(2, 256);
+                for (int i = 1; i < w.split; ++i) {
+                    const float4* part_i = sk_slot(2 * i64(int(blockIdx.x) - i * w.sk));
+#pragma unroll
+                    for (int q = 0; q < S::ACC / 4; ++q) {
+                        const float4 v = __ldcg(part_i + q * 128 + tid);
+                        acc[4 * q] += v.x;
+                        acc[4 * q + 1] += v.y;
+                        acc[4 * q + 2] += v.z;
+                        acc[4 * q + 3] += v.w;
+                    }
+                }
             }
             if (part == kTailTile || part == kFinishParked) {
                 if (part == kFinishParked) {  // the parked tail back into the (idle) accumulators

@@ -50,13 +50,14 @@ from functools import lru_cache
 from typing import ClassVar
 
 from .._util import DTYPE_TAG, CudaUnavailableError, ceil_div, sm_count
-from ..tiling import STREAM_K_MIN_IDLE, stream_k_tiles
+from ..tiling import STREAM_K_MIN_IDLE, stream_k_plan, stream_k_tiles
 from . import tile_table
 from .checks import check_operands
 from .config import DTYPES, EPILOGUE_ID, EPILOGUES, MAX_SMEM, GemmError, RasterMixin, pick_by_waves
 from .family import GemmFamily
 
-__all__ = ["Sm90Config", "CONFIGS", "default_config", "stream_k_tiles", "STREAM_K_MIN_IDLE", "guess_config",
+__all__ = ["Sm90Config", "CONFIGS", "default_config", "stream_k_tiles", "stream_k_plan", "STREAM_K_MIN_IDLE",
+           "guess_config",
            "predict_ms", "gemm_nt", "gemm_nt_signal",
            "gemm_nt_scatter", "gemm_nt_probe", "generate_source", "kernel_name", "tma_desc_fields", "is_supported",
            "GemmError", "sm_count"]
@@ -218,10 +219,10 @@ extern "C" __global__ void __launch_bounds__({cfg.threads}, 1){cluster}
 {name}(const __grid_constant__ fo::TmaDesc tma_a, const __grid_constant__ fo::TmaDesc tma_b,
        fo::bits16* C, int M, int N, int K, long long ldc, int order, int swizzle,
        fo::bits16* comm_buf, const long long* row_offset, const int* tile_group,
-       unsigned int* group_counter, unsigned long long* probe, int sk_tiles, float* sk_partial,
+       unsigned int* group_counter, unsigned long long* probe, int sk_tiles, int sk_split, float* sk_partial,
        unsigned int* sk_flag) {{
-    fo::gemm_sm90_body<{targs}>(tma_a, tma_b, C, M, N, K, ldc, order, swizzle,
-                                comm_buf, row_offset, tile_group, group_counter, probe, sk_tiles, sk_partial, sk_flag);
+    fo::gemm_sm90_body<{targs}>(tma_a, tma_b, C, M, N, K, ldc, order, swizzle, comm_buf, row_offset, tile_group,
+                                group_counter, probe, sk_tiles, sk_split, sk_partial, sk_flag);
 }}
 """
     return source, name
@@ -369,25 +370,27 @@ def _sm90_operand_args(cfg, dtype, a, b, c_ptr, ldc):
 
 
 def _stream_k_args(cfg, a, b, grid):
-    """The kernel's trailing stream-K arguments ``(sk_tiles, partial slots, flags)`` and the buffers
-    the launch keeps: two fp32 slots of ``BM x BN`` per CTA (a head, a parked tail) and one zeroed
-    flag per stream-K tile (the finishing CTA resets its flag, so they stay zero between launches).
-    Owned by the launch: two different launches never share a workspace."""
+    """The kernel's trailing stream-K arguments ``(sk_tiles, split, partial slots, flags)``
+    (:func:`fo_lib.tiling.stream_k_plan`) and the buffers the launch keeps: two fp32 slots of
+    ``BM x BN`` per CTA (a head or a split part, a parked tail) and one zeroed flag per stream-K tile
+    (the finishing CTA resets its flag, so they stay zero between launches). Owned by the launch:
+    two different launches never share a workspace."""
     import numpy as np
     import torch
 
     tiles = ceil_div(a.shape[0], cfg.BM) * ceil_div(b.shape[0], cfg.BN)
-    sk = stream_k_tiles(tiles, grid) if cfg.stream_k and cfg.cluster == 1 else 0
+    k_blocks = ceil_div(a.shape[1], cfg.BK)
+    sk, split = stream_k_plan(tiles, grid, k_blocks) if cfg.stream_k and cfg.cluster == 1 else (0, 0)
     # Built inside a capture, the flags' zeroing would only be recorded: an eager call of this
     # memoized launch before the graph's first replay would read garbage flags. Whole waves then.
     if sk == 0 or torch.cuda.is_current_stream_capturing():
-        return (np.int32(0), np.uint64(0), np.uint64(0)), ()
+        return (np.int32(0), np.int32(0), np.uint64(0), np.uint64(0)), ()
     partial = torch.empty(2 * grid * cfg.BM * cfg.BN, dtype=torch.float32, device=a.device)
     flags = torch.zeros(sk, dtype=torch.int32, device=a.device)
     # The zeros are written on this stream; the launch may be enqueued on another one (once per
     # memoized launch: later calls reuse the buffers).
     torch.cuda.current_stream(a.device).synchronize()
-    return (np.int32(sk), np.uint64(partial.data_ptr()), np.uint64(flags.data_ptr())), (partial, flags)
+    return (np.int32(sk), np.int32(split), np.uint64(partial.data_ptr()), np.uint64(flags.data_ptr())), (partial, flags)
 
 
 # The same public calls as the portable family (fo_lib.gemm.family.GemmFamily). Probe stamps: start

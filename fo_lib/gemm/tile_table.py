@@ -30,7 +30,7 @@ from pathlib import Path
 
 from .. import provenance
 from .._util import ceil_div
-from ..tiling import stream_k_tiles
+from ..tiling import stream_k_plan, stream_k_tiles
 from .config import GemmError, check_positive_ints
 
 TABLE_NAME = "gemm_sm90_tiles.csv"
@@ -52,6 +52,9 @@ SMALLER_TILE_MARGIN = 0.05
 # bench_gemm_sm90_llm.py's whole-wave variants on an H200 (docs/perf-log.md, "Issue 23"): -2..26 %
 # (mean 14 %) on nine 128 x 256 shapes, 3-18 % on three 128 x 128 ones.
 STREAM_K_FIXUP = 0.15
+# The same for the split tail (stream_k_plan's split >= 2: each tail tile's parts run side by side,
+# the last part adds the others' fp32 sums): a first estimate, checked by bench_gemm_sm90_llm.py.
+STREAM_K_SPLIT_FIXUP = 0.10
 
 
 @dataclass(frozen=True)
@@ -205,18 +208,20 @@ def predict_ms(table: TileTable, name: str, cfg, M: int, N: int, K: int, sm_coun
     aspect = math.log(tm / tn)
     if tm * tn <= sm_count:
         return min(table.ms_per_wave(name, o, s, aspect, K) for o, s in table.rasters(name))
-    return waves(tm * tn, sm_count, cfg.stream_k) * table.ms_per_wave(
+    return waves(tm * tn, sm_count, cfg.stream_k, ceil_div(K, cfg.BK)) * table.ms_per_wave(
         name, cfg.order, cfg.swizzle, aspect, K)
 
 
-def waves(tiles: int, sm_count: int, stream_k: bool) -> float:
+def waves(tiles: int, sm_count: int, stream_k: bool, k_blocks: int) -> float:
     """The waves a launch takes: whole waves (a partial last one costs a full one), or with a
-    stream-K tail (:func:`fo_lib.tiling.stream_k_tiles`) the whole waves before it plus the tail's
-    tiles shared by every CTA, its extra cost :data:`STREAM_K_FIXUP` of the tail (one value fits both
-    tile widths)."""
-    sk = stream_k_tiles(tiles, sm_count) if stream_k else 0
+    stream-K tail (:func:`fo_lib.tiling.stream_k_plan`) the whole waves before it plus, for runs, the
+    tail's tiles shared by every CTA at an extra cost of :data:`STREAM_K_FIXUP` (one value fits both
+    tile widths), for the split tail ``1 / split`` of a wave at :data:`STREAM_K_SPLIT_FIXUP`."""
+    sk, split = stream_k_plan(tiles, sm_count, k_blocks) if stream_k else (0, 0)
     if sk == 0:
         return ceil_div(tiles, sm_count)
+    if split >= 2:
+        return (tiles - sk) / sm_count + (1 + STREAM_K_SPLIT_FIXUP) / split
     return (tiles - sk) / sm_count + sk / sm_count * (1 + STREAM_K_FIXUP)
 
 

@@ -188,13 +188,15 @@ def main(argv=None):
                                                args.seed, **({"cluster": True} if args.cluster else {}))
         torch.cuda.empty_cache()  # the shapes' operands reach ~1.5 GB per input set
         pred, alt_pred = (sm90.predict_ms(c, M, N, K, sms) for c in (cfg, alt))
+        sk_plan = (sm90.stream_k_plan(cfg.grid(M, N, sms).num_tiles, sms, -(-K // cfg.BK)) if cfg.stream_k
+                   else (0, 0))
         row = dict(M=M, N=N, K=K, ours_ms=round(ms["ours"], 5), cublas_ms=round(ms["torch"], 5),
                    signal_ms=round(ms["signal"], 5), config=config_label(cfg), origin=origin,
                    waves=cfg.grid(M, N, sms).num_waves, predicted_ms=pred and round(pred, 5),
                    alt_config=config_label(alt), alt_ms=round(ms["alt"], 5),
                    alt_predicted_ms=alt_pred and round(alt_pred, 5),
                    guess_config=config_label(guess), guess_ms=round(ms["guess"], 5),
-                   stream_k_tiles=sm90.stream_k_tiles(cfg.grid(M, N, sms).num_tiles, sms) if cfg.stream_k else 0,
+                   stream_k_tiles=sk_plan[0], stream_k_split=sk_plan[1],
                    no_sk_ms=round(ms.get("no_sk", ms["ours"]), 5),
                    alt_flip_ms=round(ms["alt_flip"], 5) if "alt_flip" in ms else None,
                    rel_err=float(f"{err:.3e}"), rounds=args.rounds, inner=args.inner)

@@ -120,24 +120,28 @@ def test_cluster_capacity_is_known():
 
 
 # --- stream-K tail -------------------------------------------------------------------------------
-# (M, N, K, config, CTAs): cut tiles with M/N/K tails, K of two k-blocks (a CTA's run holds a whole
-# tile and the first k-block of the next), few CTAs, and the LLM shapes the tail is for (132 CTAs).
-STREAM_K_CASES = [(200, 300, 72, "128x256x64", 3), (1000, 2000, 4104, "128x256x64", 7),
-                  (333, 4100, 4040, "128x128x64", 16), (129, 1030, 520, "128x128x64", 7),
-                  (1536, 3584, 18944, "128x256x64", 132), (2600, 4096, 14336, "128x128x64", 132)]
+# (M, N, K, config, CTAs, split): cut tiles with M/N/K tails, few CTAs, and the LLM shapes the tail
+# is for (132 CTAs), in both modes of fo_lib.tiling.stream_k_plan: runs (split 1; K of two k-blocks:
+# a CTA's run holds a whole tile and the first k-block of the next) and the split tail (2-4 parts).
+STREAM_K_CASES = [(200, 300, 72, "128x256x64", 3, 1), (1000, 2000, 4104, "128x256x64", 7, 4),
+                  (129, 1030, 520, "128x128x64", 7, 1), (333, 4100, 4040, "128x128x64", 16, 4),
+                  (500, 3000, 1000, "128x256x64", 13, 1), (300, 1000, 4104, "128x128x64", 7, 2),
+                  (129, 4100, 2000, "128x128x64", 12, 2), (2600, 4096, 14336, "128x256x64", 132, 1),
+                  (1536, 3584, 18944, "128x256x64", 132, 3), (2048, 7168, 5120, "128x256x64", 132, 2)]
 
 
-def _stream_k_config(cname, M, N, ctas):
+def _stream_k_config(cname, M, N, K, ctas, split):
     cfg = replace(gemm_sm90.CONFIGS[cname].with_raster("col", 2), stream_k=True)
     tiles = cfg.grid(M, N, ctas).num_tiles
-    assert gemm_sm90.stream_k_tiles(tiles, min(ctas, tiles)) > 0, "the case must cut tiles"
+    sk, got = gemm_sm90.stream_k_plan(tiles, min(ctas, tiles), -(-K // cfg.BK))
+    assert sk > 0 and got == split, f"the case must cut tiles ({'runs' if split == 1 else f'{split} parts'})"
     return cfg
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
-@pytest.mark.parametrize("M,N,K,cname,ctas", STREAM_K_CASES)
-def test_stream_k_tail_matches_float64_and_repeats_exactly(M, N, K, cname, ctas, dtype):
-    cfg = _stream_k_config(cname, M, N, ctas)
+@pytest.mark.parametrize("M,N,K,cname,ctas,split", STREAM_K_CASES)
+def test_stream_k_tail_matches_float64_and_repeats_exactly(M, N, K, cname, ctas, split, dtype):
+    cfg = _stream_k_config(cname, M, N, K, ctas, split)
     a, b = inputs(M, N, K, dtype, seed=M + 3 * N + K)
     buf, out, mask = guarded_out(M, N, dtype)
     gemm_sm90.gemm_nt(a, b, out, config=cfg, ctas=ctas)
@@ -170,9 +174,9 @@ def _stream_k_flags():
     return [launch._keep[1] for launch in gemm_sm90.SM90._memo._launches.values() if launch._keep]
 
 
-@pytest.mark.parametrize("M,N,K,cname,ctas", STREAM_K_CASES[:4])
-def test_stream_k_tail_signals_each_tile_once(M, N, K, cname, ctas):
-    cfg = _stream_k_config(cname, M, N, ctas)
+@pytest.mark.parametrize("M,N,K,cname,ctas,split", STREAM_K_CASES[:4])
+def test_stream_k_tail_signals_each_tile_once(M, N, K, cname, ctas, split):
+    cfg = _stream_k_config(cname, M, N, K, ctas, split)
     groups = 3
     a, b = inputs(M, N, K, "bf16", seed=M * N)
     row_offset, tile_group, grid = signal_tables(M, N, cfg, groups, seed=K)
