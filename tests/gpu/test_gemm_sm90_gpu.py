@@ -206,7 +206,7 @@ def test_the_engine_runs_whole_waves():
     from fo_lib.engine import OverlapPlan
     from fo_lib.comm.loopback import LoopbackCommunicator
 
-    cfg = _stream_k_config("128x256x64", 2600, 4096, 132)
+    cfg = _stream_k_config("128x256x64", 2600, 4096, 1024, 132, 1)
     plan = OverlapPlan("all_reduce", 2600, 4096, 1024, comm=LoopbackCommunicator(2), config=cfg)
     assert plan.config.stream_k is False and plan.config.BN == cfg.BN
 
