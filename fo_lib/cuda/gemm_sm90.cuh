@@ -406,7 +406,15 @@ struct Sm90Work {
             const int b = blockIdx.x;
             if (b >= sk * split) return false;
             const int j = b / sk;
-            return unit(dp + (b - j * sk), j * KT / split, (j + 1) * KT / split, j + 1 < split ? kHeadTile : kSplitLast);
+#ifndef FO_SM90_SPLIT_EXTRA
+#define FO_SM90_SPLIT_EXTRA 0
+#endif
+            // EXTRA k-blocks move from the other parts to the last one (an experiment: the others'
+            // partial sums are then stored while the last part still computes).
+            const int extra = FO_SM90_SPLIT_EXTRA < KT / (2 * split) ? FO_SM90_SPLIT_EXTRA : 0;
+            const int k0 = j * (KT - extra) / split;
+            const int k1 = j + 1 < split ? (j + 1) * (KT - extra) / split : KT;
+            return unit(dp + (b - j * sk), k0, k1, j + 1 < split ? kHeadTile : kSplitLast);
         }
         if (phase == 1) {
             phase = 2;
