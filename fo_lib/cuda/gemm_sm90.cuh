@@ -24,7 +24,12 @@
 //     both CTAs' empty barrier). Unshared pairs load their whole B themselves under the same
 //     handshake. An odd tile count gives the last CTA a phantom unit (no loads, no MMA, no store)
 //     so both CTAs walk the same k-blocks; no stream-K tail in clusters.
-//   * Stream-K tail (P <= sk_tiles < 2 P, else ignored): the last sk_tiles schedule indices are not
+//   * Split tail (sk_split >= 2, sk_tiles * sk_split <= P; fo_lib.tiling.stream_k_plan): each of the
+//     last sk_tiles tiles (the partial last wave) runs as sk_split k ranges on as many CTAs, all
+//     starting together after the whole tiles; the other parts go to slot 2 b of sk_partial and add 1
+//     to the tile's flag, the last range (2 k-blocks longer: it runs while the others store) waits
+//     for sk_split - 1, adds them (latest k range first: deterministic) and runs the epilogue.
+//   * Stream-K runs (sk_split 1, P <= sk_tiles < 2 P, else ignored): the last sk_tiles schedule indices are not
 //     given out whole but as one run of sk_tiles * KT k-blocks split evenly over the P CTAs, each
 //     CTA's run after its whole tiles (a partial last wave would leave SMs idle; here every CTA does
 //     the same work). A run is longer than a tile, so a cut tile has two parts: its head (k-block 0
@@ -150,29 +155,12 @@ __device__ __forceinline__ void cluster_sync() {
 // release at CTA scope, as CUTLASS's ClusterBarrier: it only tells the other CTA's producer that this
 // warpgroup's wgmma reads of a stage are complete, and a cluster-scope release on every k-block
 // made each k-block wait for it).
-#ifndef FO_SM90_C2_SHARE
-#define FO_SM90_C2_SHARE 1
-#endif
-#ifndef FO_SM90_C2_CROSS
-#define FO_SM90_C2_CROSS 1
-#endif
-#ifndef FO_SM90_C2_RELEASE_CLUSTER
-#define FO_SM90_C2_RELEASE_CLUSTER 0
-#endif
 __device__ __forceinline__ void mbar_arrive_remote(u32 bar, u32 rank) {
-#if FO_SM90_C2_RELEASE_CLUSTER
-    asm volatile(
-        "{\n .reg .b32 ra;\n mapa.shared::cluster.u32 ra, %0, %1;\n"
-        " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
-        "r"(rank)
-        : "memory");
-#else
     asm volatile(
         "{\n .reg .b32 ra;\n mapa.shared::cluster.u32 ra, %0, %1;\n"
         " mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
         "r"(rank)
         : "memory");
-#endif
 }
 
 // --- wgmma ---------------------------------------------------------------------------------------
@@ -406,12 +394,9 @@ struct Sm90Work {
             const int b = blockIdx.x;
             if (b >= sk * split) return false;
             const int j = b / sk;
-#ifndef FO_SM90_SPLIT_EXTRA
-#define FO_SM90_SPLIT_EXTRA 0
-#endif
-            // EXTRA k-blocks move from the other parts to the last one (an experiment: the others'
-            // partial sums are then stored while the last part still computes).
-            const int extra = FO_SM90_SPLIT_EXTRA < KT / (2 * split) ? FO_SM90_SPLIT_EXTRA : 0;
+            // The last part gets 2 k-blocks more than the others (about the time the others take to
+            // store their partial sums, which it then need not wait for); none with short parts.
+            const int extra = 2 < KT / (2 * split) ? 2 : 0;
             const int k0 = j * (KT - extra) / split;
             const int k1 = j + 1 < split ? (j + 1) * (KT - extra) / split : KT;
             return unit(dp + (b - j * sk), k0, k1, j + 1 < split ? kHeadTile : kSplitLast);
@@ -506,7 +491,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(bar_full + 8 * s, 1);
-            mbar_init(bar_empty + 8 * s, FO_SM90_C2_CROSS ? 2 * CLUSTER : 2);  // each consumer WG of each cluster CTA
+            mbar_init(bar_empty + 8 * s, 2 * CLUSTER);  // each consumer WG of each cluster CTA
         }
         mbar_init(bar_c_full, 256);
         mbar_init(bar_c_empty, S::STORE_THREADS);
@@ -538,7 +523,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                     if (CLUSTER > 1 && !phantom && (w.s ^ 1) < tiles) {
                         int pm, pn;
                         raster.tile(w.s ^ 1, pm, pn);
-                        share_b = FO_SM90_C2_SHARE && pn == tn;
+                        share_b = pn == tn;
                     }
 #pragma unroll 1
                     for (int kb = w.k0; kb < w.k1; ++kb) {
@@ -689,7 +674,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 // (cluster 2) in the other, whose producer multicasts into this stage too.
                 if (tid == 0) {
                     mbar_arrive(bar_empty + 8 * stage);
-                    if (CLUSTER > 1 && FO_SM90_C2_CROSS) mbar_arrive_remote(bar_empty + 8 * stage, rank ^ 1u);
+                    if (CLUSTER > 1) mbar_arrive_remote(bar_empty + 8 * stage, rank ^ 1u);
                 }
                 if (++stage == STAGES) {
                     stage = 0;
@@ -773,10 +758,6 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             // Fragment of wgmma m64nNk16: acc[4 j + 2 h + e] is row 16 warp + lane / 4 + 8 h,
             // column 8 j + 2 (lane % 4) + e of this warpgroup's 64 x BN block.
             mbar_wait(bar_c_empty, c_parity ^ 1u);  // the store warps are done with the previous tile
-#ifndef FO_SM90_STMATRIX
-#define FO_SM90_STMATRIX 1
-#endif
-#if FO_SM90_STMATRIX
             // stmatrix x4 stores the 8 x 8 blocks (j, h = 0), (j, 1), (j + 1, 0), (j + 1, 1): lane l
             // addresses row l % 8 of block l / 8, chunk j + l / 16 (row & 7 = l % 8).
             const int st_row = c * 64 + warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
@@ -787,18 +768,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                             pack2(T{}, acc[4 * j], acc[4 * j + 1]), pack2(T{}, acc[4 * j + 2], acc[4 * j + 3]),
                             pack2(T{}, acc[4 * j + 4], acc[4 * j + 5]), pack2(T{}, acc[4 * j + 6], acc[4 * j + 7]));
             }
-#else
-            const int row0 = c * 64 + warp * 16 + lane / 4;
-#pragma unroll
-            for (int j = 0; j < BN / 8; ++j) {
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int row = row0 + 8 * h;
-                    asm volatile("st.shared.b32 [%0], %1;" ::"r"(smem_c + row * (BN * 2) + ((j ^ (row & 7)) << 4) + (lane % 4) * 4),
-                                 "r"(pack2(T{}, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1])) : "memory");
-                }
-            }
-#endif
+
             mbar_arrive(bar_c_full);
             c_parity ^= 1u;
         }
