@@ -7,7 +7,6 @@ issue 23.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
@@ -36,10 +35,10 @@ def main(argv=None):
         names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
         rows.append(dict(M=M, N=N, K=K, origin=origin, kernels=" | ".join(names)))
         print(f"{M:6d} {N:6d} {K:6d}  {' | '.join(names)}", flush=True)
-    with open(args.out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    import pandas as pd
+
+    from fo_lib.provenance import write_result
+    write_result(pd.DataFrame(rows), args.out, dtype="bf16", what="torch.matmul(a, w.T) kernel names (torch.profiler)")
 
 
 if __name__ == "__main__":
