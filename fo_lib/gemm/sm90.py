@@ -24,8 +24,16 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
   store warps after the consumers hand the tile over in shared memory, so a tile's probe interval
   may overlap the next tile's start on the same CTA (start = the consumers begin the tile's main
   loop, end = the tile is in global memory: the moment the signal is sent).
+* Clusters (``Sm90Config.cluster = 2``, the ``...c2`` configs): CTA pairs along M run schedule
+  indices 2 i and 2 i + 1 in step and, where both tiles lie in one tile column, load half of the
+  shared B tile each by TMA multicast. ``ctas`` must be even; no stream-K tail; the schedule (and so
+  the wave model) is that of single CTAs. :func:`cluster_capacity` is the driver's count of
+  clusters that fit at once (66 of 2 on an H200).
 * Stream-K tail (``Sm90Config.stream_k``): when the last wave would leave at least
-  :data:`STREAM_K_MIN_IDLE` of the GEMM's CTA time idle, the last partial wave and one full wave
+  :data:`STREAM_K_MIN_IDLE` of the GEMM's CTA time idle, it is shared by more CTAs
+  (:func:`stream_k_plan`). Where it has at most half as many tiles as CTAs, each of its tiles runs as
+  2-4 equal k ranges side by side (the split tail: the last range adds the others from the
+  workspace and runs the epilogue). Otherwise the last partial wave and one full wave
   before it are spread over every CTA as equal runs of k-blocks (:func:`stream_k_tiles`). A tile cut
   between two CTAs is summed in fp32 through a workspace (two ``BM x BN`` float slots per CTA: 35 MB
   for 128 x 256 on 132 CTAs) by the CTA that holds its last k-block, which then runs the tile's
