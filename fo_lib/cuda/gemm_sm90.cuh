@@ -27,8 +27,8 @@
 //   * Split tail (sk_split >= 2, sk_tiles * sk_split <= P; fo_lib.tiling.stream_k_plan): each of the
 //     last sk_tiles tiles (the partial last wave) runs as sk_split k ranges on as many CTAs, all
 //     starting together after the whole tiles; the other parts go to slot 2 b of sk_partial and add 1
-//     to the tile's flag, the last range (2 k-blocks longer: it runs while the others store) waits
-//     for sk_split - 1, adds them (latest k range first: deterministic) and runs the epilogue.
+//     to the tile's flag, the last range waits for sk_split - 1, adds them (latest k range first:
+//     deterministic) and runs the epilogue.
 //   * Stream-K runs (sk_split 1, P <= sk_tiles < 2 P, else ignored): the last sk_tiles schedule indices are not
 //     given out whole but as one run of sk_tiles * KT k-blocks split evenly over the P CTAs, each
 //     CTA's run after its whole tiles (a partial last wave would leave SMs idle; here every CTA does
@@ -394,12 +394,7 @@ struct Sm90Work {
             const int b = blockIdx.x;
             if (b >= sk * split) return false;
             const int j = b / sk;
-            // The last part gets 2 k-blocks more than the others (about the time the others take to
-            // store their partial sums, which it then need not wait for); none with short parts.
-            const int extra = 2 < KT / (2 * split) ? 2 : 0;
-            const int k0 = j * (KT - extra) / split;
-            const int k1 = j + 1 < split ? (j + 1) * (KT - extra) / split : KT;
-            return unit(dp + (b - j * sk), k0, k1, j + 1 < split ? kHeadTile : kSplitLast);
+            return unit(dp + (b - j * sk), j * KT / split, (j + 1) * KT / split, j + 1 < split ? kHeadTile : kSplitLast);
         }
         if (phase == 1) {
             phase = 2;
