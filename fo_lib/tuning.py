@@ -55,6 +55,7 @@ def measure_gemm_profile(M: int, N: int, K: int, *, config=None, ctas: int | Non
     sms = gemm.sm_count()
     config = config or gemm.auto_config(M, N, K, sms)
     ctas = ctas or sms - comm_sms
+    config = config.for_ctas(ctas)  # what a plan on ctas CTAs runs (a cluster needs an even count)
     run = gemm.kernels_for(config)
     tdtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
     a = torch.randn(M, K, device="cuda").to(tdtype)

@@ -367,4 +367,8 @@ def test_a_cluster_config_runs_clusters_only_on_an_even_cta_count(ctas, cluster)
     c2 = sm90.CONFIGS["128x256x64c2"].with_raster("row", 8)
     plan = OverlapPlan("all_reduce", 4096, 4096, 64, _NoComm(2), device="cpu", config=c2, ctas=ctas)
     assert plan.config.cluster == cluster and plan.config.BN == 256 and plan.config.swizzle == 8
-    assert plan.grid == c2.grid(4096, 4096, ctas)
+    # One CTA per tile: an odd tile count (9 x 7) runs single CTAs, an even one (32 x 16) clusters.
+    for M, N, want in ((1100, 1792, 1), (4096, 4096, 2)):
+        per_tile = OverlapPlan("all_reduce", M, N, 64, _NoComm(2), device="cpu", config=c2, schedule="per_tile",
+                               sm_count=132)
+        assert per_tile.config.cluster == want and per_tile.ctas == per_tile.grid.num_tiles

@@ -373,3 +373,18 @@ def test_a_cluster_pick_runs_whole_waves_and_pairs_tiles_in_one_wave(data_dir):
     assert cfg.cluster == 2 and not cfg.stream_k
     one_wave = sm90.default_config(1024, 2048, 4096, 132)  # 8 x 8 tiles
     assert one_wave.cluster == 2 and (one_wave.order, one_wave.swizzle) == ("row", 2)
+
+
+def test_a_cluster_needs_two_tile_rows_to_share_anything(data_dir):
+    # One tile row (M <= 128): every pair of CTAs lies in two tile columns, nothing is shared.
+    _table(data_dir, _cluster_rows(1.0, 0.5))
+    assert sm90.default_config(64, 4096, 4096, 132).cluster == 1
+    assert sm90.default_config(256, 4096, 4096, 132).cluster == 2
+
+
+def test_a_cluster_config_has_no_stream_k_tail():
+    c2 = sm90.CONFIGS[BIG + "c2"]
+    with pytest.raises(GemmError, match="whole waves"):
+        replace(c2, stream_k=True).validate()
+    with pytest.raises(GemmError, match="1 or 2"):
+        replace(c2, cluster=True).validate()

@@ -22,7 +22,8 @@
 //     one half of B, multicast into both CTAs' stage at the same offset, and a stage may be refilled
 //     only when the consumers of both CTAs are done with it (each consumer warpgroup arrives on
 //     both CTAs' empty barrier). Unshared pairs load their whole B themselves under the same
-//     handshake. An odd tile count gives the last CTA a phantom unit (no loads, no MMA, no store)
+//     handshake. An odd tile count gives the CTA paired with the last tile's a phantom unit
+//     (schedule index s == tiles: no loads, no MMA, no store)
 //     so both CTAs walk the same k-blocks; no stream-K tail in clusters.
 //   * Split tail (sk_split >= 2, sk_tiles * sk_split <= P; fo_lib.tiling.stream_k_plan): each of the
 //     last sk_tiles tiles (the partial last wave) runs as sk_split k ranges on as many CTAs, all
@@ -326,10 +327,12 @@ enum Sm90Part : int { kWholeTile = 0, kHeadTile = 1, kTailTile = 2, kTailPark = 
 // The stream-K run of CTA b of P over sk_tiles x KT k-blocks: [first(b), first(b + 1)).
 __device__ __forceinline__ i64 sk_first(i64 total, int b, int P) { return total * b / P; }
 
-// The units of this CTA in order: its whole tiles s = b, b + P, ... below tiles - sk_tiles, then its
-// stream-K run [first(b), first(b + 1)) cut at tile boundaries: head, tail, whole tiles, and the
-// parked tail's finish (k-blocks [k0, k1) of tile s). Producer, consumers and store warps each walk
-// this same sequence: for (Sm90Work w(...); w.next();).
+// The units of this CTA in order: its whole tiles s = b, b + P, ... below tiles - sk_tiles (cluster 2:
+// below the tile count rounded up to even, s == tiles being the phantom unit), then either its part
+// of the split tail (one k range of one tail tile) or its stream-K run [first(b), first(b + 1)) cut
+// at tile boundaries: head, tail, whole tiles, and the parked tail's finish (k-blocks [k0, k1) of
+// tile s). Producer, consumers and store warps each walk this same sequence:
+// for (Sm90Work w(...); w.next();).
 struct Sm90Work {
     int dp, KT, P, s_next;
     int sk, split;         // split tail: the last sk tiles, each in `split` k ranges (split 0: runs or none)

@@ -37,10 +37,12 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
   before it are spread over every CTA as equal runs of k-blocks (:func:`stream_k_tiles`). A tile cut
   between two CTAs is summed in fp32 through a workspace (two ``BM x BN`` float slots per CTA: 35 MB
   for 128 x 256 on 132 CTAs) by the CTA that holds its last k-block, which then runs the tile's
-  epilogue as usual. Each CTA runs the head it publishes first (all CTAs start at k-block 0
-  together: L2 reuse), then the tail (finished at once, or parked and finished after its whole
+  epilogue as usual. In runs, each CTA runs the head it publishes first (all CTAs start at k-block
+  0 together: L2 reuse), then the tail (finished at once, or parked and finished after its whole
   tiles where the other CTA's head is not due yet), then its whole tiles; a CTA waits only on the
-  previous CTA's head, which waits on nothing. Each memoized launch owns its workspace, so two
+  previous CTA's head, which waits on nothing. In the split tail the CTA with a tile's last k range
+  waits for the other ranges' CTAs (b - sk, b - 2 sk, ...), which wait on nothing. Each memoized
+  launch owns its workspace, so two
   different launches never share one (the same launch enqueued on two streams at once would, as
   it shares its output); a launch first built inside a CUDA-graph capture runs whole waves (its
   flags could not be zeroed before an eager call), and the probe runs whole waves (it times waves).
@@ -119,8 +121,10 @@ class Sm90Config(RasterMixin):
         self._check_fields(("BN", "stages", "swizzle"), bad)
         if not isinstance(self.stream_k, bool):
             bad(f"stream_k must be a bool, got {self.stream_k!r}")
-        if self.cluster not in (1, 2):
+        if isinstance(self.cluster, bool) or self.cluster not in (1, 2):
             bad(f"cluster must be 1 or 2 CTAs, got {self.cluster!r}")
+        if self.cluster > 1 and self.stream_k:
+            bad("clusters run whole waves: stream_k must be False")
         if self.BN not in (128, 256):
             bad(f"BN must be 128 or 256 (wgmma m64n128 / m64n256), got {self.BN}")
         if not 2 <= self.stages <= 8:
@@ -160,9 +164,9 @@ def default_config(M: int, N: int, K: int, sm_count: int = 132, smem_limit: int 
     With a measured table for the current GPU (``data/<gpu>/gemm_sm90_tiles.csv`` under
     ``fo_lib.provenance.DATA_DIR``, or the file ``$FO_SM90_TILES`` names): the wave-quantization model
     of :mod:`fo_lib.gemm.tile_table` over every recorded (tile, order, swizzle): waves (M/N tails
-    counted as whole tiles; a partial last wave shared by every CTA where a stream-K tail pays,
+    counted as whole tiles; a partial last wave shared by more CTAs where a stream-K tail pays,
     ``stream_k=True``) x measured time of one full wave at this K; the fastest wins, ties within
-    1 % to the bigger tile, then the wider swizzle.
+    1 % to the bigger tile, then no cluster, then the wider swizzle.
 
     Without one (a CPU, another GPU, or ``FO_SM90_TILES=guess``): the documented guess, the
     wave-count model of :func:`fo_lib.gemm.pick_by_waves` with ``_TILE_SPEED`` (estimated time =
@@ -324,6 +328,7 @@ def cluster_capacity(cfg: Sm90Config, dtype: str = "bf16", device_index: int | N
     dev = torch.cuda.current_device() if device_index is None else device_index
     if cfg.cluster == 1:
         return sm_count(dev)
+    import cupy
     drv = _driver()
     kernel = SM90.kernel(cfg, dtype, "plain", dev)
     lc = drv.CUlaunchConfig()
@@ -334,7 +339,8 @@ def cluster_capacity(cfg: Sm90Config, dtype: str = "bf16", device_index: int | N
     attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
     attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cfg.cluster, 1, 1
     lc.attrs, lc.numAttrs = [attr], 1
-    err, n = drv.cuOccupancyMaxActiveClusters(drv.CUfunction(kernel.kernel.ptr), lc)
+    with cupy.cuda.Device(dev):  # the function and the query in that device's context
+        err, n = drv.cuOccupancyMaxActiveClusters(drv.CUfunction(kernel.kernel.ptr), lc)
     if err != drv.CUresult.CUDA_SUCCESS:
         raise GemmError(f"cuOccupancyMaxActiveClusters failed ({err}) for {cfg.tile_name}")
     return int(n)
@@ -358,6 +364,8 @@ def _check_config(config) -> None:
 def _operands(a, b, config, ctas):
     _check_config(config)
     dtype, M, N, K, cfg, ctas = check_operands(a, b, config, ctas, pick_default=default_config)
+    if config is None:  # picked for the SM count: on an odd ctas, the same tiles one CTA at a time
+        cfg = cfg.for_ctas(ctas)
     if ctas % cfg.cluster:
         raise GemmError(f"config {cfg.tile_name} runs clusters of {cfg.cluster} CTAs: ctas must be a multiple "
                         f"of {cfg.cluster}, got {ctas}")

@@ -13,8 +13,8 @@ being an exact multiple of the SM count). The model predicts a shape's time for 
 shape's (a raster's L2 reuse depends on it) and interpolated linearly in ``K`` between the recorded
 ``K`` (extrapolated from the nearest two beyond them). The fastest prediction wins (a smaller tile
 by :data:`SMALLER_TILE_MARGIN` at least); predictions
-within :data:`TIE` of it count as ties, which go to the bigger tile, then the wider swizzle, then
-row before col order. A config with ``stream_k`` has its partial last wave shared by every CTA
+within :data:`TIE` of it count as ties, which go to the bigger tile, then no cluster, then the wider
+swizzle, then row before col order. A config with ``stream_k`` has its partial last wave shared by more CTAs
 (:func:`waves`).
 
 Pure: no torch, no CuPy (the GPU's name is read through torch only to find its folder).
@@ -228,7 +228,8 @@ def waves(tiles: int, sm_count: int, stream_k: bool, k_blocks: int) -> float:
 
 def candidates(table: TileTable, configs: dict, M: int, N: int, sm_count: int):
     """``(name, config with raster)`` for every recorded raster that means something on this grid:
-    one wave gets row order, swizzle 1 (the raster cannot matter); a swizzle wider than the grid
+    one wave gets row order, swizzle 1 (the raster cannot matter; clusters: swizzle 2, which pairs
+    tiles down a tile column, and at least two tile rows); a swizzle wider than the grid
     along its band is skipped (it walks like a narrower one, which was not what was recorded). A
     config with ``stream_k`` comes both with and without it where the grid would have a tail."""
     for name, cfg in configs.items():
@@ -236,6 +237,8 @@ def candidates(table: TileTable, configs: dict, M: int, N: int, sm_count: int):
         if not table.has(name) or sm_count % cluster:  # clusters need a whole number of them
             continue
         tm, tn = ceil_div(M, cfg.BM), ceil_div(N, cfg.BN)
+        if cluster > 1 and tm < 2:  # clusters along M share B only between two tile rows
+            continue
         if tm * tn <= sm_count:
             # Clusters of 2 along M share B only in a raster that pairs tiles down a tile column.
             yield name, cfg.with_raster("row", 1 if cluster == 1 else 2).whole_waves()

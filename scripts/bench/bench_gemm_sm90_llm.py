@@ -134,7 +134,8 @@ def bench_shape(M, N, K, dtype, rounds, inner, sms, seed, cluster=False):
     sk = sm90.stream_k_tiles(cfg.grid(M, N, sms).num_tiles, sms) if cfg.stream_k else 0
     if sk:  # the same config in whole waves: what the stream-K tail gains or costs here
         fns["no_sk"] = plain(replace(cfg, stream_k=False))
-    if sm90.stream_k_tiles(alt.grid(M, N, sms).num_tiles, sms):  # the other tile with the other choice
+    # The other tile with the other choice (clusters have no stream-K tail).
+    if alt.cluster == 1 and sm90.stream_k_tiles(alt.grid(M, N, sms).num_tiles, sms):
         fns["alt_flip"] = plain(replace(alt, stream_k=not alt.stream_k))
     if cluster:  # the pick's tile with the other cluster choice (what clusters gain or cost here)
         fns["twin"] = plain(cluster_twin(cfg))

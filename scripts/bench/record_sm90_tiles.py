@@ -67,9 +67,11 @@ def grids(sm_count: int, waves: int = WAVES, aspects=ASPECTS) -> list[tuple[int,
     return out
 
 
-def candidates() -> dict:
-    """The configs the picker chooses among (all of them are recorded)."""
-    return {n: sm90.CONFIGS[n] for n in sm90._DEFAULT_CANDIDATES}
+def candidates(sm_count: int | None = None) -> dict:
+    """The configs the picker chooses among (all of them are recorded; clusters only where
+    ``sm_count`` CTAs make whole clusters)."""
+    return {n: sm90.CONFIGS[n] for n in sm90._DEFAULT_CANDIDATES
+            if sm_count is None or sm_count % sm90.CONFIGS[n].cluster == 0}
 
 
 def variant(name: str, order: str, swizzle: int) -> str:
@@ -79,7 +81,7 @@ def variant(name: str, order: str, swizzle: int) -> str:
 def table_rows(M, N, K, sm_count, medians, rounds, inner) -> list[dict]:
     """The table's rows for one (grid, K) from ``{variant: median ms}`` (``torch`` the yardstick)."""
     rows = []
-    for name, cfg in candidates().items():
+    for name, cfg in candidates(sm_count).items():
         tiles = (M // cfg.BM) * (N // cfg.BN)
         waves = tiles // sm_count
         for order, swizzle in rasters(cfg):
@@ -100,7 +102,7 @@ def measure(M, N, K, dtype, rounds, inner, sm_count, seed):
     sets = input_sets(M, N, K, dtype)
     n = len(sets)
     fns = {"torch": lambda i: torch.matmul(sets[i % n][0], sets[i % n][1].T, out=sets[i % n][2])}
-    for name, cfg in candidates().items():
+    for name, cfg in candidates(sm_count).items():
         for order, swizzle in rasters(cfg):
             c = cfg.with_raster(order, swizzle)
             fns[variant(name, order, swizzle)] = (

@@ -88,8 +88,9 @@ CLUSTER_SHAPES = [(1100, 1792, 520), (300, 130, 72), (129, 100, 8), (2048, 4096,
 @pytest.mark.parametrize("M,N,K", CLUSTER_SHAPES)
 def test_cluster_equals_single_cta_bitwise(M, N, K, tile, dtype):
     """The same tiles with and without clusters sum the same k-blocks in the same order: equal bit
-    for bit, over rasters that pair every tile (row 2), some (row 3, col 4) or none (row 1), and CTA
-    counts down to one cluster; and within tolerance of float64."""
+    for bit, over rasters that pair tiles down a tile column (row 2; row 3 all but across bands) or
+    only on a one-column grid (col 4, row 1), and CTA counts down to one cluster; and within
+    tolerance of float64."""
     a, b = inputs(M, N, K, dtype, seed=M + N + K)
     want = ref(a, b)
     for order, swizzle in (("row", 2), ("row", 3), ("col", 4), ("row", 1)):
@@ -113,10 +114,20 @@ def test_cluster_needs_an_even_cta_count():
 
 
 def test_cluster_capacity_is_known():
-    """The driver's count of resident clusters: at least one, at most one per pair of SMs."""
-    for cfg in gemm_sm90.CONFIGS.values():
-        n = gemm_sm90.cluster_capacity(cfg)
-        assert 1 <= n * cfg.cluster <= gemm.sm_count()
+    """The driver's count of resident clusters of 2: at least one, at most one per pair of SMs."""
+    clustered = [c for c in gemm_sm90.CONFIGS.values() if c.cluster == 2]
+    assert clustered
+    for cfg in clustered:
+        assert 1 <= gemm_sm90.cluster_capacity(cfg) <= gemm.sm_count() // 2
+
+
+def test_a_default_config_runs_on_an_odd_cta_count():
+    """The default pick is made for the SM count (even: clusters allowed); on an odd ``ctas`` the
+    same tiles run one CTA at a time instead of refusing the call."""
+    M, N, K = 1100, 1792, 5120  # the H200 table's pick here is 128 x 128 in clusters of 2
+    a, b = inputs(M, N, K, "bf16", seed=9)
+    out = gemm_sm90.gemm_nt(a, b, ctas=131)
+    assert calc_diff(out, ref(a, b)) < TOL["bf16"]
 
 
 # --- stream-K tail -------------------------------------------------------------------------------
@@ -398,7 +409,7 @@ def test_gemm_signal_rejects_bad_tables():
     ("128x128x64", 1000, 1000, 256, 17, "col", 1),
     ("128x256x64", 2000, 3000, 512, 64, "row", 5),
     ("128x256x64", 1024, 8192, 512, 100, "col", 8),
-    ("128x256x64c2", 1100, 1792, 256, 12, "row", 4),  # 63 tiles: a phantom unit on the last CTA
+    ("128x256x64c2", 1100, 1792, 256, 12, "row", 4),  # 63 tiles: a phantom unit (on CTA 63 % 12)
     ("128x128x64c2", 2000, 3000, 512, 64, "row", 3),
 ])
 def test_gemm_probe_waves_and_raster(cname, M, N, K, ctas, order, swizzle):
