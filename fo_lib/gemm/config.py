@@ -27,6 +27,9 @@ class GemmError(ValueError):
 class RasterMixin:
     """What every tile config (portable or Hopper) shares: ``BM``, ``BN``, ``order``, ``swizzle``."""
 
+    # CTAs per cluster: the Hopper configs' field; every other config runs single CTAs.
+    cluster = 1
+
     def grid(self, M: int, N: int, ctas: int):
         """The :class:`~fo_lib.tiling.TileGrid` (tiles, raster, waves) of ``M x N`` on ``ctas`` CTAs."""
         from ..tiling import TileGrid
@@ -34,15 +37,15 @@ class RasterMixin:
 
     def launch_ctas(self, tiles: int, ctas: int) -> int:
         """The grid of ``tiles`` on up to ``ctas`` CTAs. NOTES: CTAs past the last tile would only
-        exit; launching ``min(ctas, tiles)`` keeps the schedule (tile s -> CTA s % ctas) unchanged."""
-        return min(ctas, tiles)
+        exit; launching ``min(ctas, tiles)`` keeps the schedule (tile s -> CTA s % ctas) unchanged.
+        A cluster's CTAs come in whole clusters (an odd tile count gets a phantom unit)."""
+        return min(ctas, tiles + tiles % self.cluster)
 
     def for_ctas(self, ctas: int):
         """The config that runs on ``ctas`` CTAs: itself, or (a Hopper cluster config on a CTA count
         that is no whole number of clusters) the same tiles one CTA at a time."""
         from dataclasses import replace
-        cluster = getattr(self, "cluster", 1)
-        return self if ctas % cluster == 0 else replace(self, cluster=1)
+        return self if ctas % self.cluster == 0 else replace(self, cluster=1)
 
     def with_raster(self, order: str | None = None, swizzle: int | None = None):
         """The same tiles walked in another raster order (a run-time argument: no recompile)."""

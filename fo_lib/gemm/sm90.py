@@ -109,11 +109,6 @@ class Sm90Config(RasterMixin):
         """Identifies the compiled specialization (everything but the run-time raster)."""
         return f"m{self.BM}n{self.BN}k{self.BK}_s{self.stages}" + (f"_c{self.cluster}" if self.cluster > 1 else "")
 
-    def launch_ctas(self, tiles: int, ctas: int) -> int:
-        """The grid of ``tiles`` on up to ``ctas`` CTAs: CTAs past the last tile would only exit
-        (``min(ctas, tiles)`` keeps the schedule s -> CTA s % ctas); a cluster's CTAs come in pairs."""
-        return min(ctas, tiles + tiles % self.cluster)
-
     def validate(self) -> "Sm90Config":
         def bad(msg: str):
             raise GemmError(f"Sm90Config {self.tile_name}: {msg}")

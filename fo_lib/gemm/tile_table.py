@@ -233,7 +233,7 @@ def candidates(table: TileTable, configs: dict, M: int, N: int, sm_count: int):
     along its band is skipped (it walks like a narrower one, which was not what was recorded). A
     config with ``stream_k`` comes both with and without it where the grid would have a tail."""
     for name, cfg in configs.items():
-        cluster = getattr(cfg, "cluster", 1)
+        cluster = cfg.cluster
         if not table.has(name) or sm_count % cluster:  # clusters need a whole number of them
             continue
         tm, tn = ceil_div(M, cfg.BM), ceil_div(N, cfg.BN)
@@ -272,5 +272,5 @@ def pick(table: TileTable, configs: dict, M: int, N: int, K: int, sm_count: int,
     # from DRAM (16384 x 13824 x 5120 in row order, swizzle 1: 12 % slower than swizzle 8), while
     # the widest swizzle was within noise of the best on every recorded grid: ties go to it.
     # A cluster must win by more than a tie: it asks for an even CTA count.
-    return min(ties, key=lambda c: (-c.BM * c.BN, getattr(c, "cluster", 1), -c.swizzle, c.order != "row",
+    return min(ties, key=lambda c: (-c.BM * c.BN, c.cluster, -c.swizzle, c.order != "row",
                                     c.stream_k))

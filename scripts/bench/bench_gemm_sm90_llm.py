@@ -101,10 +101,8 @@ def cluster_twin(cfg):
     """``cfg``'s tile with the other cluster choice, in whole waves: in clusters of 2 with a row raster
     of an even swizzle (2 at least), or, for a cluster pick, one CTA per tile in the same raster."""
     if cfg.cluster == 1:
-        twin = next(c for c in sm90.CONFIGS.values() if c.cluster == 2 and c.BN == cfg.BN and c.stages == cfg.stages)
-        return twin.with_raster("row", max(2, cfg.swizzle + cfg.swizzle % 2))
-    twin = next(c for c in sm90.CONFIGS.values() if c.cluster == 1 and c.BN == cfg.BN and c.stages == cfg.stages)
-    return twin.with_raster(cfg.order, cfg.swizzle)
+        return replace(cfg, cluster=2, stream_k=False).with_raster("row", max(2, cfg.swizzle + cfg.swizzle % 2))
+    return replace(cfg, cluster=1)
 
 
 def bench_shape(M, N, K, dtype, rounds, inner, sms, seed, cluster=False):
