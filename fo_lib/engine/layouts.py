@@ -126,15 +126,24 @@ def _check_copies(world_size: int) -> None:
                         f"{world_size} ranks")
 
 
-class AllReduceGathered(BufferLayout):
-    collective = "all_gather"
+class _SumsCopies:
+    """A layout reduced by the post-reorder (``reduction="post_reorder"``): its collective only moves
+    data (copy engines can carry it) and the post-reorder sums one copy per rank."""
+
     copy_engine_ok = True
+
+    def _sum_copies(self, peer_stride) -> None:
+        self.sources = self.world_size
+        self.peer_stride = peer_stride if self.sources > 1 else None  # one copy: nothing to sum
+
+
+class AllReduceGathered(_SumsCopies, BufferLayout):
+    collective = "all_gather"
 
     def __init__(self, grid, partition, world_size, rank):
         _check_copies(world_size)
         super().__init__(grid, partition, world_size, rank)
-        self.sources = self.world_size
-        self.peer_stride = self.tables.peer_stride if self.sources > 1 else None  # one copy: nothing to sum
+        self._sum_copies(self.tables.peer_stride)
 
     def build(self, grid, partition):
         return reorder.gather_reorder(grid, partition, self.world_size, self.rank)
@@ -178,22 +187,19 @@ class ReduceScatterLayout(BufferLayout):
         comm.reduce_scatter(send[s:e], recv[r0:r1], **kw)
 
 
-class ReduceScatterGathered(ReduceScatterLayout):
+class ReduceScatterGathered(_SumsCopies, ReduceScatterLayout):
     """ReduceScatter reduced by the post-reorder: each group's W chunks go to their owners by one
     All-to-All (pure data movement: copy engines can carry it, no SM sums anything), and the
     post-reorder sums the W copies of this rank's chunk. Group g's copies land where its send
     region lies (the receive buffer is as large as the send buffer), copy q at ``q x chunk``."""
 
     collective = "all_to_all"
-    copy_engine_ok = True
 
     def __init__(self, grid, partition, world_size, rank):
         _check_copies(world_size)
         super().__init__(grid, partition, world_size, rank)
-        self.sources = self.world_size
-        post, stride = self.tables.gathered_tables(self.rank)
-        self.post_table = post
-        self.peer_stride = stride if self.sources > 1 else None
+        self.post_table, stride = self.tables.gathered_tables(self.rank)
+        self._sum_copies(stride)
 
     @property
     def recv_elements(self) -> int:
