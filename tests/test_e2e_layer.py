@@ -2,10 +2,6 @@
 float64 reference of the whole layer and against the same layer without overlap, at W = 1, 2, 4
 identical virtual ranks (and 2 real gloo ranks); mutations the comparison must catch; bad shapes
 refused before anything runs; the CLI's CPU path and the record's columns."""
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -16,6 +12,8 @@ from fo_lib.comm.cpu_loopback import CpuLoopbackCommunicator
 from fo_lib.experiments import e2e_layer as E
 from fo_lib.experiments.e2e_blocks import dense_reference
 from fo_lib.testing import calc_diff
+
+from gloo_ranks import torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
 TOL = 1e-2  # bf16 layer vs float64 on the CPU (the errors measured here are 2-4e-3)
@@ -198,21 +196,11 @@ def test_the_cli_runs_the_cpu_check(monkeypatch, capsys):
         assert "no CUDA GPU here" in capsys.readouterr().err
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.multiproc
 @pytest.mark.timeout(300)
 def test_two_real_gloo_ranks_hold_different_shards_and_still_match():
     """Under torchrun each rank holds its own shard (seeded by its rank); the reference rebuilds the
     other rank's shard, so the check covers the real-rank path of the CLI."""
-    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(_free_port()), str(ROOT / "scripts" / "bench" / "bench_e2e_layer.py"),
-           "--device", "cpu"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=280, env=env, cwd=ROOT)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0 and "e2e cpu check: ok" in out, out[-3000:]
+    rc, out = torchrun(2, [str(ROOT / "scripts" / "bench" / "bench_e2e_layer.py"), "--device", "cpu"], timeout=280,
+                       cwd=ROOT)
+    assert rc == 0 and "e2e cpu check: ok" in out, out[-3000:]

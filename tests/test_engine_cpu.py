@@ -2,9 +2,7 @@
 ranks) against a dense reference, and the checks that reject bad input before anything runs."""
 import os
 import re
-import socket
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,11 +12,7 @@ from fo_lib import gemm, partition as P
 from fo_lib.comm.cpu_loopback import CpuLoopbackCommunicator
 from fo_lib.engine import OverlapPlan, PlanError, Routing
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from gloo_ranks import torchrun
 
 
 @pytest.mark.multiproc
@@ -27,14 +21,10 @@ def _free_port() -> int:
 # once (8 processes on CI's 2 cores).
 @pytest.mark.parametrize("world_size,cases", [(2, 12), (4, 12), (8, 7)])
 def test_gloo_all_primitives(world_size, cases):
-    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world_size),
-           "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-           "-m", "fo_lib.distributed_check", "--device", "cpu", "--cases", str(cases), "--seed", str(world_size)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=540, env=env)
-    out = proc.stdout + proc.stderr
+    rc, out = torchrun(world_size, ["-m", "fo_lib.distributed_check", "--device", "cpu", "--cases", str(cases),
+                                    "--seed", str(world_size)], timeout=540)
     fails = [line for line in out.splitlines() if "FAIL" in line or "EXC" in line]
-    assert proc.returncode == 0, "\n".join(fails[:20]) or out[-3000:]
+    assert rc == 0, "\n".join(fails[:20]) or out[-3000:]
     assert re.search(rf"{cases} cases x {world_size} ranks \(gloo, cpu\): ok", out), out[-2000:]
     assert "Warning" not in out, [line for line in out.splitlines() if "Warning" in line][:5]
 

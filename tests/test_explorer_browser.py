@@ -8,7 +8,6 @@ Debian's ``chromium``, so its absence there is a failure); ``FO_CHROMIUM`` names
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from gloo_ranks import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "09_explorer.ipynb"
@@ -40,12 +41,6 @@ def test_ci_has_a_browser():
     assert CHROMIUM is not None, "no Chromium binary: .ci/run installs Debian's chromium before the tests"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _copy_notebook(folder: Path, figures: Path) -> Path:
     """The notebook, its figures redirected to ``figures`` (what papermill's parameters would do)."""
     import nbformat
@@ -66,7 +61,7 @@ def lab(tmp_path):
     work, home = tmp_path / "work", tmp_path / "home"
     work.mkdir()
     home.mkdir()
-    port, token = _free_port(), "fo-explorer-test"
+    port, token = free_port(), "fo-explorer-test"
     import matplotlib
     env = dict(os.environ, HOME=str(home), PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
                MPLCONFIGDIR=matplotlib.get_configdir(), JUPYTER_PLATFORM_DIRS="1")

@@ -1,33 +1,20 @@
 """Ranks must agree on a plan before its first collective, and a stalled peer must surface as an
 error that names the plan (torchrun + gloo, tests/workers/plan_agreement.py)."""
-import os
 import re
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from gloo_ranks import torchrun
 
 WORKER = Path(__file__).parent / "workers" / "plan_agreement.py"
 FIELDS = ("primitive", "M", "N", "K", "dtype", "config", "schedule", "ctas", "partition", "layout",
           "reduction", "routing", "grid")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _torchrun(world_size: int, mode: str, timeout: float) -> str:
-    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1",
-               PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world_size),
-           "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), str(WORKER), mode]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-3000:]
+    rc, out = torchrun(world_size, [str(WORKER), mode], timeout=timeout)
+    assert rc == 0, out[-3000:]
     assert "FAIL" not in out, "\n".join(line for line in out.splitlines() if "FAIL" in line)
     return out
 
