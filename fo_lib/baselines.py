@@ -45,7 +45,8 @@ def torch_post_ops(y, ops: PostOps, *, bias=None, residual=None, weight=None, re
     return v.to(y.dtype)
 
 
-def _matmul(a, b):
+def matmul(a, b):
+    """``a @ b.T``; on the CPU in fp32 like the engine's CPU GEMM (a bf16 matmul there rounds more)."""
     if a.is_cuda:
         return a @ b.T
     return (a.float() @ b.float().T).to(a.dtype)  # CPU: fp32 accumulation like the GPU kernels
@@ -117,7 +118,7 @@ def _finish(plan, pieces, ops, operands):
 
 def sequential(plan, a, b, *, ops: PostOps = PostOps(), **operands):
     """GEMM, then one collective, then the post-ops."""
-    c = _matmul(a, b)
+    c = matmul(a, b)
     return _finish(plan, [_exchange(plan, c, np.arange(plan.M))], ops, operands)
 
 
@@ -130,13 +131,13 @@ def decomposition(plan, a, b, *, chunks: int = 2, ops: PostOps = PostOps(), comm
     pieces = []
     if not a.is_cuda:
         for lo, hi in zip(bounds[:-1], bounds[1:]):
-            pieces.append(_exchange(plan, _matmul(a[lo:hi], b), np.arange(lo, hi)))
+            pieces.append(_exchange(plan, matmul(a[lo:hi], b), np.arange(lo, hi)))
         return _finish(plan, pieces, ops, operands)
     compute = torch.cuda.current_stream()
     comm_stream = comm_stream or torch.cuda.Stream(priority=-100)
     comm_stream.wait_stream(compute)
     for lo, hi in zip(bounds[:-1], bounds[1:]):
-        c = _matmul(a[lo:hi], b)
+        c = matmul(a[lo:hi], b)
         done = torch.cuda.Event()
         done.record(compute)
         with torch.cuda.stream(comm_stream):

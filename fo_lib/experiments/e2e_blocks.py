@@ -44,6 +44,8 @@ import math
 
 import numpy as np
 
+from ..baselines import matmul
+
 EPS = 1e-5  # Llama 3 and Mixtral's RMSNorm epsilon
 ATTENTION = ("sdpa", "self")
 SPLITS = {"hidden": "tensor parallelism splits the hidden size over the ranks, as Megatron does",
@@ -149,11 +151,6 @@ def dense_inputs(shape: BlockShape, seed: int, device, dtype):
 
 
 # --- the dense block --------------------------------------------------------------------------------
-def _mm(a, w):
-    """``a @ w.T``; on the CPU in fp32 like the engine's CPU GEMM (bf16 matmul there rounds more)."""
-    return a @ w.T if a.is_cuda else (a.float() @ w.float().T).to(a.dtype)
-
-
 def attend(qkv, hq: int, hkv: int, d: int, mode: str = "sdpa"):
     """This rank's attention output ``[T, hq * d]`` from its ``qkv`` columns."""
     import torch.nn.functional as F
@@ -179,9 +176,9 @@ def _silu_mul(gu):
 def dense_forward(shape: BlockShape, world: int, w: DenseWeights, x, residual, o_proj, down_proj, attention="sdpa"):
     """The block around its two row-parallel projections, ``proj(a, residual) -> (normed, pre_norm)``."""
     loc = shape.local(world)
-    a = attend(_mm(x, w.qkv), loc["hq"], loc["hkv"], shape.head_dim, attention)
+    a = attend(matmul(x, w.qkv), loc["hq"], loc["hkv"], shape.head_dim, attention)
     n, h1 = o_proj(a, residual)
-    return down_proj(_silu_mul(_mm(n, w.gate_up)), h1)
+    return down_proj(_silu_mul(matmul(n, w.gate_up)), h1)
 
 
 class OverlappedBlock:
@@ -206,7 +203,7 @@ class OverlappedBlock:
 
     def __call__(self, x, residual):
         return dense_forward(self.shape, self.comm.world_size, self.w, x, residual,
-                             lambda a, r: self.o_proj(a, residual=r), lambda a, r: self.down_proj(a, residual=r),
+                             self.o_proj, self.down_proj,
                              self.attention)
 
     @property
@@ -225,7 +222,7 @@ class BaselineBlock:
     def _proj(self, a, residual, weight, norm):
         import torch.nn.functional as F
 
-        c = _mm(a, weight)
+        c = matmul(a, weight)
         self.comm.all_reduce(c.view(-1))
         pre = c + residual
         return F.rms_norm(pre, (pre.shape[1],), norm, EPS), pre

@@ -88,7 +88,7 @@ def check(case: Case) -> dict:
     ours, base, ref = case.outputs(case.ours), case.outputs(case.baseline), case.reference()
     nan = float("nan")
     return dict(rel_err=calc_diff(ours[0], ref[0]), baseline_rel_err=calc_diff(base[0], ref[0]),
-                ours_vs_baseline=calc_diff(ours[0], base[0].double()),
+                ours_vs_baseline=calc_diff(ours[0], base[0]),
                 residual_rel_err=calc_diff(ours[1], ref[1]) if len(ref) > 1 else nan)
 
 
