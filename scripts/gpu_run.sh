@@ -49,8 +49,8 @@ step bench_sm90 300 python3 scripts/bench/bench_gemm_sm90.py ${FO_SM90_ARGS:-} -
 # Issue 23: record the Hopper tile table (full-wave time per tile x raster x K), then benchmark the LLM
 # shapes with the config the picker takes from THAT table (--tiles sets FO_SM90_TILES for the run; a
 # missing table is an error there, not a silent guess). To make the table the GPU's default, commit
-# $OUT/data/gemm_sm90_tiles.{csv,meta.json} as data/<gpu>/. ~20-35 s and ~50-90 s on an H200.
-step sm90_tiles 75 python3 scripts/bench/record_sm90_tiles.py ${FO_SM90_TILES_ARGS:-} --out "$OUT/data/gemm_sm90_tiles.csv"
+# $OUT/data/gemm_sm90_tiles.{csv,meta.json} as data/<gpu>/. ~2-3 min and ~50-90 s on an H200.
+step sm90_tiles 300 python3 scripts/bench/record_sm90_tiles.py ${FO_SM90_TILES_ARGS:-} --out "$OUT/data/gemm_sm90_tiles.csv"
 # (without sm90_tiles in the same call, and no FO_SM90_TILES: the table committed under data/<gpu>/)
 tiles_arg=()
 [ -f "$OUT/data/gemm_sm90_tiles.csv" ] && tiles_arg=(--tiles "$OUT/data/gemm_sm90_tiles.csv")

@@ -3,11 +3,14 @@ geometry, and ptxas' report for every specialization (no spills, setmaxnreg hono
 serialized). Plain compile checks of the same sources run in tests/test_jit.py (sm_90a only)."""
 import os
 import re
+from dataclasses import replace
 
 import pytest
 
 from fo_lib import gemm, jit
 from fo_lib.gemm import sm90 as gemm_sm90
+from fo_lib.gemm.config import MAX_SMEM
+from fo_lib.gemm.wgmma import wgmma_source
 from fo_lib import kernel_catalog as catalog
 from fo_lib.tiling import TileGrid
 
@@ -82,8 +85,9 @@ def test_generate_source_ignores_raster_and_checks_inputs():
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(BN=192), "BN"),
+    (dict(BN=200), "BN"),
     (dict(BN=64), "BN"),
+    (dict(BN=272), "BN"),
     (dict(stages=1), "stages"),
     (dict(stages=9), "stages"),
     (dict(BN=256, stages=4), "shared memory"),
@@ -177,3 +181,37 @@ def test_import_without_gpu_libraries():
             "assert not g.is_supported()")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("n", [128, 176, 208, 256])
+def test_wgmma_source_has_one_operand_per_accumulator(n):
+    src = wgmma_source(n)
+    assert f"struct Wgmma<{n}>" in src
+    for ptx in ("bf16", "f16"):
+        assert f"m64n{n}k16.f32.{ptx}.{ptx} {{" in src
+    # Per overload: n / 2 accumulators, then the two descriptors and scale_d.
+    assert src.count('"+f"(d[') == n and f'"+f"(d[{n // 2 - 1}])' in src and f'"+f"(d[{n // 2}])' not in src
+    assert f"%{n // 2 + 2}, 0;" in src and f"}}, %{n // 2}, %{n // 2 + 1}, p," in src
+
+
+@pytest.mark.parametrize("n", [0, 12, 264, True, 128.0])
+def test_wgmma_source_rejects_widths_wgmma_lacks(n):
+    with pytest.raises(gemm.GemmError, match="multiple of 8"):
+        wgmma_source(n)
+
+
+def test_every_config_width_has_its_wgmma_in_its_source():
+    for cfg in gemm_sm90.CONFIGS.values():
+        src, _ = gemm_sm90.generate_source(cfg, "bf16", "plain")
+        assert f"struct Wgmma<{cfg.BN}>" in src and src.index('#include "gemm_sm90.cuh"') < src.index("struct Wgmma")
+
+
+def test_mid_width_configs_take_the_deepest_ring_that_fits():
+    for bn in gemm_sm90.MID_WIDTHS:
+        for cname in (f"128x{bn}x64", f"128x{bn}x64c2"):
+            cfg = gemm_sm90.CONFIGS[cname]
+            assert cfg.BN == bn and cfg.smem_bytes <= MAX_SMEM
+            assert cfg.stages == 5 or replace(cfg, stages=cfg.stages + 1).smem_bytes > MAX_SMEM
+    # C rows: 22 chunks (176) padded to 23, 24 chunks (192) swizzled as they are.
+    assert gemm_sm90.c_row_bytes(176) == 16 * 23 and gemm_sm90.c_row_bytes(192) == 16 * 24
+    assert gemm_sm90.c_row_bytes(256) == 512 and gemm_sm90.c_row_bytes(208) == 16 * 27

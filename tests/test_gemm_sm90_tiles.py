@@ -235,34 +235,51 @@ def _script(name):
 def test_the_recording_grids_are_whole_waves_of_every_candidate(sms):
     rec = _script("record_sm90_tiles")
     grids = rec.grids(sms)
-    assert len(grids) == 3
-    for M, N in grids:
-        for cfg in rec.candidates().values():
+    measured = [name for *_, names in grids for name in names]
+    # Every candidate once per aspect, on whole waves of its own tiles.
+    assert sorted(measured) == sorted(list(rec.candidates(sms)) * 3)
+    for M, N, names in grids:
+        for name in names:
+            cfg = sm90.CONFIGS[name]
             assert M % cfg.BM == 0 and N % cfg.BN == 0 and (M // cfg.BM) * (N // cfg.BN) % sms == 0
+    bases = [(M, N) for M, N, names in grids if "128x256x64" in names]
+    for M, N, names in grids:  # 128 x 128 shares the big tile's grid; the others its M
+        assert "128x128x64" in names or "128x256x64" not in names
+        assert M in {m for m, _ in bases}
     if sms == 132:
-        assert grids == [(1024, 33792), (4096, 8448), (16896, 2048)]  # 8 x 132, 32 x 33, 132 x 8 big tiles
+        assert bases == [(1024, 33792), (4096, 8448), (16896, 2048)]  # 8 x 132, 32 x 33, 132 x 8 big tiles
+        assert (4096, 5808, ("128x176x64", "128x176x64c2")) in grids  # 32 x 33 tiles of 128 x 176
 
 
 def test_the_recorder_writes_a_table_the_picker_reads(data_dir):
     rec = _script("record_sm90_tiles")
     rows = []
-    for M, N in rec.grids(132):
+    for M, N, names in rec.grids(132):
         for K in rec.KS:
-            # Synthetic GEMM times: a wave of the small tile (twice as many waves) takes 0.52 of a
-            # wave of the big one; col order 2 % slower; clusters 3 % slower (never taken here).
-            med = {rec.variant(n, o, s): (1.0 if c.BN == 256 else 1.04) * (1.02 if o == "col" else 1.0)
-                   * (1.03 if c.cluster > 1 else 1.0) * K / 4096
-                   for n, c in rec.candidates().items() for o, s in rec.rasters(c)}
+            # Synthetic GEMM times: per tile area, every width but 256 4 % slower (a wave of the
+            # small tile, twice as many waves, takes 0.52 of a wave of the big one); col order 2 %
+            # slower; clusters 3 % slower (never taken here).
+            med = {}
+            for n in names:
+                c = sm90.CONFIGS[n]
+                waves = (M // c.BM) * (N // c.BN) // 132
+                for o, s in rec.rasters(c):
+                    med[rec.variant(n, o, s)] = (waves * c.BN / 256 * (1.0 if c.BN == 256 else 1.04)
+                                                 * (1.02 if o == "col" else 1.0) * (1.03 if c.cluster > 1 else 1.0)
+                                                 * K / 4096 / 8)
             med["torch"] = 1.0
-            rows += rec.table_rows(M, N, K, 132, med, 12, 3)
+            rows += rec.table_rows(M, N, K, 132, med, 12, 3, names)
     per_grid = sum(len(rec.rasters(c)) for c in rec.candidates().values())
-    assert per_grid == 2 * len(rec.RASTERS) + 2 * len(rec.CLUSTER_RASTERS)
+    mids = 2 * len(sm90.MID_WIDTHS)
+    assert per_grid == 2 * len(rec.RASTERS) + 2 * len(rec.CLUSTER_RASTERS) + mids // 2 * (
+        len(rec.MID_RASTERS) + len(rec.MID_CLUSTER_RASTERS))
     assert len(rows) == 3 * len(rec.KS) * per_grid
     _table(data_dir, rows)
     cfg = sm90.default_config(4096, 4096, 4096, 132)
     assert (cfg.BN, cfg.order, cfg.swizzle) == (256, "row", 8)  # 4 waves x 1 against 8 x 0.52; all rasters tie
     assert sm90.predict_ms(cfg, 4096, 4096, 4096, 132) == pytest.approx(4 / 8)
-    assert sm90.default_config(128 * 132, 384, 4096, 132).BN == 128  # 2 x 1 against 3 x 0.52
+    # 2 waves of 128 x 192 (0.78 each) tie 3 of 128 x 128 (0.52) and beat 2 of 128 x 256: the bigger of the tied.
+    assert sm90.default_config(128 * 132, 384, 4096, 132).BN == 192
 
 
 def test_the_llm_shapes_meet_the_issue():
@@ -286,9 +303,10 @@ def test_record_then_benchmark_end_to_end_with_fake_timings(data_dir, monkeypatc
     monkeypatch.setattr(sm90, "is_supported", lambda *a: True)
     monkeypatch.setattr(sm90, "sm_count", lambda *a: 132)
 
-    def fake_measure(M, N, K, dtype, rounds, inner, sm_count, seed):
-        med = {rec.variant(n, o, s): (1.0 if c.BN == 256 else 1.02) * (1 + 0.01 * s) * (1.05 if c.cluster > 1 else 1)
-               * K / 4096 for n, c in rec.candidates().items() for o, s in rec.rasters(c)}
+    def fake_measure(M, N, K, dtype, rounds, inner, sm_count, seed, names):
+        med = {rec.variant(n, o, s): (M // c.BM) * (N // c.BN) / 132 * c.BN / 256 * (1.0 if c.BN in (128, 256) else 1.06)
+               * (1.0 if c.BN == 256 else 1.02) * (1 + 0.01 * s) * (1.05 if c.cluster > 1 else 1)
+               * K / 4096 for n in names for c in [sm90.CONFIGS[n]] for o, s in rec.rasters(c)}
         return dict(med, torch=1.0)
 
     monkeypatch.setattr(rec, "measure", fake_measure)
@@ -388,3 +406,11 @@ def test_a_cluster_config_has_no_stream_k_tail():
         replace(c2, stream_k=True).validate()
     with pytest.raises(GemmError, match="1 or 2"):
         replace(c2, cluster=True).validate()
+
+
+def test_a_tile_between_the_two_gets_the_margin_in_proportion_to_its_area():
+    m = tile_table.SMALLER_TILE_MARGIN
+    assert tile_table.smaller_tile_margin(1.0) == 0.0
+    assert tile_table.smaller_tile_margin(0.5) == pytest.approx(m)
+    assert tile_table.smaller_tile_margin(176 / 256) == pytest.approx(m * 2 * 80 / 256)
+    assert tile_table.smaller_tile_margin(0.25) == pytest.approx(m)  # never more than at half the area

@@ -4,7 +4,8 @@
 //   maps (128B swizzle, OOB zero fill: tails in M, N and K need no predication in the main loop).
 //   C: M x N row-major (ldc). bf16 or fp16 in, fp32 accumulation, same 16-bit type out.
 //
-// Structure: one persistent CTA per SM, 384 threads = 3 warpgroups, tile 128 x BN x 64.
+// Structure: one persistent CTA per SM, 384 threads = 3 warpgroups, tile 128 x BN x 64 (BN a multiple
+// of 16 in [128, 256]: tile widths between 128 and 256 let a grid fill its last wave).
 //   * WG 0 (producer, setmaxnreg.dec to 40 registers):
 //       - warp 0, lane 0: TMA loads of A (128 x 64) and B (BN x 64) into a STAGES-deep ring guarded
 //         by full/empty mbarriers; it runs ahead across tile boundaries.
@@ -191,85 +192,12 @@ __device__ __forceinline__ void fence_acc(float (&d)[N]) {
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// D (64 x N, fp32) = A (64 x 16, smem desc) * B^T (N x 16, smem desc) + (scale_d ? D : 0).
-// Both operands K-major (imm-trans 0), scale-a/b = 1.
-// One wgmma per (N, input type): the PTX differs only in the type name, so a macro stamps out
-// the bf16 and fp16 overloads.
-#define FO_WGMMA_M64N256K16(TAG, TYPE)                                                                                     \
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], u64 desc_a, u64 desc_b, int scale_d, TAG) {              \
-    asm volatile(                                                                                                          \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                                                      \
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE " {"                                                  \
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                           \
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                                 \
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                                 \
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "                                 \
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "                                 \
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "                                 \
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "                     \
-        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"                   \
-        "}, %128, %129, p, 1, 1, 0, 0;\n}\n"                                                                               \
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),                  \
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),            \
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),          \
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),          \
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),          \
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),          \
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),          \
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),          \
-          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),          \
-          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),          \
-          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),          \
-          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),          \
-          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),      \
-          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),  \
-          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),  \
-          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])   \
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                                         \
-}                                                                                                                         
-FO_WGMMA_M64N256K16(bf16_tag, "bf16")
-FO_WGMMA_M64N256K16(f16_tag, "f16")
-#undef FO_WGMMA_M64N256K16
-#define FO_WGMMA_M64N128K16(TAG, TYPE)                                                                             \
-__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], u64 desc_a, u64 desc_b, int scale_d, TAG) {       \
-    asm volatile(                                                                                                  \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                               \
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " {"                                          \
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                   \
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                         \
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                         \
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"                           \
-        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"                                                                         \
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),          \
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),    \
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),  \
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),  \
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),  \
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),  \
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),  \
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])   \
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                                 \
-}                                                                                                                 
-FO_WGMMA_M64N128K16(bf16_tag, "bf16")
-FO_WGMMA_M64N128K16(f16_tag, "f16")
-#undef FO_WGMMA_M64N128K16
-
+// D (64 x BN, fp32) = A (64 x 16, smem desc) * B^T (BN x 16, smem desc) + (scale_d ? D : 0), both
+// operands K-major, as Wgmma<BN>::mma(d, desc_a, desc_b, scale_d, type tag). wgmma takes its BN / 2
+// accumulators per thread as as many asm operands, so each width is a statement of its own: the
+// kernel's instantiation source defines the one it needs (fo_lib/gemm/wgmma.py).
 template <int BN>
 struct Wgmma;
-template <>
-struct Wgmma<256> {
-    template <class T>
-    static __device__ __forceinline__ void mma(float (&d)[128], u64 a, u64 b, int scale_d, T t) {
-        wgmma_m64n256k16(d, a, b, scale_d, t);
-    }
-};
-template <>
-struct Wgmma<128> {
-    template <class T>
-    static __device__ __forceinline__ void mma(float (&d)[64], u64 a, u64 b, int scale_d, T t) {
-        wgmma_m64n128k16(d, a, b, scale_d, t);
-    }
-};
 
 // --- misc ----------------------------------------------------------------------------------------
 template <int R>
@@ -429,21 +357,31 @@ struct Sm90Shape {
     static constexpr int A_BYTES = BM * BK * 2;
     static constexpr int B_BYTES = BN * BK * 2;
     static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
-    static constexpr int C_BYTES = BM * BN * 2;
+    static constexpr int C_CHUNKS = BN / 8;  // 16-byte chunks per C row
+    // The C staging tile: where a row holds a multiple of 8 chunks they are XOR-swizzled by row & 7,
+    // else each row is padded to an odd number of chunks. Either way the 8 rows one stmatrix phase
+    // writes (same chunk) and the 8 chunks of a store-warp phase fall in 8 distinct bank groups.
+    static constexpr bool C_SWIZZLED = C_CHUNKS % 8 == 0;
+    static constexpr int C_ROW_BYTES = 16 * (C_SWIZZLED ? C_CHUNKS : (C_CHUNKS | 1));
+    static constexpr int C_BYTES = BM * C_ROW_BYTES;
     static constexpr int RO_BYTES = BM * 8;
     static constexpr int BAR_BYTES = (2 * STAGES + 2) * 8;
     // + 1024: the dynamic shared memory is aligned up to the 1024-byte swizzle atom in the kernel.
     static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + C_BYTES + RO_BYTES + BAR_BYTES;
-    static constexpr int C_CHUNKS = BN / 8;           // 16-byte chunks per C row
-    static constexpr int ROWS_PER_PASS = 32 / C_CHUNKS;  // C rows one store warp covers per pass
     static constexpr int PRODUCER_REGS = 56;
     static constexpr int CONSUMER_REGS = 224;
 
-    static_assert(BN == 128 || BN == 256, "BN must be 128 or 256 (wgmma m64n128 / m64n256)");
+    static_assert(BN % 16 == 0 && BN >= 128 && BN <= 256,
+                  "BN must be a multiple of 16 in [128, 256] (wgmma m64nBN; stmatrix pairs; cluster halves of B)");
     static_assert(STAGES >= 2 && STAGES <= 8, "STAGES must be in [2, 8]");
     static_assert(STAGE_BYTES % 1024 == 0 && A_BYTES % 1024 == 0, "stages must keep 1024-byte alignment");
     static_assert(SMEM_BYTES <= 232448, "more shared memory than an sm_90 block can have");
     static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 256 <= 65536, "register file overcommitted");
+
+    // Shared address of 16-byte chunk ch of row r of the C staging tile at smem_c.
+    static __device__ __forceinline__ u32 c_chunk(u32 smem_c, int r, int ch) {
+        return smem_c + r * C_ROW_BYTES + ((C_SWIZZLED ? (ch ^ (r & 7)) : ch) << 4);
+    }
 };
 
 // Pointers an epilogue does not use may be null.
@@ -552,13 +490,12 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 }
             }
         } else {
-            // Store warps: warp sw (0..2) covers C rows (sw + 3 i) * ROWS_PER_PASS + lane / C_CHUNKS,
-            // one 16-byte chunk per lane: a full 512-byte (BN 256) or two 256-byte (BN 128) rows per
-            // coalesced warp store.
+            // Store warps: pass g of store warp sw (g = sw, sw + 3, ...) covers the tile's 16-byte
+            // chunks 32 g .. 32 g + 31 in row-major order, one per lane: a warp store writes a whole
+            // 512-byte row (BN 256), two 256-byte rows (BN 128), or the end of one row and the start
+            // of the next.
             const int st = tid - 32;
             const int sw = st / 32;
-            const int r_in = lane / S::C_CHUNKS;
-            const int ch = lane % S::C_CHUNKS;
             u32 parity = 0;
 #pragma unroll 1
             for (Sm90Work w(tiles, sk_tiles, sk_split, KT, CLUSTER); w.next();) {
@@ -584,11 +521,12 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 mbar_wait(bar_c_full, parity);
                 if (kTableStore) bar_sync(1, S::STORE_THREADS);  // row offsets visible to all store warps
 #pragma unroll 2
-                for (int g = sw; g * S::ROWS_PER_PASS < rows; g += 3) {
-                    const int r = g * S::ROWS_PER_PASS + r_in;
+                for (int g = sw; g * 32 < rows * S::C_CHUNKS; g += 3) {
+                    const int r = (g * 32 + lane) / S::C_CHUNKS;
+                    const int ch = g * 32 + lane - r * S::C_CHUNKS;
                     if (r < rows && ch * 8 < cols) {
                         u32 v[4];
-                        ld_shared_v4(smem_c + r * (BN * 2) + ((ch ^ (r & 7)) << 4), v);
+                        ld_shared_v4(S::c_chunk(smem_c, r, ch), v);
                         bits16* dst;
                         if (kTableStore) {
                             dst = comm_buf + ld_shared_s64(smem_ro + r * 8) + ch * 8;
@@ -752,17 +690,16 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                     acc[4 * q + 3] += v.w;
                 }
             }
-            // Epilogue: accumulators -> smem C (16-bit), 16-byte chunks swizzled by row & 7.
+            // Epilogue: accumulators -> smem C (16-bit), 16-byte chunks placed by Sm90Shape::c_chunk.
             // Fragment of wgmma m64nNk16: acc[4 j + 2 h + e] is row 16 warp + lane / 4 + 8 h,
             // column 8 j + 2 (lane % 4) + e of this warpgroup's 64 x BN block.
             mbar_wait(bar_c_empty, c_parity ^ 1u);  // the store warps are done with the previous tile
             // stmatrix x4 stores the 8 x 8 blocks (j, h = 0), (j, 1), (j + 1, 0), (j + 1, 1): lane l
-            // addresses row l % 8 of block l / 8, chunk j + l / 16 (row & 7 = l % 8).
+            // addresses row l % 8 of block l / 8, chunk j + l / 16.
             const int st_row = c * 64 + warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
-            const u32 st_addr = smem_c + st_row * (BN * 2);
 #pragma unroll
             for (int j = 0; j < BN / 8; j += 2) {
-                stmatrix_x4(st_addr + (((j + (lane >> 4)) ^ (lane & 7)) << 4),
+                stmatrix_x4(S::c_chunk(smem_c, st_row, j + (lane >> 4)),
                             pack2(T{}, acc[4 * j], acc[4 * j + 1]), pack2(T{}, acc[4 * j + 2], acc[4 * j + 3]),
                             pack2(T{}, acc[4 * j + 4], acc[4 * j + 5]), pack2(T{}, acc[4 * j + 6], acc[4 * j + 7]));
             }

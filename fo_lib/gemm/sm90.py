@@ -11,7 +11,7 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
   fills everything outside ``M x K`` / ``N x K`` with zeros, so ``M``, ``N`` and ``K`` tails need no
   special case. ``K`` must still be a multiple of 8 (and row strides too): a tensor map's row stride
   must be a multiple of 16 bytes. Operands must be 16-byte aligned.
-* Tile ``128 x BN x 64`` (``BN`` 256 or 128), 384 threads: one producer warpgroup (a TMA warp and
+* Tile ``128 x BN x 64`` (``BN`` a multiple of 16 in [128, 256]), 384 threads: one producer warpgroup (a TMA warp and
   three store warps) and two consumer warpgroups (64 rows each). ``stages`` is the depth of the
   operand ring. Run-time raster (``order``, ``swizzle``) and CTA count (``ctas``) as in
   fo_lib.gemm.portable.
@@ -65,6 +65,7 @@ from . import tile_table
 from .checks import check_operands
 from .config import DTYPES, EPILOGUE_ID, EPILOGUES, MAX_SMEM, GemmError, RasterMixin, pick_by_waves
 from .family import GemmFamily
+from .wgmma import wgmma_source
 
 __all__ = ["Sm90Config", "CONFIGS", "default_config", "stream_k_tiles", "stream_k_plan", "STREAM_K_MIN_IDLE",
            "guess_config",
@@ -101,7 +102,7 @@ class Sm90Config(RasterMixin):
     def smem_bytes(self) -> int:
         """1024 (alignment slack) + operand ring + C staging tile + BM int64 row offsets + mbarriers;
         the same sum as ``Sm90Shape::SMEM_BYTES`` in gemm_sm90.cuh."""
-        return (1024 + self.stages * (self.BM + self.BN) * self.BK * 2 + self.BM * self.BN * 2
+        return (1024 + self.stages * (self.BM + self.BN) * self.BK * 2 + self.BM * c_row_bytes(self.BN)
                 + 8 * self.BM + 8 * (2 * self.stages + 2))
 
     @property
@@ -120,14 +121,32 @@ class Sm90Config(RasterMixin):
             bad(f"cluster must be 1 or 2 CTAs, got {self.cluster!r}")
         if self.cluster > 1 and self.stream_k:
             bad("clusters run whole waves: stream_k must be False")
-        if self.BN not in (128, 256):
-            bad(f"BN must be 128 or 256 (wgmma m64n128 / m64n256), got {self.BN}")
+        if self.BN % 16 or not 128 <= self.BN <= 256:
+            bad(f"BN must be a multiple of 16 in [128, 256] (wgmma m64nBN, stmatrix pairs, cluster halves of B), "
+                f"got {self.BN}")
         if not 2 <= self.stages <= 8:
             bad(f"stages must be in [2, 8], got {self.stages}")
         if self.smem_bytes > MAX_SMEM:
             bad(f"needs {self.smem_bytes} B of shared memory, more than {MAX_SMEM}")
         return self
 
+
+def c_row_bytes(BN: int) -> int:
+    """Bytes per row of the C staging tile (``Sm90Shape::C_ROW_BYTES``): 16-byte chunks, swizzled
+    where a row holds a multiple of 8 of them, else padded to an odd count (bank-conflict free)."""
+    chunks = BN // 8
+    return 16 * (chunks if chunks % 8 == 0 else chunks | 1)
+
+
+def max_stages(BN: int, cap: int = 5) -> int:
+    """The deepest operand ring (up to ``cap``) a ``128 x BN x 64`` tile fits in shared memory."""
+    return max(s for s in range(2, cap + 1) if Sm90Config(BN, s).smem_bytes <= MAX_SMEM)
+
+
+# Tile widths between 128 and 256: a grid whose 128 x 256 tiles leave a partial last wave often fills
+# its waves with another width (2048 x 7168: 448 tiles of 128 x 256 are 3.4 waves on 132 SMs, 656 of
+# 128 x 176 are 4.97), as cuBLAS does with its 176-, 192- and 208-wide tiles.
+MID_WIDTHS = (160, 176, 192, 208, 224, 240)
 
 CONFIGS: dict[str, Sm90Config] = {
     # 3 x 48 KB operand stages + the 64 KB C tile: the most that fits 227 KB.
@@ -137,6 +156,10 @@ CONFIGS: dict[str, Sm90Config] = {
     # The same tiles in clusters of 2 along M sharing B (TMA multicast).
     "128x256x64c2": Sm90Config(256, 3, cluster=2),
     "128x128x64c2": Sm90Config(128, 5, cluster=2),
+    # The widths in between, each with the deepest ring that fits (5 stages at 160, 4 at 176-208,
+    # 3 at 224-240), alone and in clusters of 2.
+    **{f"128x{bn}x64{c}": Sm90Config(bn, max_stages(bn), cluster=2 if c else 1)
+       for bn in MID_WIDTHS for c in ("", "c2")},
 }
 for _c in CONFIGS.values():
     _c.validate()
@@ -147,7 +170,7 @@ for _c in CONFIGS.values():
 _TILE_SPEED = {"128x256x64": 1.0, "128x128x64": 0.9}
 _GUESS_CANDIDATES = ("128x256x64", "128x128x64")
 # What the measured table chooses among (scripts/bench/record_sm90_tiles.py records each of them).
-_DEFAULT_CANDIDATES = ("128x256x64", "128x128x64", "128x256x64c2", "128x128x64c2")
+_DEFAULT_CANDIDATES = tuple(CONFIGS)
 
 
 def default_config(M: int, N: int, K: int, sm_count: int = 132, smem_limit: int = MAX_SMEM,
@@ -221,6 +244,8 @@ def generate_source(cfg: Sm90Config, dtype: str, epilogue: str) -> tuple[str, st
     # cuLaunchKernel (CuPy's launch) start clusters.
     cluster = f" __cluster_dims__({cfg.cluster}, 1, 1)" if cfg.cluster > 1 else ""
     source = f"""#include "gemm_sm90.cuh"
+
+{wgmma_source(cfg.BN)}
 
 extern "C" __global__ void __launch_bounds__({cfg.threads}, 1){cluster}
 {name}(const __grid_constant__ fo::TmaDesc tma_a, const __grid_constant__ fo::TmaDesc tma_b,

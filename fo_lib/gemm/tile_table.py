@@ -46,6 +46,8 @@ TIE = 0.01
 # bench_gemm_sm90_llm.py (H200) the 128 x 128 tile ran 2-9 % slower per unit area than 128 x 256
 # (median 5 %, whole waves on both), where the recording grids have the two within 2 %: the
 # recording grids flatter the small tile, and this margin is what the benchmark measured it lacks.
+# A tile between the two (128 x 160 .. 240) gets the margin in proportion to the area it lacks: a
+# guess (fewer of its operand bytes are reused than the big tile's, more than the small one's).
 SMALLER_TILE_MARGIN = 0.05
 # The stream-K tail's extra cost per unit of its work: the cut tiles' fp32 parts through L2 (a head,
 # and a parked tail where it must wait) and the finishing CTA's epilogue. Fitted to
@@ -251,6 +253,12 @@ def candidates(table: TileTable, configs: dict, M: int, N: int, sm_count: int):
                     yield name, replace(cfg.with_raster(order, swizzle), stream_k=tail)
 
 
+def smaller_tile_margin(area_ratio: float) -> float:
+    """How much faster a tile of ``area_ratio`` times the biggest candidate's area must be predicted:
+    :data:`SMALLER_TILE_MARGIN` at half the area, in proportion to the area it lacks (at most that)."""
+    return SMALLER_TILE_MARGIN * min(1.0, 2.0 * max(0.0, 1.0 - area_ratio))
+
+
 def pick(table: TileTable, configs: dict, M: int, N: int, K: int, sm_count: int, smem_limit: int):
     """The fastest predicted candidate among ``configs`` (name -> config) that fit ``smem_limit``, a
     smaller tile's time counted :data:`SMALLER_TILE_MARGIN` higher; ties (within :data:`TIE`) to the
@@ -265,7 +273,7 @@ def pick(table: TileTable, configs: dict, M: int, N: int, K: int, sm_count: int,
         raise GemmError(f"{table.path} has no rows for any of {sorted(fit)}: re-record it "
                         f"(scripts/bench/record_sm90_tiles.py) or set {ENV_VAR}=guess")
     biggest = max(c.BM * c.BN for _, c in scored)
-    scored = [(t * (1 + SMALLER_TILE_MARGIN) if c.BM * c.BN < biggest else t, c) for t, c in scored]
+    scored = [(t * (1 + smaller_tile_margin(c.BM * c.BN / biggest)), c) for t, c in scored]
     best = min(t for t, _ in scored)
     ties = [c for t, c in scored if t <= best * (1 + TIE)]
     # NOTES: the recorded grids are 8-16 waves; on bigger grids a narrow band re-reads the operands

@@ -2,14 +2,15 @@
 config, raster order, swizzle, grid, K), which fo_lib.gemm.sm90.default_config reads to pick a tile
 and raster for any shape (fo_lib.gemm.tile_table: waves x time of one wave).
 
-Every grid is chosen so that its tiles are an exact multiple of the SM count for every candidate
-tile (``--waves`` waves of 128 x 256 tiles, twice as many of 128 x 128 on the same M x N): no partial
-wave, so the GEMM's time over its wave count is the time of one wave. Three grid aspects (tile rows /
-tile columns of 1/16, 1 and 16 for 128 x 256 tiles) because a raster's L2 reuse depends on how the
+Every grid is chosen so that its tiles are an exact multiple of the SM count for the tiles measured
+on it (``--waves`` waves of 128 x 256 tiles, twice as many of 128 x 128 on the same M x N; the widths
+in between on the same M and the nearest N that makes whole waves of theirs): no partial wave, so
+the GEMM's time over its wave count is the time of one wave. Three grid aspects (tile rows / tile
+columns of 1/16, 1 and 16 for 128 x 256 tiles) because a raster's L2 reuse depends on how the
 wave's tiles lie on the grid; the picker reads the recorded grid nearest in aspect to the shape.
 All variants of one (grid, K), torch.matmul included as a yardstick, run in the same interleaved
 rounds in a random order per round, as CUDA-graph replays (device time), on inputs rotated beyond
-the L2 (fo_lib.experiments.kernel_bench). Writes the CSV + provenance sidecar; ~30 s on an H200.
+the L2 (fo_lib.experiments.kernel_bench). Writes the CSV + provenance sidecar; ~2-3 min on an H200.
 
     python scripts/bench/record_sm90_tiles.py                   # -> data/<gpu>/gemm_sm90_tiles.csv
     python scripts/bench/record_sm90_tiles.py --out /tmp/tiles.csv --K 4096
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -37,10 +39,16 @@ KS = (1024, 4096, 8192, 16384)  # the picker interpolates between them, and extr
 RASTERS = tuple((order, swizzle) for order in ("row", "col") for swizzle in (1, 2, 4, 8))
 # Clusters of 2 along M share B only where a raster pairs tiles down a tile column.
 CLUSTER_RASTERS = (("row", 2), ("row", 4), ("row", 8))
+# The widths between 128 and 256 (sm90.MID_WIDTHS), in the rasters the picker took for the two
+# others on the LLM shapes (bands of 8 tile rows, bands of 4 tile columns on wide grids, plain rows).
+MID_RASTERS = (("row", 1), ("row", 8), ("col", 4))
+MID_CLUSTER_RASTERS = (("row", 2), ("row", 8))
 
 
 def rasters(cfg) -> tuple:
     """The rasters recorded for ``cfg``."""
+    if 256 % cfg.BN:
+        return MID_RASTERS if cfg.cluster == 1 else MID_CLUSTER_RASTERS
     return RASTERS if cfg.cluster == 1 else CLUSTER_RASTERS
 
 
@@ -53,18 +61,28 @@ def full_wave_grid(sm_count: int, waves: int, aspect: float, BM: int = 128, BN: 
     return rows * BM, tiles // rows * BN
 
 
-def grids(sm_count: int, waves: int = WAVES, aspects=ASPECTS) -> list[tuple[int, int]]:
-    """The recording grids; each is checked to be whole waves of every candidate tile."""
-    out = []
+def grid_for(cfg, sm_count: int, waves: int, aspect: float) -> tuple[int, int]:
+    """The grid ``cfg`` is recorded on at ``aspect``: that of 128 x 256 tiles where ``BN`` divides 256
+    (whole waves of those are whole waves of 128 x 128), else the same ``M`` and the ``N`` nearest
+    it that is whole waves of ``cfg``'s tiles."""
+    M, N = full_wave_grid(sm_count, waves, aspect)
+    if 256 % cfg.BN == 0:
+        return M, N
+    step = sm_count // math.gcd(M // cfg.BM, sm_count)  # tile columns come in multiples of this
+    return M, max(step, round(N / cfg.BN / step) * step) * cfg.BN
+
+
+def grids(sm_count: int, waves: int = WAVES, aspects=ASPECTS) -> list[tuple[int, int, tuple[str, ...]]]:
+    """The recording grids ``(M, N, config names measured on it)``, each checked to be whole waves
+    of its configs' tiles."""
+    out: dict = defaultdict(list)
     for aspect in aspects:
-        M, N = full_wave_grid(sm_count, waves, aspect)
-        for name, cfg in candidates().items():
-            tiles = (M // cfg.BM) * (N // cfg.BN)
-            if M % cfg.BM or N % cfg.BN or tiles % sm_count:
+        for name, cfg in candidates(sm_count).items():
+            M, N = grid_for(cfg, sm_count, waves, aspect)
+            if M % cfg.BM or N % cfg.BN or (M // cfg.BM) * (N // cfg.BN) % sm_count:
                 raise ValueError(f"{M} x {N} is not whole waves of {name} on {sm_count} SMs")
-        if (M, N) not in out:
-            out.append((M, N))
-    return out
+            out[(M, N)].append(name)
+    return [(M, N, tuple(names)) for (M, N), names in out.items()]
 
 
 def candidates(sm_count: int | None = None) -> dict:
@@ -78,10 +96,12 @@ def variant(name: str, order: str, swizzle: int) -> str:
     return f"{name}/{order}{swizzle}"
 
 
-def table_rows(M, N, K, sm_count, medians, rounds, inner) -> list[dict]:
-    """The table's rows for one (grid, K) from ``{variant: median ms}`` (``torch`` the yardstick)."""
+def table_rows(M, N, K, sm_count, medians, rounds, inner, names) -> list[dict]:
+    """The table's rows for configs ``names`` on one (grid, K) from ``{variant: median ms}``
+    (``torch`` the yardstick)."""
     rows = []
-    for name, cfg in candidates(sm_count).items():
+    for name in names:
+        cfg = sm90.CONFIGS[name]
         tiles = (M // cfg.BM) * (N // cfg.BN)
         waves = tiles // sm_count
         for order, swizzle in rasters(cfg):
@@ -93,8 +113,8 @@ def table_rows(M, N, K, sm_count, medians, rounds, inner) -> list[dict]:
     return rows
 
 
-def measure(M, N, K, dtype, rounds, inner, sm_count, seed):
-    """``{variant: median ms}`` for every candidate x raster and torch.matmul on one (grid, K)."""
+def measure(M, N, K, dtype, rounds, inner, sm_count, seed, names):
+    """``{variant: median ms}`` for configs ``names`` x their rasters and torch.matmul on one (grid, K)."""
     import torch
 
     from fo_lib.experiments.kernel_bench import check_and_time, input_sets
@@ -102,12 +122,13 @@ def measure(M, N, K, dtype, rounds, inner, sm_count, seed):
     sets = input_sets(M, N, K, dtype)
     n = len(sets)
     fns = {"torch": lambda i: torch.matmul(sets[i % n][0], sets[i % n][1].T, out=sets[i % n][2])}
-    for name, cfg in candidates(sm_count).items():
+    for name in names:
+        cfg = sm90.CONFIGS[name]
         for order, swizzle in rasters(cfg):
             c = cfg.with_raster(order, swizzle)
             fns[variant(name, order, swizzle)] = (
                 lambda c: lambda i: sm90.gemm_nt(*sets[i % n], config=c, ctas=sm_count))(c)
-    first = next(iter(candidates().values()))
+    first = sm90.CONFIGS[names[0]]
     _, err, res = check_and_time(fns, sm90.SM90, first, sets, M, N, K, rounds, inner, graph=True, seed=seed)
     if not err < 1e-2:
         raise RuntimeError(f"{M} x {N} x {K}: relative error {err:.1e} against torch.matmul")
@@ -131,11 +152,11 @@ def main(argv=None):
     sms = sm90.sm_count()
     out = args.out or DATA_DIR / gpu_tag() / TABLE_NAME
     rows = []
-    for M, N in grids(sms, args.waves):
+    for M, N, names in grids(sms, args.waves):
         for K in args.K:
-            med = measure(M, N, K, torch.bfloat16, args.rounds, args.inner, sms, args.seed)
+            med = measure(M, N, K, torch.bfloat16, args.rounds, args.inner, sms, args.seed, names)
             torch.cuda.empty_cache()  # the next grid's operands are up to ~0.7 GB per set
-            got = table_rows(M, N, K, sms, med, args.rounds, args.inner)
+            got = table_rows(M, N, K, sms, med, args.rounds, args.inner, names)
             rows += got
             best = {}
             for r in got:

@@ -86,11 +86,14 @@ def sm90() -> None:
 
     from fo_lib.gemm import sm90 as gemm_sm90
 
-    exercise(gemm_sm90.SM90, list(gemm_sm90.CONFIGS.values()), ((130, 200, 72), (257, 136, 40), (300, 520, 136)))
+    # Of the widths between 128 and 256, one whose C rows are padded (176) and one swizzled (192): the
+    # others differ from them only in constants.
+    configs = [c for n, c in gemm_sm90.CONFIGS.items() if c.BN in (128, 176, 192, 256)]
+    exercise(gemm_sm90.SM90, configs, ((130, 200, 72), (257, 136, 40), (300, 520, 136)))
     # The stream-K tail on 3 CTAs, partial sums through the workspace: runs of k-blocks (200 x 300 x
     # 72, 140 x 520 x 200) and the split tail (130 x 520 x 520: the last of ten 128 x 128 tiles in 2
     # parts; 130 x 1800 x 1024: the last of 16 128 x 256 tiles in 3).
-    sk = [replace(c, stream_k=True) for c in gemm_sm90.CONFIGS.values() if c.cluster == 1]
+    sk = [replace(c, stream_k=True) for c in configs if c.cluster == 1]
     shapes = ((200, 300, 72), (140, 520, 200), (130, 520, 520), (130, 1800, 1024))
     splits = {gemm_sm90.stream_k_plan(c.grid(M, N, 3).num_tiles, 3, -(-K // 64))[1] for c in sk for M, N, K in shapes}
     assert {1, 2, 3} <= splits, splits

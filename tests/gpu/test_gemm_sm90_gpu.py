@@ -84,7 +84,7 @@ CLUSTER_SHAPES = [(1100, 1792, 520), (300, 130, 72), (129, 100, 8), (2048, 4096,
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
-@pytest.mark.parametrize("tile", ["128x256x64", "128x128x64"])
+@pytest.mark.parametrize("tile", ["128x256x64", "128x128x64", "128x176x64", "128x208x64"])
 @pytest.mark.parametrize("M,N,K", CLUSTER_SHAPES)
 def test_cluster_equals_single_cta_bitwise(M, N, K, tile, dtype):
     """The same tiles with and without clusters sum the same k-blocks in the same order: equal bit
@@ -138,7 +138,11 @@ STREAM_K_CASES = [(200, 300, 72, "128x256x64", 3, 1), (1000, 2000, 4104, "128x25
                   (129, 1030, 520, "128x128x64", 7, 1), (333, 4100, 4040, "128x128x64", 16, 4),
                   (500, 3000, 1000, "128x256x64", 13, 1), (300, 1000, 4104, "128x128x64", 7, 2),
                   (129, 4100, 2000, "128x128x64", 12, 2), (2600, 4096, 14336, "128x256x64", 132, 1),
-                  (1536, 3584, 18944, "128x256x64", 132, 3), (2048, 7168, 5120, "128x256x64", 132, 2)]
+                  (1536, 3584, 18944, "128x256x64", 132, 3), (2048, 7168, 5120, "128x256x64", 132, 2),
+                  # widths between 128 and 256: C rows of an odd chunk count padded, or 24 swizzled ones
+                  (500, 3000, 1000, "128x208x64", 13, 1), (300, 1000, 4104, "128x240x64", 7, 4),
+                  (129, 4100, 2000, "128x160x64", 12, 3), (1536, 3584, 18944, "128x192x64", 132, 1),
+                  (777, 1000, 520, "128x176x64", 5, 2)]
 
 
 def _stream_k_config(cname, M, N, K, ctas, split):
