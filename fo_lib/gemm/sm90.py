@@ -49,6 +49,10 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
   Off in the configs the overlap engine runs (its wave model counts whole waves):
   :func:`fo_lib.gemm.auto_config` picks in whole waves, :func:`default_config` (a plain ``gemm_nt``)
   takes the tail where the tile table predicts it pays.
+* Autotuning (:mod:`fo_lib.gemm.autotune`): a plain ``gemm_nt`` without a config, on the SM count's
+  CTAs, runs the fastest of the tile table's shortlist for its shape (the model's pick among them),
+  timed on its operands on the shape's first call and remembered on disk for later calls and
+  processes; :func:`config_for` says which. ``FO_SM90_AUTOTUNE=0``: the table's pick, untimed.
 
 ``import fo_lib.gemm.sm90`` needs neither torch, CuPy nor cuda-bindings; they are imported at launch.
 """
@@ -61,13 +65,13 @@ from typing import ClassVar
 
 from .._util import DTYPE_TAG, CudaUnavailableError, ceil_div, sm_count
 from ..tiling import STREAM_K_MIN_IDLE, stream_k_plan, stream_k_tiles
-from . import tile_table
+from . import autotune, tile_table
 from .checks import check_operands
 from .config import DTYPES, EPILOGUE_ID, EPILOGUES, MAX_SMEM, GemmError, RasterMixin, pick_by_waves
 from .family import GemmFamily
 from .wgmma import wgmma_source
 
-__all__ = ["Sm90Config", "CONFIGS", "default_config", "stream_k_tiles", "stream_k_plan", "STREAM_K_MIN_IDLE",
+__all__ = ["Sm90Config", "CONFIGS", "default_config", "config_for", "config_label", "stream_k_tiles", "stream_k_plan", "STREAM_K_MIN_IDLE",
            "guess_config",
            "predict_ms", "gemm_nt", "gemm_nt_signal",
            "gemm_nt_scatter", "gemm_nt_probe", "generate_source", "kernel_name", "tma_desc_fields", "is_supported",
@@ -384,17 +388,62 @@ def _check_config(config) -> None:
 def _operands(a, b, config, ctas):
     _check_config(config)
     dtype, M, N, K, cfg, ctas = check_operands(a, b, config, ctas, pick_default=default_config)
-    if config is None:  # picked for the SM count: on an odd ctas, the same tiles one CTA at a time
-        cfg = cfg.for_ctas(ctas)
-    if ctas % cfg.cluster:
-        raise GemmError(f"config {cfg.tile_name} runs clusters of {cfg.cluster} CTAs: ctas must be a multiple "
-                        f"of {cfg.cluster}, got {ctas}")
     import torch
     cap = torch.cuda.get_device_capability(a.device)
     if cap != (9, 0):
         raise GemmError(f"fo_lib.gemm.sm90 needs a compute capability 9.0 GPU (TMA + wgmma), "
                         f"{a.device} is {cap[0]}.{cap[1]}: use fo_lib.gemm")
+    if config is None:  # picked for the SM count: on an odd ctas, the same tiles one CTA at a time
+        cfg = _tuned(a, b, dtype, M, N, K, ctas, cfg).for_ctas(ctas)
+    if ctas % cfg.cluster:
+        raise GemmError(f"config {cfg.tile_name} runs clusters of {cfg.cluster} CTAs: ctas must be a multiple "
+                        f"of {cfg.cluster}, got {ctas}")
     return dtype, M, N, K, cfg, ctas
+
+
+def config_label(cfg: Sm90Config) -> str:
+    """``128x256x64/row8`` (``+sk`` with a stream-K tail): the CONFIGS name, raster order, swizzle."""
+    name = next((n for n, c in CONFIGS.items() if c.tile_name == cfg.tile_name), cfg.tile_name)
+    return f"{name}/{cfg.order}{cfg.swizzle}" + ("+sk" if cfg.stream_k else "")
+
+
+def _configs_text() -> str:
+    return repr(sorted((n, c.tile_name) for n, c in CONFIGS.items()))
+
+
+def _tuned(a, b, dtype, M, N, K, ctas, model: Sm90Config) -> Sm90Config:
+    """The config a plain call runs: the tile table's pick ``model``, or where autotuning applies
+    (:mod:`fo_lib.gemm.autotune`: on, a tile table, the SM count's CTAs, no graph capture) the
+    fastest of the model's shortlist timed on these operands, remembered per shape on disk."""
+    path = tile_table.table_path() if autotune.enabled() else None
+    if path is None:
+        return model
+    import torch
+    dev = a.device.index
+    if ctas != sm_count(dev) or torch.cuda.is_current_stream_capturing():
+        return model
+    k = autotune.key(torch.cuda.get_device_name(dev), ctas, M, N, K, dtype, _configs_text())
+    hit = autotune.lookup(k, Sm90Config)
+    if hit is not None:
+        return hit
+    pool = {n: replace(CONFIGS[n], stream_k=CONFIGS[n].cluster == 1) for n in _DEFAULT_CANDIDATES}
+    ranked = tile_table.ranked(tile_table.load(path, CONFIGS), pool, M, N, K, ctas, MAX_SMEM)
+    shortlist = autotune.shortlist(ranked, model)
+    out = torch.empty(M, N, dtype=a.dtype, device=a.device)  # scratch: the caller's output is not touched
+    with torch.cuda.device(dev):
+        launches = {config_label(c): SM90.prepare(c, dtype, "plain", a, b, out.data_ptr(), N, ctas)
+                    for c in shortlist}
+        ms = autotune.time_launches({lbl: (lambda f=f: f(None)) for lbl, f in launches.items()})
+    winner = autotune.choose(ms, config_label(model))
+    cfg = next(c for c in shortlist if config_label(c) == winner)
+    autotune.remember(k, cfg, ms, config_label(model))
+    return cfg
+
+
+def config_for(a, b, ctas: int | None = None) -> Sm90Config:
+    """The config ``gemm_nt(a, b, ctas=ctas)`` runs (timing the shape's shortlist on ``a`` and ``b``
+    on its first call, :mod:`fo_lib.gemm.autotune`)."""
+    return _operands(a, b, None, ctas)[4]
 
 
 def _sm90_operand_args(cfg, dtype, a, b, c_ptr, ldc):

@@ -259,11 +259,10 @@ def smaller_tile_margin(area_ratio: float) -> float:
     return SMALLER_TILE_MARGIN * min(1.0, 2.0 * max(0.0, 1.0 - area_ratio))
 
 
-def pick(table: TileTable, configs: dict, M: int, N: int, K: int, sm_count: int, smem_limit: int):
-    """The fastest predicted candidate among ``configs`` (name -> config) that fit ``smem_limit``, a
-    smaller tile's time counted :data:`SMALLER_TILE_MARGIN` higher; ties (within :data:`TIE`) to the
-    bigger tile, then no cluster, then the wider swizzle, then row order, then whole waves (no
-    stream-K tail)."""
+def ranked(table: TileTable, configs: dict, M: int, N: int, K: int, sm_count: int, smem_limit: int) -> list:
+    """Every candidate among ``configs`` (name -> config) that fits ``smem_limit`` as ``(score,
+    config)``, best first: the predicted ms, a smaller tile's counted :func:`smaller_tile_margin`
+    higher; within :data:`TIE` of the best, the tie order of :func:`pick`."""
     check_positive_ints(M=M, N=N, K=K, sm_count=sm_count, smem_limit=smem_limit)
     fit = {n: c for n, c in configs.items() if c.smem_bytes <= smem_limit}
     if not fit:
@@ -275,10 +274,18 @@ def pick(table: TileTable, configs: dict, M: int, N: int, K: int, sm_count: int,
     biggest = max(c.BM * c.BN for _, c in scored)
     scored = [(t * (1 + smaller_tile_margin(c.BM * c.BN / biggest)), c) for t, c in scored]
     best = min(t for t, _ in scored)
-    ties = [c for t, c in scored if t <= best * (1 + TIE)]
     # NOTES: the recorded grids are 8-16 waves; on bigger grids a narrow band re-reads the operands
     # from DRAM (16384 x 13824 x 5120 in row order, swizzle 1: 12 % slower than swizzle 8), while
     # the widest swizzle was within noise of the best on every recorded grid: ties go to it.
     # A cluster must win by more than a tie: it asks for an even CTA count.
-    return min(ties, key=lambda c: (-c.BM * c.BN, c.cluster, -c.swizzle, c.order != "row",
-                                    c.stream_k))
+    return sorted(scored, key=lambda tc: (tc[0] > best * (1 + TIE), tc[0] if tc[0] > best * (1 + TIE) else 0,
+                                          -tc[1].BM * tc[1].BN, tc[1].cluster, -tc[1].swizzle,
+                                          tc[1].order != "row", tc[1].stream_k))
+
+
+def pick(table: TileTable, configs: dict, M: int, N: int, K: int, sm_count: int, smem_limit: int):
+    """The fastest predicted candidate among ``configs`` (name -> config) that fit ``smem_limit``, a
+    smaller tile's time counted :data:`SMALLER_TILE_MARGIN` higher (:func:`smaller_tile_margin`);
+    ties (within :data:`TIE`) to the bigger tile, then no cluster, then the wider swizzle, then row
+    order, then whole waves (no stream-K tail)."""
+    return ranked(table, configs, M, N, K, sm_count, smem_limit)[0][1]

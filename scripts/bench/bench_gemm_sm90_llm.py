@@ -16,10 +16,12 @@ each at TP 1, 2, 4 or 8 (:data:`SHAPES` names them), M from 1024 to 16384, seven
 
 Variants per shape, in the same interleaved rounds, a random order per round, as CUDA-graph replays
 (device time), inputs rotated beyond the L2 (fo_lib.experiments.kernel_bench): ``torch``
-(``torch.matmul``), ``ours`` (``fo_lib.gemm.sm90.default_config``: the tile table's pick, plain
-epilogue), ``signal`` (the same config with the engine's AllReduce-tile signal: one group per wave,
-through the row table, as ``bench_gemm_sm90.py``'s ``sm90_signal``), ``alt`` (the model's best
-config of the other tile size: did the model choose the right tile?), ``guess`` (the table-free
+(``torch.matmul``), ``ours`` (what a plain ``fo_lib.gemm.sm90.gemm_nt`` runs, :func:`sm90.config_for`:
+the fastest of the tile table's shortlist, timed on the shape's first call by fo_lib.gemm.autotune
+before these rounds; plain epilogue), ``model`` (the tile table's own pick, ``default_config``,
+timed where autotuning chose another), ``signal`` (ours with the engine's AllReduce-tile signal: one
+group per wave, through the row table, as ``bench_gemm_sm90.py``'s ``sm90_signal``), ``alt`` (the
+model's best config of another tile width: did the model choose the right tile?), ``guess`` (the table-free
 picker's config, timed only where it differs from both) and ``no_sk`` (the pick in whole waves, timed
 where it has a stream-K tail) and ``alt_flip`` (the other tile with the other stream-K choice,
 where its grid has a tail: with ``no_sk``, every tile x tail combination of those shapes). The table: data/<gpu>/gemm_sm90_tiles.csv,
@@ -81,10 +83,7 @@ SHAPES = [
 ]
 
 
-def config_label(cfg) -> str:
-    """``128x256x64/row8`` (``+sk`` with a stream-K tail): the CONFIGS name, raster order, swizzle."""
-    name = next(n for n, c in sm90.CONFIGS.items() if c.tile_name == cfg.tile_name)
-    return f"{name}/{cfg.order}{cfg.swizzle}" + ("+sk" if cfg.stream_k else "")
+config_label = sm90.config_label
 
 
 def alt_config(cfg, M, N, K, sms):
@@ -113,8 +112,9 @@ def bench_shape(M, N, K, dtype, rounds, inner, sms, seed, cluster=False):
 
     sets = input_sets(M, N, K, dtype)
     n = len(sets)
-    cfg = sm90.default_config(M, N, K, sms)
-    alt = alt_config(cfg, M, N, K, sms)
+    cfg = sm90.config_for(sets[0][0], sets[0][1])  # what a plain call runs: autotuned on first use
+    model = sm90.default_config(M, N, K, sms)
+    alt = alt_config(model, M, N, K, sms)
     guess = sm90.guess_config(M, N, K, sms)
     ro, tg, cnt, _ = tile_tables(M, N, cfg, sms)
     comm = [torch.empty(M * N, dtype=dtype, device="cuda") for _ in range(2)]
@@ -127,6 +127,8 @@ def bench_shape(M, N, K, dtype, rounds, inner, sms, seed, cluster=False):
            "signal": lambda i: sm90.gemm_nt_signal(sets[i % n][0], sets[i % n][1], comm[i % 2], ro, tg, cnt,
                                                    config=cfg),
            "alt": plain(alt)}
+    if model != cfg:
+        fns["model"] = plain(model)
     if guess not in (cfg, alt):
         fns["guess"] = plain(guess)
     sk = sm90.stream_k_tiles(cfg.grid(M, N, sms).num_tiles, sms) if cfg.stream_k else 0
@@ -140,7 +142,8 @@ def bench_shape(M, N, K, dtype, rounds, inner, sms, seed, cluster=False):
     _, err, res = check_and_time(fns, sm90.SM90, cfg, sets, M, N, K, rounds, inner, graph=True, seed=seed)
     ms = {k: v for k, (v, _) in res.items()}
     ms["guess"] = ms.get("guess", ms["ours"] if guess == cfg else ms["alt"])
-    return cfg, alt, guess, err, ms
+    ms.setdefault("model", ms["ours"])
+    return cfg, model, alt, guess, err, ms
 
 
 def summary(df) -> dict:
@@ -149,6 +152,8 @@ def summary(df) -> dict:
     return dict(geomean=math.exp(np.log(ratio).mean()), median=float(ratio.median()), worst=float(ratio.min()),
                 signal_pct=float(((df.signal_ms / df.ours_ms - 1) * 100).median()),
                 vs_guess=math.exp(np.log(df.guess_ms / df.ours_ms).mean()),
+                vs_model=math.exp(np.log(df.model_ms / df.ours_ms).mean()),
+                tuned=int((df.config != df.model_config).sum()),
                 alt_faster=int((df.alt_ms < df.ours_ms * (1 - tile_table.TIE)).sum()),
                 stream_k=int((df.stream_k_tiles > 0).sum()),
                 sk_gain=(math.exp(np.log((df.no_sk_ms / df.ours_ms)[df.stream_k_tiles > 0]).mean())
@@ -183,7 +188,7 @@ def main(argv=None):
     for i, (origin, M, N, K) in enumerate(SHAPES):
         if args.only and i not in args.only:
             continue
-        cfg, alt, guess, err, ms = bench_shape(M, N, K, torch.bfloat16, args.rounds, args.inner, sms,
+        cfg, model, alt, guess, err, ms = bench_shape(M, N, K, torch.bfloat16, args.rounds, args.inner, sms,
                                                args.seed, **({"cluster": True} if args.cluster else {}))
         torch.cuda.empty_cache()  # the shapes' operands reach ~1.5 GB per input set
         pred, alt_pred = (sm90.predict_ms(c, M, N, K, sms) for c in (cfg, alt))
@@ -192,6 +197,7 @@ def main(argv=None):
         row = dict(M=M, N=N, K=K, ours_ms=round(ms["ours"], 5), cublas_ms=round(ms["torch"], 5),
                    signal_ms=round(ms["signal"], 5), config=config_label(cfg), origin=origin,
                    waves=cfg.grid(M, N, sms).num_waves, predicted_ms=pred and round(pred, 5),
+                   model_config=config_label(model), model_ms=round(ms["model"], 5),
                    alt_config=config_label(alt), alt_ms=round(ms["alt"], 5),
                    alt_predicted_ms=alt_pred and round(alt_pred, 5),
                    guess_config=config_label(guess), guess_ms=round(ms["guess"], 5),
@@ -216,6 +222,7 @@ def main(argv=None):
     s = summary(df)
     print(f"cuBLAS / ours over {s['shapes']} shapes: geomean {s['geomean']:.3f}, median {s['median']:.3f}, worst "
           f"{s['worst']:.3f} (bar 1.00 / 1.00 / 0.97); signal vs plain median {s['signal_pct']:+.2f}%; "
+          f"model's pick / ours geomean {s['vs_model']:.3f} (autotuning chose another on {s['tuned']}); "
           f"guess / ours geomean {s['vs_guess']:.3f} ({s['flips']} shapes off the guess); the other tile "
           f"faster by > 1 % on {s['alt_faster']}; stream-K tail on {s['stream_k']} (whole waves / stream-K "
           f"geomean {s['sk_gain']:.3f}) -> {args.out}")

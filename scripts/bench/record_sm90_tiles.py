@@ -63,13 +63,25 @@ def full_wave_grid(sm_count: int, waves: int, aspect: float, BM: int = 128, BN: 
 
 def grid_for(cfg, sm_count: int, waves: int, aspect: float) -> tuple[int, int]:
     """The grid ``cfg`` is recorded on at ``aspect``: that of 128 x 256 tiles where ``BN`` divides 256
-    (whole waves of those are whole waves of 128 x 128), else the same ``M`` and the ``N`` nearest
-    it that is whole waves of ``cfg``'s tiles."""
+    (whole waves of those are whole waves of 128 x 128), else whole waves of ``cfg``'s tiles with the
+    area nearest that grid's (a GEMM's clock depends on how long it runs) and then the tile aspect
+    nearest its (in log)."""
     M, N = full_wave_grid(sm_count, waves, aspect)
     if 256 % cfg.BN == 0:
         return M, N
-    step = sm_count // math.gcd(M // cfg.BM, sm_count)  # tile columns come in multiples of this
-    return M, max(step, round(N / cfg.BN / step) * step) * cfg.BN
+    base_aspect = math.log((M // 128) / (N // 256))
+    best = None
+    for w in range(1, 4 * waves + 1):
+        tiles = w * sm_count
+        for tm in (d for d in range(1, tiles + 1) if tiles % d == 0):
+            tn = tiles // tm
+            score = (abs(math.log(tm * cfg.BM * tn * cfg.BN / (M * N))),
+                     abs(math.log(tm / tn) - base_aspect))
+            # Area within 5 % counts as equal: then the aspect decides.
+            key = (round(score[0] / 0.05), score[1])
+            if best is None or key < best[0]:
+                best = (key, (tm * cfg.BM, tn * cfg.BN))
+    return best[1]
 
 
 def grids(sm_count: int, waves: int = WAVES, aspects=ASPECTS) -> list[tuple[int, int, tuple[str, ...]]]:

@@ -2,6 +2,7 @@
 random inputs with poisoned outputs and guard frames, the signal epilogue's row tables (random and
 fo_lib.reorder's tile / subtile / subtoken layouts) and exact counters over back-to-back epochs, a
 counter-gated reader on a second stream, and the probe's timestamps against the wave model."""
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -128,6 +129,34 @@ def test_a_default_config_runs_on_an_odd_cta_count():
     a, b = inputs(M, N, K, "bf16", seed=9)
     out = gemm_sm90.gemm_nt(a, b, ctas=131)
     assert calc_diff(out, ref(a, b)) < TOL["bf16"]
+
+
+def test_autotune_times_a_shape_once_and_remembers_it(tmp_path, monkeypatch):
+    """The first plain call of a shape times the model's shortlist and runs the winner (checked
+    against float64); the cache file holds it, another process reads it back without timing, and
+    FO_SM90_AUTOTUNE=0 runs the model's pick."""
+    from fo_lib.gemm import autotune
+    monkeypatch.setenv("FO_CACHE_DIR", str(tmp_path))
+    autotune.forget()
+    M, N, K = 2048, 7168, 1024
+    a, b = inputs(M, N, K, "bf16", seed=23)
+    buf, out, mask = guarded_out(M, N, "bf16")
+    gemm_sm90.gemm_nt(a, b, out)
+    torch.cuda.synchronize()
+    assert not torch.isnan(out).any(), "unwritten (NaN) elements in the output"
+    assert torch.isnan(buf[~mask]).all(), "the kernel wrote outside the output view"
+    assert calc_diff(out, ref(a, b)) < TOL["bf16"]
+    (entry,) = json.loads((tmp_path / autotune.FILE_NAME).read_text()).values()
+    cfg = gemm_sm90.config_for(a, b)
+    label, ms = gemm_sm90.config_label(cfg), entry["ms"]
+    assert len(ms) >= 2 and label in ms and entry["model"] in ms and all(v > 0 for v in ms.values())
+    assert ms[label] == min(ms.values()) or label == entry["model"]
+    autotune.forget()  # as another process: the file, no timing
+    monkeypatch.setattr(autotune, "time_launches", lambda *a, **k: pytest.fail("timed a remembered shape"))
+    assert gemm_sm90.config_for(a, b) == cfg
+    monkeypatch.setenv(autotune.ENV_VAR, "0")
+    assert gemm_sm90.config_for(a, b) == gemm_sm90.default_config(M, N, K, gemm.sm_count())
+    autotune.forget()
 
 
 # --- stream-K tail -------------------------------------------------------------------------------

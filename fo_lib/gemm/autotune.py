@@ -1,0 +1,180 @@
+"""A GEMM config chosen by timing a few candidates on the shape itself, remembered on disk: the first
+plain call of a shape times the tile table's best few configs and every later call (in any process
+on this GPU) reads the winner, in the spirit of Triton's autotuner.
+
+The tile table's model (:mod:`fo_lib.gemm.tile_table`) ranks every config from full-wave times
+recorded on other grids; on the shape itself its predictions miss by a few percent either way (the
+clock follows how long a GEMM runs, the L2 follows the operand sizes), which is as much as the
+candidates differ. So the model proposes (:func:`shortlist`) and the GPU decides (:func:`time_launches`):
+
+* Candidates: the best-ranked config of each (tile, stream-K) pair, the first :data:`TOP` of them,
+  plus the model's pick and the best 128- or 256-wide tile if they are not among those.
+* Timing: CUDA events around batches of back-to-back launches of at least :data:`MIN_BATCH_MS`
+  queued behind a short GPU spin (so the host's launch time is not timed), :data:`ROUNDS` rounds in
+  a shuffled order, the median per candidate. The model's pick stays unless another is faster by
+  more than :data:`WIN` (noise).
+* Cache: ``sm90_autotune.json`` in the kernel cache folder (:func:`fo_lib.jit.compiler.cache_dir`),
+  keyed by GPU name, CTA count, ``M x N x K``, dtype and a digest of the kernel's sources (a changed
+  kernel tunes again); merged and replaced atomically, so concurrent processes lose nothing worse
+  than a re-tune. An unreadable file is tuned over.
+
+``FO_SM90_AUTOTUNE=0`` turns it off (the model's pick). Nothing is timed inside a CUDA-graph capture,
+for an explicit CTA count other than the SM count, or without a tile table: the model's pick then.
+Pure Python apart from :func:`time_launches` (torch, at call time).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import statistics
+import threading
+from dataclasses import asdict
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+
+ENV_VAR = "FO_SM90_AUTOTUNE"
+FILE_NAME = "sm90_autotune.json"
+TOP = 4
+ROUNDS = 5
+MIN_BATCH_MS = 1.0
+MAX_BATCH = 64
+# NOTES: medians of 5 rounds repeat to a few tenths of a percent on an H200; a smaller win is noise
+# and would make the pick flip between runs.
+WIN = 0.005
+
+_lock = threading.Lock()
+_memory: dict | None = None  # the file's entries, read once per process
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+@lru_cache(maxsize=4)
+def kernel_digest(configs: str) -> str:
+    """A digest of the kernel sources (fo_lib/cuda, the wgmma generator) and of ``configs`` (the
+    config names and tiles, as text): tunings of another kernel or config set do not apply."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted((root.parent / "cuda").glob("*.cuh")) + [root / "wgmma.py"]:
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    h.update(configs.encode())
+    return h.hexdigest()[:16]
+
+
+def key(gpu: str, ctas: int, M: int, N: int, K: int, dtype: str, configs: str) -> str:
+    """The cache key of one shape on one GPU (``configs``: see :func:`kernel_digest`)."""
+    return f"{gpu}|{ctas}|{M}x{N}x{K}|{dtype}|{kernel_digest(configs)}"
+
+
+def cache_path() -> Path:
+    from ..jit.compiler import cache_dir
+    return Path(cache_dir()) / FILE_NAME
+
+
+def _read(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _entries() -> dict:
+    global _memory
+    if _memory is None:
+        _memory = _read(cache_path())
+    return _memory
+
+
+def forget() -> None:
+    """Drop this process's copy of the cache (the next lookup reads the file again)."""
+    global _memory
+    with _lock:
+        _memory = None
+
+
+def lookup(k: str, make_config):
+    """The remembered config under key ``k`` (built by ``make_config(**fields)``), or None: also for
+    an entry that no longer makes a valid config."""
+    entry = _entries().get(k)
+    if not isinstance(entry, dict) or not isinstance(entry.get("config"), dict):
+        return None
+    try:
+        return make_config(**entry["config"]).validate()
+    except Exception:  # noqa: BLE001 - an entry of another version of the config: tune again
+        return None
+
+
+def remember(k: str, config, timed_ms: dict, model_label: str) -> None:
+    """Store ``config`` under ``k`` (with the candidates' times), merged into the file on disk."""
+    entry = dict(config=asdict(config), ms={lbl: round(v, 5) for lbl, v in timed_ms.items()}, model=model_label,
+                 date=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    path = cache_path()
+    with _lock:
+        _entries()[k] = entry
+        merged = _read(path)
+        merged[k] = entry
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(merged, indent=1, sort_keys=True))
+            os.replace(tmp, path)
+        except OSError:  # a read-only cache folder: this process still remembers
+            pass
+
+
+def shortlist(ranked: list, model, family_widths=(128, 256), top: int = TOP) -> list:
+    """The configs to time, from the model's ranking ``[(score, config), ...]`` (best first): the
+    best of each (tile, stream-K) pair, the first ``top``, then ``model`` (the model's pick) and the
+    best-ranked config of a tile in ``family_widths`` where missing."""
+    best_of: dict = {}
+    for _, c in ranked:
+        best_of.setdefault((c.tile_name, c.stream_k), c)
+    out = list(best_of.values())[:top]
+    if model not in out:
+        out.append(model)
+    if not any(c.BN in family_widths for c in out):
+        extra = next((c for c in best_of.values() if c.BN in family_widths), None)
+        if extra is not None:
+            out.append(extra)
+    return out
+
+
+def choose(timed_ms: dict, model_label: str) -> str:
+    """The label of the fastest candidate; the model's pick unless beaten by more than :data:`WIN`."""
+    fastest = min(timed_ms, key=timed_ms.get)
+    if timed_ms[fastest] < timed_ms[model_label] * (1 - WIN):
+        return fastest
+    return model_label
+
+
+def time_launches(runs: dict, rounds: int = ROUNDS, min_batch_ms: float = MIN_BATCH_MS, seed: int = 0) -> dict:
+    """Median device ms per call of each ``runs[label]()`` (a launch on the current stream)."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def batch(fn, reps: int) -> float:
+        torch.cuda._sleep(2_000_000)  # ~1 ms of GPU spin: the batch's launches queue up behind it
+        start.record()
+        for _ in range(reps):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / reps
+
+    once = {lbl: batch(fn, 1) for lbl, fn in runs.items()}  # the first launch of each, untimed
+    once = {lbl: batch(fn, 1) for lbl, fn in runs.items()}
+    reps = max(1, min(MAX_BATCH, int(min_batch_ms / max(min(once.values()), 1e-3)) + 1))
+    times: dict = {lbl: [] for lbl in runs}
+    order = list(runs)
+    rng = random.Random(seed)
+    for _ in range(rounds):
+        rng.shuffle(order)
+        for lbl in order:
+            times[lbl].append(batch(runs[lbl], reps))
+    return {lbl: statistics.median(v) for lbl, v in times.items()}

@@ -1,0 +1,110 @@
+"""CPU checks of fo_lib.gemm.autotune: the shortlist the model proposes, the winner rule, and the
+on-disk cache (keys, round trip, files another process wrote, unreadable files, stale entries).
+The timing itself runs on the GPU (tests/gpu/test_gemm_sm90_gpu.py)."""
+import json
+from dataclasses import replace
+
+import pytest
+
+from fo_lib.gemm import autotune
+from fo_lib.gemm import sm90
+
+C = sm90.CONFIGS
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FO_CACHE_DIR", str(tmp_path))
+    autotune.forget()
+    yield tmp_path / autotune.FILE_NAME
+    autotune.forget()
+
+
+def _ranked(*cfgs):
+    return [(1.0 + 0.01 * i, c) for i, c in enumerate(cfgs)]
+
+
+def test_the_shortlist_is_the_best_of_each_tile_and_tail_then_the_models_pick():
+    a = C["128x256x64"].with_raster("row", 8)
+    ranked = _ranked(a, a.with_raster("row", 4), C["128x192x64c2"].with_raster("row", 8),
+                     replace(C["128x176x64"], stream_k=True), C["128x176x64"], C["128x160x64"], C["128x128x64"])
+    model = a.with_raster("row", 4)  # not the best of its tile: timed as well
+    got = autotune.shortlist(ranked, model)
+    assert got == [a, C["128x192x64c2"].with_raster("row", 8), replace(C["128x176x64"], stream_k=True),
+                   C["128x176x64"], model]
+    assert autotune.shortlist(ranked, a) == got[:4]
+
+
+def test_the_shortlist_keeps_a_128_or_256_wide_tile():
+    mids = [C[f"128x{bn}x64"] for bn in (176, 192, 208, 224, 240)]
+    got = autotune.shortlist(_ranked(*mids, C["128x128x64c2"], C["128x256x64"]), mids[0])
+    assert got == mids[:4] + [C["128x128x64c2"]]
+
+
+def test_the_models_pick_stays_unless_beaten_by_more_than_noise():
+    w = autotune.WIN
+    assert autotune.choose({"m": 1.0, "x": 1.0 - w / 2, "y": 1.01}, "m") == "m"
+    assert autotune.choose({"m": 1.0, "x": 1.0 - 2 * w, "y": 1.0 - 3 * w}, "m") == "y"
+
+
+def test_a_tuned_config_is_read_back_by_another_process(cache):
+    k = autotune.key("NVIDIA H200", 132, 2048, 7168, 5120, "bf16", "configs")
+    assert autotune.lookup(k, sm90.Sm90Config) is None
+    cfg = C["128x176x64c2"].with_raster("row", 8)
+    autotune.remember(k, cfg, {"a": 0.2, "b": 0.21}, "b")
+    assert autotune.lookup(k, sm90.Sm90Config) == cfg
+    autotune.forget()  # as a new process: from the file
+    assert autotune.lookup(k, sm90.Sm90Config) == cfg
+    entry = json.loads(cache.read_text())[k]
+    assert entry["model"] == "b" and entry["ms"] == {"a": 0.2, "b": 0.21}
+    # Another process's entry, written meanwhile, is kept when this one writes.
+    other = autotune.key("NVIDIA H200", 132, 1100, 1792, 5120, "bf16", "configs")
+    data = json.loads(cache.read_text())
+    data[other] = dict(config=dict(BN=128, stages=5, order="row", swizzle=2, stream_k=False, cluster=2))
+    cache.write_text(json.dumps(data))
+    k3 = autotune.key("NVIDIA H200", 132, 4096, 4096, 4096, "bf16", "configs")
+    autotune.remember(k3, C["128x256x64"], {"a": 1.0}, "a")
+    assert set(json.loads(cache.read_text())) == {k, other, k3}
+
+
+def test_keys_differ_by_shape_gpu_ctas_dtype_and_kernel():
+    base = ("NVIDIA H200", 132, 2048, 7168, 5120, "bf16", "configs")
+    keys = {autotune.key(*base)}
+    for i, v in enumerate(("NVIDIA H100", 131, 2049, 7169, 5121, "f16", "other configs")):
+        keys.add(autotune.key(*base[:i], v, *base[i + 1:]))
+    assert len(keys) == 8
+
+
+def test_unreadable_files_and_stale_entries_are_tuned_over(cache):
+    k = autotune.key("NVIDIA H200", 132, 2048, 7168, 5120, "bf16", "configs")
+    cache.write_text("{not json")
+    assert autotune.lookup(k, sm90.Sm90Config) is None
+    autotune.remember(k, C["128x256x64"], {"a": 1.0}, "a")  # replaces the broken file
+    assert json.loads(cache.read_text())[k]["config"]["BN"] == 256
+    autotune.forget()
+    cache.write_text(json.dumps({k: dict(config=dict(BN=200, stages=4, order="row", swizzle=8, stream_k=False,
+                                                      cluster=1))}))
+    assert autotune.lookup(k, sm90.Sm90Config) is None  # a tile width no longer valid
+    cache.write_text(json.dumps({k: dict(config=dict(BN=256, unknown_field=1))}))
+    autotune.forget()
+    assert autotune.lookup(k, sm90.Sm90Config) is None
+
+
+@pytest.mark.parametrize("value,on", [(None, True), ("1", True), ("0", False), ("off", False), ("False", False)])
+def test_the_switch(monkeypatch, value, on):
+    if value is None:
+        monkeypatch.delenv(autotune.ENV_VAR, raising=False)
+    else:
+        monkeypatch.setenv(autotune.ENV_VAR, value)
+    assert autotune.enabled() is on
+
+
+def test_the_models_pick_where_autotuning_is_off_or_has_no_table(monkeypatch, tmp_path):
+    """_tuned returns the model's pick before touching the operands (None here) when the switch is
+    off, or when there is no tile table to propose candidates."""
+    model = C["128x256x64"]
+    monkeypatch.setenv(autotune.ENV_VAR, "0")
+    assert sm90._tuned(None, None, "bf16", 1, 1, 1, 132, model) is model
+    monkeypatch.setenv(autotune.ENV_VAR, "1")
+    monkeypatch.setenv("FO_SM90_TILES", "guess")
+    assert sm90._tuned(None, None, "bf16", 1, 1, 1, 132, model) is model
