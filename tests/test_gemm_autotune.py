@@ -33,6 +33,8 @@ def test_the_shortlist_is_the_best_of_each_tile_and_tail_then_the_models_pick():
     assert got == [a, C["128x192x64c2"].with_raster("row", 8), replace(C["128x176x64"], stream_k=True),
                    C["128x176x64"], model]
     assert autotune.shortlist(ranked, a) == got[:4]
+    guess = C["128x128x64"].with_raster("row", 8)
+    assert autotune.shortlist(ranked, a, also=(guess, a)) == got[:4] + [guess]
 
 
 def test_the_shortlist_keeps_a_128_or_256_wide_tile():

@@ -8,11 +8,13 @@ clock follows how long a GEMM runs, the L2 follows the operand sizes), which is 
 candidates differ. So the model proposes (:func:`shortlist`) and the GPU decides (:func:`time_launches`):
 
 * Candidates: the best-ranked config of each (tile, stream-K) pair, the first :data:`TOP` of them,
-  plus the model's pick and the best 128- or 256-wide tile if they are not among those.
-* Timing: CUDA events around batches of back-to-back launches of at least :data:`MIN_BATCH_MS`
-  queued behind a short GPU spin (so the host's launch time is not timed), :data:`ROUNDS` rounds in
-  a shuffled order, the median per candidate. The model's pick stays unless another is faster by
-  more than :data:`WIN` (noise).
+  plus the model's pick, the table-free guess and the best 128- or 256-wide tile if they are not
+  among those.
+* Timing: each call between its own pair of CUDA events, after the L2 is flushed (a weight matrix
+  is read from memory once per forward pass; operands left in L2 by the previous call would favour
+  rasters that need no reuse), the calls of a round queued behind a short GPU spin (the host's
+  launch time is not timed); :data:`ROUNDS` rounds in a shuffled order, the median per candidate.
+  The model's pick stays unless another is faster by more than :data:`WIN` (noise).
 * Cache: ``sm90_autotune.json`` in the kernel cache folder (:func:`fo_lib.jit.compiler.cache_dir`),
   keyed by GPU name, CTA count, ``M x N x K``, dtype and a digest of the kernel's sources (a changed
   kernel tunes again); merged and replaced atomically, so concurrent processes lose nothing worse
@@ -39,8 +41,6 @@ ENV_VAR = "FO_SM90_AUTOTUNE"
 FILE_NAME = "sm90_autotune.json"
 TOP = 4
 ROUNDS = 5
-MIN_BATCH_MS = 1.0
-MAX_BATCH = 64
 # NOTES: medians of 5 rounds repeat to a few tenths of a percent on an H200; a smaller win is noise
 # and would make the pick flip between runs.
 WIN = 0.005
@@ -127,16 +127,17 @@ def remember(k: str, config, timed_ms: dict, model_label: str) -> None:
             pass
 
 
-def shortlist(ranked: list, model, family_widths=(128, 256), top: int = TOP) -> list:
+def shortlist(ranked: list, model, also=(), family_widths=(128, 256), top: int = TOP) -> list:
     """The configs to time, from the model's ranking ``[(score, config), ...]`` (best first): the
-    best of each (tile, stream-K) pair, the first ``top``, then ``model`` (the model's pick) and the
-    best-ranked config of a tile in ``family_widths`` where missing."""
+    best of each (tile, stream-K) pair, the first ``top``, then ``model`` (the model's pick), the
+    configs in ``also`` and the best-ranked config of a tile in ``family_widths``, where missing."""
     best_of: dict = {}
     for _, c in ranked:
         best_of.setdefault((c.tile_name, c.stream_k), c)
     out = list(best_of.values())[:top]
-    if model not in out:
-        out.append(model)
+    for c in (model, *also):
+        if c not in out:
+            out.append(c)
     if not any(c.BN in family_widths for c in out):
         extra = next((c for c in best_of.values() if c.BN in family_widths), None)
         if extra is not None:
@@ -152,29 +153,34 @@ def choose(timed_ms: dict, model_label: str) -> str:
     return model_label
 
 
-def time_launches(runs: dict, rounds: int = ROUNDS, min_batch_ms: float = MIN_BATCH_MS, seed: int = 0) -> dict:
-    """Median device ms per call of each ``runs[label]()`` (a launch on the current stream)."""
+def time_launches(runs: dict, rounds: int = ROUNDS, seed: int = 0) -> dict:
+    """Median device ms of each ``runs[label]()`` (a launch on the current stream), each call timed
+    alone after an L2 flush."""
     import torch
 
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    dev = torch.cuda.current_device()
+    flush = torch.empty(2 * torch.cuda.get_device_properties(dev).L2_cache_size // 4 + 1, dtype=torch.int32,
+                        device=dev)
+    reps = 3  # calls per candidate and round
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
 
-    def batch(fn, reps: int) -> float:
-        torch.cuda._sleep(2_000_000)  # ~1 ms of GPU spin: the batch's launches queue up behind it
-        start.record()
-        for _ in range(reps):
+    def timed(fn) -> list:
+        torch.cuda._sleep(1_000_000)  # the round's launches queue up behind ~0.5 ms of GPU spin
+        for start, end in events:
+            flush.zero_()
+            start.record()
             fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / reps
+            end.record()
+        events[-1][1].synchronize()
+        return [start.elapsed_time(end) for start, end in events]
 
-    once = {lbl: batch(fn, 1) for lbl, fn in runs.items()}  # the first launch of each, untimed
-    once = {lbl: batch(fn, 1) for lbl, fn in runs.items()}
-    reps = max(1, min(MAX_BATCH, int(min_batch_ms / max(min(once.values()), 1e-3)) + 1))
+    for fn in runs.values():  # the first launch of each (a stream-K workspace, a cold instruction cache)
+        timed(fn)
     times: dict = {lbl: [] for lbl in runs}
     order = list(runs)
     rng = random.Random(seed)
     for _ in range(rounds):
         rng.shuffle(order)
         for lbl in order:
-            times[lbl].append(batch(runs[lbl], reps))
+            times[lbl] += timed(runs[lbl])
     return {lbl: statistics.median(v) for lbl, v in times.items()}

@@ -428,7 +428,7 @@ def _tuned(a, b, dtype, M, N, K, ctas, model: Sm90Config) -> Sm90Config:
         return hit
     pool = {n: replace(CONFIGS[n], stream_k=CONFIGS[n].cluster == 1) for n in _DEFAULT_CANDIDATES}
     ranked = tile_table.ranked(tile_table.load(path, CONFIGS), pool, M, N, K, ctas, MAX_SMEM)
-    shortlist = autotune.shortlist(ranked, model)
+    shortlist = autotune.shortlist(ranked, model, also=(guess_config(M, N, K, ctas),))
     out = torch.empty(M, N, dtype=a.dtype, device=a.device)  # scratch: the caller's output is not touched
     with torch.cuda.device(dev):
         launches = {config_label(c): SM90.prepare(c, dtype, "plain", a, b, out.data_ptr(), N, ctas)
