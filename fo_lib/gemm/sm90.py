@@ -7,7 +7,7 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
 
 * ``A`` is ``M x K`` row-major, ``B`` is the ``nn.Linear`` weight ``N x K`` row-major ("NT"); bf16 or
   fp16, fp32 accumulation, output in the input type. Needs a compute capability 9.0 GPU.
-* Operands are read by TMA through 2-D tensor maps (built here with ``cuda.bindings``, cached). TMA
+* Operands are read by TMA through 2-D tensor maps (:mod:`fo_lib.gemm.tma`, cached). TMA
   fills everything outside ``M x K`` / ``N x K`` with zeros, so ``M``, ``N`` and ``K`` tails need no
   special case. ``K`` must still be a multiple of 8 (and row strides too): a tensor map's row stride
   must be a multiple of 16 bytes. Operands must be 16-byte aligned.
@@ -63,12 +63,13 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import ClassVar
 
-from .._util import DTYPE_TAG, CudaUnavailableError, ceil_div, sm_count
+from .._util import DTYPE_TAG, ceil_div, sm_count
 from ..tiling import STREAM_K_MIN_IDLE, stream_k_plan, stream_k_tiles
 from . import autotune, tile_table
 from .checks import check_operands
 from .config import DTYPES, EPILOGUE_ID, EPILOGUES, MAX_SMEM, GemmError, RasterMixin, pick_by_waves
 from .family import GemmFamily
+from .tma import driver, operand_desc, tma_desc_fields
 from .wgmma import wgmma_source
 
 __all__ = ["Sm90Config", "CONFIGS", "default_config", "config_for", "config_label", "stream_k_tiles", "stream_k_plan", "STREAM_K_MIN_IDLE",
@@ -273,76 +274,6 @@ def compile_check_sources():
                 yield f"gemm_sm90 {cname} {dtype} {epi}", generate_source(cfg, dtype, epi)[0]
 
 
-# --- TMA tensor maps ----------------------------------------------------------------------------
-def tma_desc_fields(rows: int, cols: int, row_stride: int, box_rows: int, box_cols: int = 64,
-                    elem_bytes: int = 2) -> dict:
-    """The ``cuTensorMapEncodeTiled`` geometry of a row-major ``rows x cols`` matrix read in
-    ``box_rows x box_cols`` boxes (dimension 0 is the contiguous one). Pure; raises GemmError
-    where the driver would refuse."""
-    if min(rows, cols, box_rows, box_cols) <= 0:
-        raise GemmError(f"tensor map of a {rows} x {cols} matrix in {box_rows} x {box_cols} boxes is empty")
-    # A single row's stride is never used, but it must still be a legal multiple of 16 bytes.
-    stride = row_stride if rows > 1 else ceil_div(cols, 8) * 8
-    stride_bytes = stride * elem_bytes
-    if stride_bytes % 16 or stride < cols:
-        raise GemmError(f"tensor map row stride {stride} elements must be >= {cols} and a multiple of "
-                        f"{16 // elem_bytes}")
-    if box_rows > 256 or box_cols > 256 or box_cols * elem_bytes > 128:
-        raise GemmError(f"TMA box {box_rows} x {box_cols} exceeds 256 rows or the 128-byte swizzle span")
-    if cols >= 2**32 or rows >= 2**32 or stride_bytes >= 2**40:
-        raise GemmError(f"{rows} x {cols} (stride {stride}) is too large for a tensor map")
-    return dict(global_dim=(cols, rows), global_strides=(stride_bytes,), box_dim=(box_cols, box_rows),
-                element_strides=(1, 1))
-
-
-@lru_cache(maxsize=1)
-def _driver():
-    try:
-        from cuda.bindings import driver
-    except ImportError as exc:
-        raise CudaUnavailableError(
-            "fo_lib.gemm.sm90 builds TMA tensor maps with cuda-bindings: pip install 'fo_lib[cuda13]' "
-            "(or [cuda12])") from exc
-    # Idempotent; torch/CuPy have normally initialised the driver already.
-    driver.cuInit(0)
-    return driver
-
-
-@lru_cache(maxsize=512)
-def _tma_desc(ptr: int, rows: int, cols: int, row_stride: int, box_rows: int, dtype: str):
-    """A 128B-swizzled, zero-filling 2-D tensor map as a size-1 ``void128`` numpy array (CuPy passes
-    it to the kernel by value). Cached: a map only encodes (address, shape, stride, box, type), so a
-    reused address with the same geometry gets an identical, still valid map."""
-    import ctypes
-
-    import numpy as np
-
-    f = tma_desc_fields(rows, cols, row_stride, box_rows)
-    drv = _driver()
-    dt = {"bf16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-          "f16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16}[dtype]
-    err, tmap = drv.cuTensorMapEncodeTiled(
-        dt, 2, ptr,
-        [drv.cuuint64_t(v) for v in f["global_dim"]],
-        [drv.cuuint64_t(v) for v in f["global_strides"]],
-        [drv.cuuint32_t(v) for v in f["box_dim"]],
-        [drv.cuuint32_t(v) for v in f["element_strides"]],
-        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
-        drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        # NONE = out-of-bounds elements read as zero: the M/N/K tails contribute nothing.
-        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
-    if err != drv.CUresult.CUDA_SUCCESS:
-        raise GemmError(f"cuTensorMapEncodeTiled failed ({err}) for a {rows} x {cols} {dtype} matrix, "
-                        f"row stride {row_stride}, box {box_rows} x 64, address {ptr:#x}")
-    raw = ctypes.string_at(tmap.getPtr(), 128)
-    return np.frombuffer(raw, dtype=np.uint8).copy().view(np.dtype((np.void, 128)))
-
-
-def _operand_desc(t, box_rows: int, dtype: str):
-    return _tma_desc(t.data_ptr(), t.size(0), t.size(1), t.stride(0), box_rows, dtype)
-
-
 # --- launch -------------------------------------------------------------------------------------
 def cluster_capacity(cfg: Sm90Config, dtype: str = "bf16", device_index: int | None = None) -> int:
     """How many clusters of ``cfg`` can be resident at once on a device (the driver's
@@ -353,7 +284,7 @@ def cluster_capacity(cfg: Sm90Config, dtype: str = "bf16", device_index: int | N
     if cfg.cluster == 1:
         return sm_count(dev)
     import cupy
-    drv = _driver()
+    drv = driver()
     kernel = SM90.kernel(cfg, dtype, "plain", dev)
     lc = drv.CUlaunchConfig()
     lc.gridDimX, lc.gridDimY, lc.gridDimZ = 2 * sm_count(dev), 1, 1
@@ -450,7 +381,7 @@ def _sm90_operand_args(cfg, dtype, a, b, c_ptr, ldc):
     import numpy as np
     M, K = a.shape
     # Cluster 2: each CTA loads half of a B tile per TMA box.
-    return (_operand_desc(a, cfg.BM, dtype), _operand_desc(b, cfg.BN // cfg.cluster, dtype), np.uint64(c_ptr), np.int32(M),
+    return (operand_desc(a, cfg.BM, dtype), operand_desc(b, cfg.BN // cfg.cluster, dtype), np.uint64(c_ptr), np.int32(M),
             np.int32(b.shape[0]), np.int32(K), np.int64(ldc))
 
 
