@@ -110,3 +110,28 @@ def test_the_models_pick_where_autotuning_is_off_or_has_no_table(monkeypatch, tm
     monkeypatch.setenv(autotune.ENV_VAR, "1")
     monkeypatch.setenv("FO_SM90_TILES", "guess")
     assert sm90._tuned(None, None, "bf16", 1, 1, 1, 132, model) is model
+
+
+def test_a_cache_file_that_cannot_be_written_is_remembered_in_this_process(cache, monkeypatch):
+    def refuse(src, dst):
+        raise PermissionError(f"read-only: {dst}")
+
+    monkeypatch.setattr(autotune.os, "replace", refuse)
+    k = autotune.key("NVIDIA H200", 132, 2048, 7168, 5120, "bf16", "configs")
+    autotune.remember(k, C["128x256x64"], {"a": 1.0}, "a")
+    assert autotune.lookup(k, sm90.Sm90Config) == C["128x256x64"]
+    assert list(cache.parent.iterdir()) == []  # no file, no leftover temporary
+
+
+def test_no_cache_folder_at_all_means_nothing_remembered(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("FO_CACHE_DIR", str(blocker / "sub"))  # cannot be made
+    autotune.forget()
+    try:
+        k = autotune.key("NVIDIA H200", 132, 1, 2, 3, "bf16", "configs")
+        assert autotune.lookup(k, sm90.Sm90Config) is None
+        autotune.remember(k, C["128x256x64"], {"a": 1.0}, "a")
+        assert autotune.lookup(k, sm90.Sm90Config) == C["128x256x64"]
+    finally:
+        autotune.forget()

@@ -360,7 +360,9 @@ struct Sm90Shape {
     static constexpr int C_CHUNKS = BN / 8;  // 16-byte chunks per C row
     // The C staging tile: where a row holds a multiple of 8 chunks they are XOR-swizzled by row & 7,
     // else each row is padded to an odd number of chunks. Either way the 8 rows one stmatrix phase
-    // writes (same chunk) and the 8 chunks of a store-warp phase fall in 8 distinct bank groups.
+    // writes (same chunk) fall in 8 distinct bank groups; a store-warp phase (8 consecutive chunks)
+    // does too unless it crosses a padded row's end (then 2-way, on the store warps, off the
+    // consumers' path).
     static constexpr bool C_SWIZZLED = C_CHUNKS % 8 == 0;
     static constexpr int C_ROW_BYTES = 16 * (C_SWIZZLED ? C_CHUNKS : (C_CHUNKS | 1));
     static constexpr int C_BYTES = BM * C_ROW_BYTES;

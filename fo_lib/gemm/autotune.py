@@ -20,8 +20,12 @@ candidates differ. So the model proposes (:func:`shortlist`) and the GPU decides
   kernel tunes again); merged and replaced atomically, so concurrent processes lose nothing worse
   than a re-tune. An unreadable file is tuned over.
 
-``FO_SM90_AUTOTUNE=0`` turns it off (the model's pick). Nothing is timed inside a CUDA-graph capture,
-for an explicit CTA count other than the SM count, or without a tile table: the model's pick then.
+``FO_SM90_AUTOTUNE=0`` turns it off (the model's pick). Nothing is timed for an explicit CTA count
+other than the SM count or without a tile table (the model's pick), nor inside a CUDA-graph capture
+on the current stream (a shape tuned before runs its winner there, one not yet tuned the model's
+pick). Tuning synchronizes the device: a capture in progress on another stream (another thread's,
+or a ``stream=`` being captured) would be broken by it, so tune a shape eagerly before capturing it
+there. The timed launches run on the current stream.
 Pure Python apart from :func:`time_launches` (torch, at call time).
 """
 from __future__ import annotations
@@ -85,9 +89,14 @@ def _read(path: Path) -> dict:
 
 def _entries() -> dict:
     global _memory
-    if _memory is None:
-        _memory = _read(cache_path())
-    return _memory
+    entries = _memory
+    if entries is None:
+        try:
+            entries = _read(cache_path())
+        except OSError:  # no cache folder to be had: nothing remembered
+            entries = {}
+        _memory = entries
+    return entries
 
 
 def forget() -> None:
@@ -113,18 +122,19 @@ def remember(k: str, config, timed_ms: dict, model_label: str) -> None:
     """Store ``config`` under ``k`` (with the candidates' times), merged into the file on disk."""
     entry = dict(config=asdict(config), ms={lbl: round(v, 5) for lbl, v in timed_ms.items()}, model=model_label,
                  date=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    path = cache_path()
     with _lock:
         _entries()[k] = entry
-        merged = _read(path)
-        merged[k] = entry
+        tmp = None
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path = cache_path()
+            merged = _read(path)
+            merged[k] = entry
             tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
             tmp.write_text(json.dumps(merged, indent=1, sort_keys=True))
             os.replace(tmp, path)
         except OSError:  # a read-only cache folder: this process still remembers
-            pass
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
 
 
 def shortlist(ranked: list, model, also=(), family_widths=(128, 256), top: int = TOP) -> list:

@@ -59,6 +59,7 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import ClassVar
@@ -344,31 +345,46 @@ def _configs_text() -> str:
 
 def _tuned(a, b, dtype, M, N, K, ctas, model: Sm90Config) -> Sm90Config:
     """The config a plain call runs: the tile table's pick ``model``, or where autotuning applies
-    (:mod:`fo_lib.gemm.autotune`: on, a tile table, the SM count's CTAs, no graph capture) the
-    fastest of the model's shortlist timed on these operands, remembered per shape on disk."""
+    (:mod:`fo_lib.gemm.autotune`: on, a tile table, the SM count's CTAs) the fastest of the model's
+    shortlist, timed on these operands on the shape's first call outside a CUDA-graph capture and
+    remembered on disk. A tuning that fails (memory, a compile) leaves the model's pick."""
     path = tile_table.table_path() if autotune.enabled() else None
     if path is None:
         return model
     import torch
     dev = a.device.index
-    if ctas != sm_count(dev) or torch.cuda.is_current_stream_capturing():
+    if ctas != sm_count(dev):
         return model
     k = autotune.key(torch.cuda.get_device_name(dev), ctas, M, N, K, dtype, _configs_text())
     hit = autotune.lookup(k, Sm90Config)
-    if hit is not None:
-        return hit
-    pool = {n: replace(CONFIGS[n], stream_k=CONFIGS[n].cluster == 1) for n in _DEFAULT_CANDIDATES}
-    ranked = tile_table.ranked(tile_table.load(path, CONFIGS), pool, M, N, K, ctas, MAX_SMEM)
-    shortlist = autotune.shortlist(ranked, model, also=(guess_config(M, N, K, ctas),))
-    out = torch.empty(M, N, dtype=a.dtype, device=a.device)  # scratch: the caller's output is not touched
+    if hit is not None or k in _untunable:
+        return hit or model
     with torch.cuda.device(dev):
-        launches = {config_label(c): SM90.prepare(c, dtype, "plain", a, b, out.data_ptr(), N, ctas)
-                    for c in shortlist}
-        ms = autotune.time_launches({lbl: (lambda f=f: f(None)) for lbl, f in launches.items()})
+        if torch.cuda.is_current_stream_capturing():  # nothing may be timed (or synchronized) here
+            return model
+        try:
+            pool = {n: replace(CONFIGS[n], stream_k=CONFIGS[n].cluster == 1) for n in _DEFAULT_CANDIDATES}
+            ranked = tile_table.ranked(tile_table.load(path, CONFIGS), pool, M, N, K, ctas, MAX_SMEM)
+            shortlist = autotune.shortlist(ranked, model, also=(guess_config(M, N, K, ctas),))
+            torch.cuda.synchronize(dev)  # the operands may still be written on another stream
+            out = torch.empty(M, N, dtype=a.dtype, device=a.device)  # the caller's output is not touched
+            launches = {config_label(c): SM90.prepare(c, dtype, "plain", a, b, out.data_ptr(), N, ctas)
+                        for c in shortlist}
+            ms = autotune.time_launches({lbl: (lambda f=f: f(None)) for lbl, f in launches.items()})
+            del launches, out
+        except Exception as exc:  # noqa: BLE001 - the call itself can still run the model's pick
+            _untunable.add(k)
+            warnings.warn(f"fo_lib.gemm.sm90: autotuning {M} x {N} x {K} failed ({type(exc).__name__}: {exc}); "
+                          f"running the tile table's pick {config_label(model)}", RuntimeWarning, stacklevel=4)
+            return model
     winner = autotune.choose(ms, config_label(model))
     cfg = next(c for c in shortlist if config_label(c) == winner)
     autotune.remember(k, cfg, ms, config_label(model))
     return cfg
+
+
+# Shapes whose tuning failed in this process: not tried again on every call.
+_untunable: set = set()
 
 
 def config_for(a, b, ctas: int | None = None) -> Sm90Config:

@@ -77,7 +77,7 @@ def grid_for(cfg, sm_count: int, waves: int, aspect: float) -> tuple[int, int]:
             tn = tiles // tm
             score = (abs(math.log(tm * cfg.BM * tn * cfg.BN / (M * N))),
                      abs(math.log(tm / tn) - base_aspect))
-            # Area within 5 % counts as equal: then the aspect decides.
+            # Areas in the same 5 % step count as equal: then the aspect decides.
             key = (round(score[0] / 0.05), score[1])
             if best is None or key < best[0]:
                 best = (key, (tm * cfg.BM, tn * cfg.BN))

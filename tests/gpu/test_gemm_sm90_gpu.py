@@ -135,7 +135,9 @@ def test_autotune_times_a_shape_once_and_remembers_it(tmp_path, monkeypatch):
     """The first plain call of a shape times the model's shortlist and runs the winner (checked
     against float64); the cache file holds it, another process reads it back without timing, and
     FO_SM90_AUTOTUNE=0 runs the model's pick."""
-    from fo_lib.gemm import autotune
+    from fo_lib.gemm import autotune, tile_table
+    if tile_table.table_path() is None:
+        pytest.skip("no tile table for this GPU: nothing to shortlist (the model's pick runs)")
     monkeypatch.setenv("FO_CACHE_DIR", str(tmp_path))
     autotune.forget()
     M, N, K = 2048, 7168, 1024
@@ -156,6 +158,36 @@ def test_autotune_times_a_shape_once_and_remembers_it(tmp_path, monkeypatch):
     assert gemm_sm90.config_for(a, b) == cfg
     monkeypatch.setenv(autotune.ENV_VAR, "0")
     assert gemm_sm90.config_for(a, b) == gemm_sm90.default_config(M, N, K, gemm.sm_count())
+    autotune.forget()
+
+
+def test_autotune_inside_a_graph_capture_and_after_a_failed_tuning(tmp_path, monkeypatch):
+    """Under a CUDA-graph capture a tuned shape runs its winner and an untuned one the model's pick,
+    with nothing timed; a tuning that fails warns once, runs the model's pick and is not retried."""
+    from fo_lib.gemm import autotune, tile_table
+    if tile_table.table_path() is None:
+        pytest.skip("no tile table for this GPU: nothing to shortlist (the model's pick runs)")
+    monkeypatch.setenv("FO_CACHE_DIR", str(tmp_path))
+    autotune.forget()
+    a, b = inputs(1536, 3584, 2048, "bf16", seed=29)
+    tuned = gemm_sm90.config_for(a, b)  # eager: timed and remembered
+    c, d = inputs(1024, 8192, 1024, "bf16", seed=31)  # never tuned
+    model = gemm_sm90.default_config(1024, 8192, 1024, gemm.sm_count())
+    monkeypatch.setattr(autotune, "time_launches", lambda *a, **k: pytest.fail("timed inside a capture"))
+    with torch.cuda.graph(torch.cuda.CUDAGraph()):  # (nothing is launched: an empty graph)
+        got = gemm_sm90.config_for(a, b), gemm_sm90.config_for(c, d)
+    assert got == (tuned, model)
+    calls = []
+
+    def broken(*args, **kw):
+        calls.append(1)
+        raise RuntimeError("out of memory (test)")
+
+    monkeypatch.setattr(autotune, "time_launches", broken)
+    with pytest.warns(RuntimeWarning, match="autotuning 1024 x 8192 x 1024 failed"):
+        out = gemm_sm90.gemm_nt(c, d)
+    assert calc_diff(out, ref(c, d)) < TOL["bf16"]
+    assert gemm_sm90.config_for(c, d) == model and calls == [1]
     autotune.forget()
 
 
