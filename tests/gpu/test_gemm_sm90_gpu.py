@@ -72,7 +72,9 @@ def test_gemm_default_and_ctas(M, N, K, ctas, order, swizzle):
     assert calc_diff(out, ref(a, b)) < TOL["bf16"]
     # Whole tiles (no stream-K tail, which cuts whichever tiles the raster puts last): every tile
     # sums its k-blocks in one order, so the raster and the CTA count cannot change a bit.
-    whole = replace(gemm_sm90.default_config(M, N, K, gemm.sm_count()), stream_k=False)
+    # (A cluster pick runs its tiles one CTA at a time on an odd CTA count, as the default call does.)
+    whole = replace(gemm_sm90.default_config(M, N, K, gemm.sm_count()), stream_k=False).for_ctas(
+        ctas or gemm.sm_count())
     out1 = gemm_sm90.gemm_nt(a, b, config=whole, ctas=ctas)
     out2 = gemm_sm90.gemm_nt(a, b, config=whole.with_raster(order, swizzle), ctas=ctas)
     assert torch.equal(out1, out2), "raster/ctas must not change the result (same k order per tile)"
