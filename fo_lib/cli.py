@@ -1,4 +1,4 @@
-"""Command line: ``python -m fo_lib {info,build,tune} ...``."""
+"""Command line: ``python -m fo_lib {info,build,gemm-tunings,tune} ...``."""
 from __future__ import annotations
 
 import argparse
@@ -61,6 +61,45 @@ def _cmd_build(args: argparse.Namespace) -> int:
     slowest = max(done, key=lambda x: x[1])
     print(f"built {len(done)} kernel sources for {arch} into "
           f"{jit.cache_dir()} in {time.perf_counter() - t0:.1f} s (slowest {slowest[1]:.1f} s: {slowest[0]})")
+    return 0
+
+
+def _cmd_gemm_tunings(args: argparse.Namespace) -> int:
+    from .gemm import autotune, sm90
+
+    path = autotune.cache_path()
+    if args.clear:
+        print(f"removed {autotune.clear()} remembered Hopper GEMM tunings ({path})")
+        return 0
+    current = autotune.kernel_digest(sm90._configs_text())
+    rows = []
+    for k, entry in sorted(autotune.on_disk().items()):
+        try:
+            where = autotune.parse_key(k)
+            label = sm90.config_label(sm90.Sm90Config(**entry["config"]).validate())
+        except Exception:  # noqa: BLE001 - another version's entry: listed as such, not fatal
+            rows.append(dict(key=k, stale=True))
+            continue
+        ms = entry.get("ms") or {}
+        rows.append(dict(where, config=label, model=entry.get("model"), ms=ms, date=entry.get("date"),
+                         stale=where["digest"] != current))
+    if args.json:
+        print(json.dumps(dict(path=str(path), tunings=rows), indent=1))
+        return 0
+    if not rows:
+        print(f"no remembered Hopper GEMM tunings in {path}")
+        return 0
+    print(f"{len(rows)} remembered Hopper GEMM tunings in {path} (first plain call of a shape; "
+          "FO_SM90_AUTOTUNE=0 turns it off):")
+    for r in rows:
+        if "config" not in r:
+            print(f"  {r['key']}: unreadable entry (another version), tuned again when met")
+            continue
+        ms = r["ms"]
+        gain = (f", {ms[r['model']] / ms[r['config']]:.3f}x the model's {r['model']}"
+                if r["model"] != r["config"] and r["model"] in ms and r["config"] in ms else " (the model's pick)")
+        print(f"  {r['gpu']}, {r['ctas']} CTAs, {r['M']} x {r['N']} x {r['K']} {r['dtype']}: {r['config']}"
+              f"{gain}" + (" [another kernel version: unused]" if r["stale"] else ""))
     return 0
 
 
@@ -165,6 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", choices=BUILD_ARCHS, help="target (default: this GPU; with --arch no GPU is needed)")
     p.add_argument("--jobs", type=_positive_int, help="parallel compiler processes (default: CPU count)")
     p.set_defaults(func=_cmd_build)
+
+    p = sub.add_parser("gemm-tunings", help="list (or --clear) the Hopper GEMM configs autotuning remembered")
+    p.add_argument("--clear", action="store_true", help="delete them: every shape is timed again on first use")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_cmd_gemm_tunings)
 
     p = sub.add_parser("tune", help="choose a wave-group partition from a profile and a latency curve")
     p.add_argument("--curve", required=True, help="bandwidth curve JSON ({'points': [[bytes, ms], ...]})")

@@ -106,6 +106,27 @@ def forget() -> None:
         _memory = None
 
 
+def on_disk() -> dict:
+    """Every entry of the cache file as ``{key: entry}`` (empty where there is none or it is unreadable)."""
+    return _read(cache_path())
+
+
+def clear() -> int:
+    """Delete the cache file (and this process's copy); returns how many entries it held."""
+    path = cache_path()
+    n = len(_read(path))
+    path.unlink(missing_ok=True)
+    forget()
+    return n
+
+
+def parse_key(k: str) -> dict:
+    """``{gpu, ctas, M, N, K, dtype, digest}`` of a key made by :func:`key` (ValueError otherwise)."""
+    gpu, ctas, shape, dtype, digest = k.split("|")
+    M, N, K = (int(v) for v in shape.split("x"))
+    return dict(gpu=gpu, ctas=int(ctas), M=M, N=N, K=K, dtype=dtype, digest=digest)
+
+
 def lookup(k: str, make_config):
     """The remembered config under key ``k`` (built by ``make_config(**fields)``), or None: also for
     an entry that no longer makes a valid config."""
