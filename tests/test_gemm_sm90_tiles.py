@@ -285,7 +285,7 @@ def test_the_recorder_writes_a_table_the_picker_reads(data_dir):
 
 
 def test_the_llm_shapes_meet_the_issue():
-    shapes = _script("bench_gemm_sm90_llm").SHAPES
+    from fo_lib.experiments.gemm_llm import SHAPES as shapes
     assert len(shapes) >= 24 and len({s[1:] for s in shapes}) == len(shapes)
     assert min(m for _, m, _, _ in shapes) >= 1024 and max(m for _, m, _, _ in shapes) == 16384
     assert sum(m % 128 != 0 for _, m, _, _ in shapes) >= 4
@@ -300,6 +300,8 @@ def test_record_then_benchmark_end_to_end_with_fake_timings(data_dir, monkeypatc
     import json
 
     import pandas as pd
+
+    from fo_lib.experiments import gemm_llm
 
     rec, llm = _script("record_sm90_tiles"), _script("bench_gemm_sm90_llm")
     monkeypatch.setattr(sm90, "is_supported", lambda *a: True)
@@ -319,17 +321,17 @@ def test_record_then_benchmark_end_to_end_with_fake_timings(data_dir, monkeypatc
 
     def fake_bench(M, N, K, dtype, rounds, inner, sms, seed):
         cfg = sm90.default_config(M, N, K, sms)
-        alt, guess = llm.alt_config(cfg, M, N, K, sms), sm90.guess_config(M, N, K, sms)
+        alt, guess = gemm_llm.alt_config(cfg, M, N, K, sms), sm90.guess_config(M, N, K, sms)
         t = sm90.predict_ms(cfg, M, N, K, sms)
         return cfg, cfg, alt, guess, 1e-3, dict(ours=t, torch=t, signal=t * 1.004, alt=t * 1.1, guess=t * 1.05,
                                                 no_sk=t * 1.2, model=t)
 
     monkeypatch.setenv(tile_table.ENV_VAR, "guess")  # restored after the test; main overrides it
-    monkeypatch.setattr(llm, "bench_shape", fake_bench)
+    monkeypatch.setattr(gemm_llm, "bench_shape", fake_bench)
     out = tmp_path / "llm.csv"
     llm.main(["--out", str(out), "--tiles", str(table)])
     df = pd.read_csv(out)
-    assert len(df) == len(llm.SHAPES)
+    assert len(df) == len(gemm_llm.SHAPES)
     assert set(df.columns) >= {"M", "N", "K", "ours_ms", "cublas_ms", "signal_ms", "config"}
     assert (df.config.str.startswith("128x128x64") | df.config.str.startswith("128x256x64")).all()
     assert json.loads(out.with_suffix(".meta.json").read_text())["tiles_table"] == str(table)

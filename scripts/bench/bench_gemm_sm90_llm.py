@@ -1,31 +1,11 @@
 """Benchmark the Hopper GEMM's picked config against torch.matmul (cuBLAS) on LLM projection shapes
 (issue 23's bar: cuBLAS / ours geomean >= 1.00, median >= 1.00, worst >= 0.97).
 
-``C = A @ W^T``: ``A`` is M tokens x K, ``W`` the ``nn.Linear`` weight N x K of one projection at a
-tensor-parallel degree (column-parallel layers split N, row-parallel ones split K). Head dim 128
-everywhere; fused projections: qkv = (q heads + 2 kv heads) x 128, gate_up = 2 x FFN.
-
-* Llama-3 8B: hidden 4096, FFN 14336, 32 q / 8 kv heads: qkv 6144, gate_up 28672, down K 14336;
-* Llama-3 70B: hidden 8192, FFN 28672, 64 q / 8 kv heads: qkv 10240, gate_up 57344, down K 28672;
-* Mixtral 8x7B: hidden 4096, expert FFN 14336 (top-2 of 8: an expert sees ~1/4 of the tokens);
-* Qwen2.5-7B: hidden 3584, FFN 18944, 28 q / 4 kv heads (qkv 4608);
-  Qwen2.5-32B: hidden 5120, FFN 27648, 40 q / 8 kv heads (qkv 7168);
-
-each at TP 1, 2, 4 or 8 (:data:`SHAPES` names them), M from 1024 to 16384, seven M not multiples of
-128 (1100, 2600, 3000, 5000, 6208, 8256, 14000).
-
-Variants per shape, in the same interleaved rounds, a random order per round, as CUDA-graph replays
-(device time), inputs rotated beyond the L2 (fo_lib.experiments.kernel_bench): ``torch``
-(``torch.matmul``), ``ours`` (what a plain ``fo_lib.gemm.sm90.gemm_nt`` runs, :func:`sm90.config_for`:
-the fastest of the tile table's shortlist, timed on the shape's first call by fo_lib.gemm.autotune
-before these rounds; plain epilogue), ``model`` (the tile table's own pick, ``default_config``,
-timed where autotuning chose another), ``signal`` (ours with the engine's AllReduce-tile signal: one
-group per wave, through the row table, as ``bench_gemm_sm90.py``'s ``sm90_signal``), ``alt`` (the
-model's best config of another tile width: did the model choose the right tile?), ``guess`` (the table-free
-picker's config, timed only where it differs from both) and ``no_sk`` (the pick in whole waves, timed
-where it has a stream-K tail) and ``alt_flip`` (the other tile with the other stream-K choice,
-where its grid has a tail: with ``no_sk``, every tile x tail combination of those shapes). The table: data/<gpu>/gemm_sm90_tiles.csv,
-or ``--tiles PATH`` (sets ``FO_SM90_TILES``; ``guess`` for none). ~60-90 s on an H200.
+The shapes, the variants timed per shape and how (interleaved rounds, random order, CUDA-graph
+replays, inputs beyond the L2) are :mod:`fo_lib.experiments.gemm_llm`'s; this script runs them all,
+prints one line per shape and the summary, and writes the CSV + provenance sidecar. The table:
+data/<gpu>/gemm_sm90_tiles.csv, or ``--tiles PATH`` (sets ``FO_SM90_TILES``; ``guess`` for none).
+~25-60 s on an H200.
 
     python scripts/bench/bench_gemm_sm90_llm.py --out data/h200/gemm_sm90_llm.csv
     python scripts/bench/bench_gemm_sm90_llm.py --tiles /tmp/tiles.csv --rounds 10 --out /tmp/llm.csv
@@ -37,7 +17,6 @@ import json
 import math
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -45,121 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from fo_lib.experiments import gemm_llm  # noqa: E402
+from fo_lib.experiments.gemm_llm import summary  # noqa: E402
 from fo_lib.gemm import sm90, tile_table  # noqa: E402
 from fo_lib.provenance import write_result  # noqa: E402
-
-# (origin, M, N, K): origin = model, projection, TP degree.
-SHAPES = [
-    ("llama3-8b qkv tp1", 4096, 6144, 4096),
-    ("llama3-8b qkv tp2", 6208, 3072, 4096),
-    ("llama3-8b o tp1", 8192, 4096, 4096),
-    ("llama3-8b gate_up tp1", 1536, 28672, 4096),
-    ("llama3-8b gate_up tp2", 16384, 14336, 4096),
-    ("llama3-8b gate_up tp4", 12288, 7168, 4096),
-    ("llama3-8b down tp1", 3000, 4096, 14336),
-    ("llama3-8b down tp2", 2048, 4096, 7168),
-    ("llama3-70b qkv tp1", 4096, 10240, 8192),
-    ("llama3-70b qkv tp4", 10240, 2560, 8192),
-    ("llama3-70b qkv tp8", 8192, 1280, 8192),
-    ("llama3-70b o tp4", 2048, 8192, 2048),
-    ("llama3-70b o tp8", 16384, 8192, 1024),
-    ("llama3-70b gate_up tp4", 8192, 14336, 8192),
-    ("llama3-70b gate_up tp8", 5000, 7168, 8192),
-    ("llama3-70b down tp2", 1024, 8192, 14336),
-    ("llama3-70b down tp8", 3000, 8192, 3584),
-    ("mixtral-8x7b expert gate_up tp1", 1024, 28672, 4096),
-    ("mixtral-8x7b expert gate_up tp4", 4096, 7168, 4096),
-    ("mixtral-8x7b expert down tp1", 2600, 4096, 14336),
-    ("mixtral-8x7b expert down tp4", 6144, 4096, 3584),
-    ("qwen2.5-7b qkv tp1", 4096, 4608, 3584),
-    ("qwen2.5-7b gate_up tp2", 8192, 18944, 3584),
-    ("qwen2.5-7b down tp1", 1536, 3584, 18944),
-    ("qwen2.5-7b down tp2", 14000, 3584, 9472),
-    ("qwen2.5-32b qkv tp1", 2048, 7168, 5120),
-    ("qwen2.5-32b qkv tp4", 1100, 1792, 5120),
-    ("qwen2.5-32b o tp1", 8256, 5120, 5120),
-    ("qwen2.5-32b gate_up tp4", 16384, 13824, 5120),
-    ("qwen2.5-32b down tp4", 4096, 5120, 6912),
-]
-
-
-config_label = sm90.config_label
-
-
-def alt_config(cfg, M, N, K, sms):
-    """The model's best config of the other tile size (the table-free raster rule without a table)."""
-    other = {n: c for n, c in sm90.CONFIGS.items() if n in sm90._DEFAULT_CANDIDATES and c.BN != cfg.BN}
-    path = tile_table.table_path()
-    if path is None:
-        from fo_lib.gemm.config import pick_by_waves
-        return pick_by_waves(other, {n: 1.0 for n in other}, M, N, K, sms, sm90.MAX_SMEM)
-    return tile_table.pick(tile_table.load(path, sm90.CONFIGS), other, M, N, K, sms, sm90.MAX_SMEM)
-
-
-def cluster_twin(cfg):
-    """``cfg``'s tile with the other cluster choice, in whole waves: in clusters of 2 with a row raster
-    of an even swizzle (2 at least), or, for a cluster pick, one CTA per tile in the same raster."""
-    if cfg.cluster == 1:
-        return replace(cfg, cluster=2, stream_k=False).with_raster("row", max(2, cfg.swizzle + cfg.swizzle % 2))
-    return replace(cfg, cluster=1)
-
-
-def bench_shape(M, N, K, dtype, rounds, inner, sms, seed, cluster=False):
-    import torch
-
-    from fo_lib.experiments.kernel_bench import check_and_time, input_sets
-    from fo_lib.testing import tile_tables
-
-    sets = input_sets(M, N, K, dtype)
-    n = len(sets)
-    cfg = sm90.config_for(sets[0][0], sets[0][1])  # what a plain call runs: autotuned on first use
-    model = sm90.default_config(M, N, K, sms)
-    alt = alt_config(model, M, N, K, sms)
-    guess = sm90.guess_config(M, N, K, sms)
-    ro, tg, cnt, _ = tile_tables(M, N, cfg, sms)
-    comm = [torch.empty(M * N, dtype=dtype, device="cuda") for _ in range(2)]
-
-    def plain(c):
-        return lambda i: sm90.gemm_nt(*sets[i % n], config=c)
-
-    fns = {"torch": lambda i: torch.matmul(sets[i % n][0], sets[i % n][1].T, out=sets[i % n][2]),
-           "ours": plain(cfg),
-           "signal": lambda i: sm90.gemm_nt_signal(sets[i % n][0], sets[i % n][1], comm[i % 2], ro, tg, cnt,
-                                                   config=cfg),
-           "alt": plain(alt)}
-    if model != cfg:
-        fns["model"] = plain(model)
-    if guess not in (cfg, alt):
-        fns["guess"] = plain(guess)
-    sk = sm90.stream_k_tiles(cfg.grid(M, N, sms).num_tiles, sms) if cfg.stream_k else 0
-    if sk:  # the same config in whole waves: what the stream-K tail gains or costs here
-        fns["no_sk"] = plain(replace(cfg, stream_k=False))
-    # The other tile with the other choice (clusters have no stream-K tail).
-    if alt.cluster == 1 and sm90.stream_k_tiles(alt.grid(M, N, sms).num_tiles, sms):
-        fns["alt_flip"] = plain(replace(alt, stream_k=not alt.stream_k))
-    if cluster:  # the pick's tile with the other cluster choice (what clusters gain or cost here)
-        fns["twin"] = plain(cluster_twin(cfg))
-    _, err, res = check_and_time(fns, sm90.SM90, cfg, sets, M, N, K, rounds, inner, graph=True, seed=seed)
-    ms = {k: v for k, (v, _) in res.items()}
-    ms["guess"] = ms.get("guess", ms["ours"] if guess == cfg else ms["alt"])
-    ms.setdefault("model", ms["ours"])
-    return cfg, model, alt, guess, err, ms
-
-
-def summary(df) -> dict:
-    """cuBLAS / ours geomean, median, worst; signal vs plain median (%); ours vs the guess's config."""
-    ratio = df.cublas_ms / df.ours_ms
-    return dict(geomean=math.exp(np.log(ratio).mean()), median=float(ratio.median()), worst=float(ratio.min()),
-                signal_pct=float(((df.signal_ms / df.ours_ms - 1) * 100).median()),
-                vs_guess=math.exp(np.log(df.guess_ms / df.ours_ms).mean()),
-                vs_model=math.exp(np.log(df.model_ms / df.ours_ms).mean()),
-                tuned=int((df.config != df.model_config).sum()),
-                alt_faster=int((df.alt_ms < df.ours_ms * (1 - tile_table.TIE)).sum()),
-                stream_k=int((df.stream_k_tiles > 0).sum()),
-                sk_gain=(math.exp(np.log((df.no_sk_ms / df.ours_ms)[df.stream_k_tiles > 0]).mean())
-                         if (df.stream_k_tiles > 0).any() else math.nan),
-                flips=int((df.config != df.guess_config).sum()), shapes=len(df))
-
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -172,47 +40,24 @@ def main(argv=None):
     p.add_argument("--cluster", action="store_true",
                    help="also time the pick's tile with the other cluster choice (columns twin_config, twin_ms)")
     args = p.parse_args(argv)
-    import torch
-
     if args.tiles:
         os.environ[tile_table.ENV_VAR] = args.tiles
     if not sm90.is_supported():
         sys.exit("bench_gemm_sm90_llm: needs a compute capability 9.0 GPU")
-    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
-    sms = sm90.sm_count()
     table = tile_table.table_path()
     print(f"tile table: {table or 'none: the table-free guess'}", flush=True)
-    rows = []
     print(f"{'origin':>32} {'M':>6} {'N':>6} {'K':>6} {'config':>18} {'cuBLAS/ours':>11} {'sig%':>6} "
           f"{'alt':>18} {'alt/ours':>8} {'pred/meas':>9}", flush=True)
-    for i, (origin, M, N, K) in enumerate(SHAPES):
-        if args.only and i not in args.only:
-            continue
-        cfg, model, alt, guess, err, ms = bench_shape(M, N, K, torch.bfloat16, args.rounds, args.inner, sms,
-                                               args.seed, **({"cluster": True} if args.cluster else {}))
-        torch.cuda.empty_cache()  # the shapes' operands reach ~1.5 GB per input set
-        pred, alt_pred = (sm90.predict_ms(c, M, N, K, sms) for c in (cfg, alt))
-        sk_plan = (sm90.stream_k_plan(cfg.grid(M, N, sms).num_tiles, sms, -(-K // cfg.BK)) if cfg.stream_k
-                   else (0, 0))
-        row = dict(M=M, N=N, K=K, ours_ms=round(ms["ours"], 5), cublas_ms=round(ms["torch"], 5),
-                   signal_ms=round(ms["signal"], 5), config=config_label(cfg), origin=origin,
-                   waves=cfg.grid(M, N, sms).num_waves, predicted_ms=pred and round(pred, 5),
-                   model_config=config_label(model), model_ms=round(ms["model"], 5),
-                   alt_config=config_label(alt), alt_ms=round(ms["alt"], 5),
-                   alt_predicted_ms=alt_pred and round(alt_pred, 5),
-                   guess_config=config_label(guess), guess_ms=round(ms["guess"], 5),
-                   stream_k_tiles=sk_plan[0], stream_k_split=sk_plan[1],
-                   no_sk_ms=round(ms.get("no_sk", ms["ours"]), 5),
-                   alt_flip_ms=round(ms["alt_flip"], 5) if "alt_flip" in ms else None,
-                   rel_err=float(f"{err:.3e}"), rounds=args.rounds, inner=args.inner)
-        if args.cluster:
-            row.update(twin_config=config_label(cluster_twin(cfg)), twin_ms=round(ms["twin"], 5))
-        rows.append(row)
-        print(f"{origin:>32} {M:6d} {N:6d} {K:6d} {row['config']:>18} {ms['torch'] / ms['ours']:11.3f} "
-              f"{(ms['signal'] / ms['ours'] - 1) * 100:+6.2f} {row['alt_config']:>18} {ms['alt'] / ms['ours']:8.3f} "
+
+    def show(row, ms, pred):
+        print(f"{row['origin']:>32} {row['M']:6d} {row['N']:6d} {row['K']:6d} {row['config']:>18} "
+              f"{ms['torch'] / ms['ours']:11.3f} {(ms['signal'] / ms['ours'] - 1) * 100:+6.2f} "
+              f"{row['alt_config']:>18} {ms['alt'] / ms['ours']:8.3f} "
               + (f"{pred / ms['ours']:9.3f}" if pred else f"{'-':>9}")
               + (f"  twin {row['twin_config']} {ms['torch'] / ms['twin']:.3f}" if args.cluster else ""),
               flush=True)
+
+    rows = gemm_llm.measure_rows(args.rounds, args.inner, args.seed, args.only, args.cluster, on_row=show)
     df = pd.DataFrame(rows)
     meta_path = Path(table).with_suffix(".meta.json") if table else None
     table_meta = json.loads(meta_path.read_text()) if meta_path and meta_path.exists() else {}

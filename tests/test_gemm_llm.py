@@ -1,0 +1,48 @@
+"""CPU checks of fo_lib.experiments.gemm_llm (issue 23's benchmark and notebook 14): the wave fill
+of each tile width, the per-shape ratios of the recorded benchmark, the modes."""
+import math
+
+import pytest
+
+from fo_lib.experiments import gemm_llm
+
+
+def test_the_wave_fill_of_a_width():
+    df = gemm_llm.wave_fill([("qwen2.5-32b qkv tp1", 2048, 7168, 5120)], widths=(176, 256))
+    big, mid = df[df.BN == 256].iloc[0], df[df.BN == 176].iloc[0]
+    assert (big.tiles, big.whole_waves) == (16 * 28, 4) and big.fill == pytest.approx(448 / 528)
+    assert (mid.tiles, mid.whole_waves) == (16 * 41, 5) and mid.fill == pytest.approx(656 / 660)
+    # CTA time in 128-wide k loops: 4 waves of 256 against 5 of 176.
+    assert (big.work, mid.work) == (1024, 880)
+
+
+def test_every_shape_and_width_once():
+    df = gemm_llm.wave_fill()
+    assert len(df) == len(gemm_llm.SHAPES) * len(gemm_llm.WIDTHS)
+    assert set(gemm_llm.WIDTHS) == {128, 160, 176, 192, 208, 224, 240, 256}
+    assert ((df.fill > 0) & (df.fill <= 1)).all()
+    assert (df.whole_waves == df.waves.map(math.ceil)).all()
+
+
+def test_the_recorded_ratios():
+    df, meta = gemm_llm.run("replay", "h200")
+    r = gemm_llm.ratios(df)
+    assert len(r) == len(gemm_llm.SHAPES) == 30
+    assert r.tuned.is_monotonic_increasing  # sorted, worst first
+    assert set(r.tuned_BN) <= set(gemm_llm.WIDTHS) and set(r.model_BN) <= set(gemm_llm.WIDTHS)
+    assert (r.tuned == df.set_index(["M", "N", "K"]).pipe(
+        lambda d: d.cublas_ms / d.ours_ms).loc[list(zip(r.M, r.N, r.K))].to_numpy()).all()
+    assert meta["gpu"] == "NVIDIA H200"
+    assert gemm_llm.width_of("128x176x64c2/row8+sk") == 176
+
+
+def test_modes_without_a_hopper_gpu(monkeypatch):
+    monkeypatch.setattr(gemm_llm.sm90, "is_supported", lambda *a: False)
+    monkeypatch.setattr("fo_lib.experiments.common.have_gpu", lambda: True)  # another GPU
+    df, _ = gemm_llm.run("auto", "h200")  # replays
+    assert len(df) == 30
+    with pytest.raises(RuntimeError, match="compute capability 9.0"):
+        gemm_llm.run("measure", "h200")
+    monkeypatch.setattr("fo_lib.experiments.common.have_gpu", lambda: False)
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        gemm_llm.run("measure", "h200")
