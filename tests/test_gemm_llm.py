@@ -46,3 +46,30 @@ def test_modes_without_a_hopper_gpu(monkeypatch):
     monkeypatch.setattr("fo_lib.experiments.common.have_gpu", lambda: False)
     with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
         gemm_llm.run("measure", "h200")
+
+
+def test_measure_mode_records_what_it_measured(tmp_path, monkeypatch):
+    """The notebook's measure path on a (faked) Hopper GPU: quick runs every third shape at 3 rounds,
+    records a CSV with provenance into the measured set and returns what it wrote."""
+    from fo_lib.experiments import common
+    from fo_lib.gemm import sm90
+
+    monkeypatch.setattr(common, "DATA_DIR", tmp_path)
+    monkeypatch.setattr(gemm_llm, "measured_set", lambda quick: "fake-gpu" + ("-quick" if quick else ""))
+    monkeypatch.setattr(gemm_llm.sm90, "is_supported", lambda *a: True)
+    monkeypatch.setattr(gemm_llm.sm90, "sm_count", lambda *a: 132)
+    monkeypatch.setattr(common, "have_gpu", lambda: True)
+    seen = []
+
+    def fake_bench(M, N, K, dtype, rounds, inner, sms, seed, cluster=False):
+        seen.append((M, N, K, rounds, cluster))
+        cfg = sm90.CONFIGS["128x256x64"].with_raster("row", 8)
+        t = 1e-9 * M * N * K
+        return cfg, cfg, cfg, cfg, 1e-3, dict(ours=t, torch=t * 0.99, signal=t, alt=t, guess=t, model=t, twin=t)
+
+    monkeypatch.setattr(gemm_llm, "bench_shape", fake_bench)
+    df, meta = gemm_llm.run("measure", "h200", quick=True)
+    assert len(df) == len(seen) == len(range(0, len(gemm_llm.SHAPES), 3))
+    assert {r for *_, r, _ in seen} == {3} and not any(c for *_, c in seen)
+    assert (tmp_path / "fake-gpu-quick" / "gemm_sm90_llm.csv").exists() and meta["kernel"] == "fo_lib.gemm.sm90"
+    assert gemm_llm.ratios(df).tuned.to_list() == pytest.approx([0.99] * len(df), rel=1e-3)
