@@ -133,15 +133,22 @@ def test_a_default_config_runs_on_an_odd_cta_count():
     assert calc_diff(out, ref(a, b)) < TOL["bf16"]
 
 
+def _tuning_setup(tmp_path, monkeypatch):
+    """A fresh tuning cache, and the H200's tile table to shortlist from on any sm_90 GPU (autotuning
+    needs a table; which GPU recorded it does not matter to these checks)."""
+    from fo_lib import provenance
+    from fo_lib.gemm import autotune, tile_table
+    monkeypatch.setenv(tile_table.ENV_VAR, str(provenance.DATA_DIR / "h200" / tile_table.TABLE_NAME))
+    monkeypatch.setenv("FO_CACHE_DIR", str(tmp_path))
+    autotune.forget()
+
+
 def test_autotune_times_a_shape_once_and_remembers_it(tmp_path, monkeypatch):
     """The first plain call of a shape times the model's shortlist and runs the winner (checked
     against float64); the cache file holds it, another process reads it back without timing, and
     FO_SM90_AUTOTUNE=0 runs the model's pick."""
-    from fo_lib.gemm import autotune, tile_table
-    if tile_table.table_path() is None:
-        pytest.skip("no tile table for this GPU: nothing to shortlist (the model's pick runs)")
-    monkeypatch.setenv("FO_CACHE_DIR", str(tmp_path))
-    autotune.forget()
+    from fo_lib.gemm import autotune
+    _tuning_setup(tmp_path, monkeypatch)
     M, N, K = 2048, 7168, 1024
     a, b = inputs(M, N, K, "bf16", seed=23)
     buf, out, mask = guarded_out(M, N, "bf16")
@@ -166,11 +173,8 @@ def test_autotune_times_a_shape_once_and_remembers_it(tmp_path, monkeypatch):
 def test_autotune_inside_a_graph_capture_and_after_a_failed_tuning(tmp_path, monkeypatch):
     """Under a CUDA-graph capture a tuned shape runs its winner and an untuned one the model's pick,
     with nothing timed; a tuning that fails warns once, runs the model's pick and is not retried."""
-    from fo_lib.gemm import autotune, tile_table
-    if tile_table.table_path() is None:
-        pytest.skip("no tile table for this GPU: nothing to shortlist (the model's pick runs)")
-    monkeypatch.setenv("FO_CACHE_DIR", str(tmp_path))
-    autotune.forget()
+    from fo_lib.gemm import autotune
+    _tuning_setup(tmp_path, monkeypatch)
     a, b = inputs(1536, 3584, 2048, "bf16", seed=29)
     tuned = gemm_sm90.config_for(a, b)  # eager: timed and remembered
     c, d = inputs(1024, 8192, 1024, "bf16", seed=31)  # never tuned
