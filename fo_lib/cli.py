@@ -71,18 +71,16 @@ def _cmd_gemm_tunings(args: argparse.Namespace) -> int:
     if args.clear:
         print(f"removed {autotune.clear()} remembered Hopper GEMM tunings ({path})")
         return 0
-    current = autotune.kernel_digest(sm90._configs_text())
+    current = {}  # dtype -> the digest tunings of this tree's kernels are remembered under
     rows = []
-    for k, entry in sorted(autotune.on_disk().items()):
-        try:
-            where = autotune.parse_key(k)
-            label = sm90.config_label(sm90.Sm90Config(**entry["config"]).validate())
-        except Exception:  # noqa: BLE001 - another version's entry: listed as such, not fatal
+    for k, where, cfg, entry in autotune.remembered(sm90.Sm90Config):
+        if where is None or cfg is None:
             rows.append(dict(key=k, stale=True))
             continue
-        ms = entry.get("ms") or {}
-        rows.append(dict(where, config=label, model=entry.get("model"), ms=ms, date=entry.get("date"),
-                         stale=where["digest"] != current))
+        if where["dtype"] not in current:
+            current[where["dtype"]] = sm90.kernel_digest(where["dtype"])
+        rows.append(dict(where, config=sm90.config_label(cfg), model=entry.get("model"), ms=entry.get("ms") or {},
+                         date=entry.get("date"), stale=where["digest"] != current[where["dtype"]]))
     if args.json:
         print(json.dumps(dict(path=str(path), tunings=rows), indent=1))
         return 0

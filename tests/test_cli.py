@@ -218,7 +218,7 @@ def test_gemm_tunings_lists_and_clears_what_autotuning_remembered(tmp_path, monk
     try:
         won = sm90.CONFIGS["128x176x64c2"].with_raster("row", 8)
         model = sm90.CONFIGS["128x256x64"].with_raster("row", 8)
-        k = autotune.key("NVIDIA H200", 132, 2048, 7168, 5120, "bf16", sm90._configs_text())
+        k = autotune.key("NVIDIA H200", 132, 2048, 7168, 5120, "bf16", sm90.kernel_digest("bf16"))
         autotune.remember(k, won, {sm90.config_label(won): 0.2, sm90.config_label(model): 0.22},
                           sm90.config_label(model))
         old = autotune.key("NVIDIA H200", 132, 1100, 1792, 5120, "bf16", "an older config set")

@@ -135,3 +135,17 @@ def test_no_cache_folder_at_all_means_nothing_remembered(tmp_path, monkeypatch):
         assert autotune.lookup(k, sm90.Sm90Config) == C["128x256x64"]
     finally:
         autotune.forget()
+
+
+def test_a_failed_tuning_is_remembered_until_forget(cache):
+    k = autotune.key("NVIDIA H200", 132, 7, 8, 9, "bf16", "configs")
+    assert not autotune.failed(k)
+    autotune.mark_failed(k)
+    assert autotune.failed(k)
+    autotune.forget()
+    assert not autotune.failed(k)
+
+
+def test_the_digest_follows_every_part_and_its_order():
+    assert autotune.digest(["a 1", "b 2"]) == autotune.digest(iter(["a 1", "b 2"]))
+    assert len({autotune.digest(p) for p in (["a 1", "b 2"], ["b 2", "a 1"], ["a 1", "b 3"], ["a 1b 2"])}) == 4

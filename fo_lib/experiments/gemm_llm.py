@@ -79,7 +79,7 @@ SHAPES = [
 
 def alt_config(cfg, M, N, K, sms):
     """The model's best config of the other tile size (the table-free raster rule without a table)."""
-    other = {n: c for n, c in sm90.CONFIGS.items() if n in sm90._DEFAULT_CANDIDATES and c.BN != cfg.BN}
+    other = {n: c for n, c in sm90.CONFIGS.items() if n in sm90.CANDIDATES and c.BN != cfg.BN}
     path = tile_table.table_path()
     if path is None:
         from ..gemm.config import pick_by_waves

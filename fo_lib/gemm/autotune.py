@@ -16,8 +16,8 @@ candidates differ. So the model proposes (:func:`shortlist`) and the GPU decides
   launch time is not timed); :data:`ROUNDS` rounds in a shuffled order, the median per candidate.
   The model's pick stays unless another is faster by more than :data:`WIN` (noise).
 * Cache: ``sm90_autotune.json`` in the kernel cache folder (:func:`fo_lib.jit.compiler.cache_dir`),
-  keyed by GPU name, CTA count, ``M x N x K``, dtype and a digest of the kernel's sources (a changed
-  kernel tunes again); merged and replaced atomically, so concurrent processes lose nothing worse
+  keyed by GPU name, CTA count, ``M x N x K``, dtype and a digest of the candidates' kernel cache
+  keys (a changed source, header, NVRTC option or version tunes again); merged and replaced atomically, so concurrent processes lose nothing worse
   than a re-tune. An unreadable file is tuned over.
 
 ``FO_SM90_AUTOTUNE=0`` turns it off (the model's pick). Nothing is timed for an explicit CTA count
@@ -38,7 +38,6 @@ import statistics
 import threading
 from dataclasses import asdict
 from datetime import datetime, timezone
-from functools import lru_cache
 from pathlib import Path
 
 ENV_VAR = "FO_SM90_AUTOTUNE"
@@ -51,27 +50,26 @@ WIN = 0.005
 
 _lock = threading.Lock()
 _memory: dict | None = None  # the file's entries, read once per process
+_failed: set = set()  # keys whose tuning failed in this process: not tried again on every call
 
 
 def enabled() -> bool:
     return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
-@lru_cache(maxsize=4)
-def kernel_digest(configs: str) -> str:
-    """A digest of the kernel sources (fo_lib/cuda, the wgmma generator) and of ``configs`` (the
-    config names and tiles, as text): tunings of another kernel or config set do not apply."""
-    root = Path(__file__).resolve().parent
+def digest(parts) -> str:
+    """A short digest of ``parts`` (strings, order kept): of the candidates' kernel cache keys
+    (:func:`fo_lib.jit.compiler.source_key`: source, headers, NVRTC options and version), so a
+    tuning of another kernel, option set or config set does not apply."""
     h = hashlib.sha256()
-    for path in sorted((root.parent / "cuda").glob("*.cuh")) + [root / "wgmma.py"]:
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
-    h.update(configs.encode())
+    for part in parts:
+        h.update(part.encode() + b"\0")
     return h.hexdigest()[:16]
 
 
-def key(gpu: str, ctas: int, M: int, N: int, K: int, dtype: str, configs: str) -> str:
-    """The cache key of one shape on one GPU (``configs``: see :func:`kernel_digest`)."""
-    return f"{gpu}|{ctas}|{M}x{N}x{K}|{dtype}|{kernel_digest(configs)}"
+def key(gpu: str, ctas: int, M: int, N: int, K: int, dtype: str, kernels: str) -> str:
+    """The cache key of one shape on one GPU (``kernels``: the candidates' :func:`digest`)."""
+    return f"{gpu}|{ctas}|{M}x{N}x{K}|{dtype}|{kernels}"
 
 
 def cache_path() -> Path:
@@ -100,10 +98,21 @@ def _entries() -> dict:
 
 
 def forget() -> None:
-    """Drop this process's copy of the cache (the next lookup reads the file again)."""
+    """Drop this process's copy of the cache (the next lookup reads the file again) and its list of
+    failed tunings."""
     global _memory
     with _lock:
         _memory = None
+        _failed.clear()
+
+
+def failed(k: str) -> bool:
+    """Whether tuning under ``k`` failed in this process (:func:`mark_failed`)."""
+    return k in _failed
+
+
+def mark_failed(k: str) -> None:
+    _failed.add(k)
 
 
 def on_disk() -> dict:
@@ -127,16 +136,34 @@ def parse_key(k: str) -> dict:
     return dict(gpu=gpu, ctas=int(ctas), M=M, N=N, K=K, dtype=dtype, digest=digest)
 
 
-def lookup(k: str, make_config):
-    """The remembered config under key ``k`` (built by ``make_config(**fields)``), or None: also for
-    an entry that no longer makes a valid config."""
-    entry = _entries().get(k)
+def _config_of(entry, make_config):
+    """The config an entry holds (built by ``make_config(**fields)``), or None where it no longer
+    makes a valid one (another version of the config)."""
     if not isinstance(entry, dict) or not isinstance(entry.get("config"), dict):
         return None
     try:
         return make_config(**entry["config"]).validate()
     except Exception:  # noqa: BLE001 - an entry of another version of the config: tune again
         return None
+
+
+def lookup(k: str, make_config):
+    """The remembered config under key ``k``, or None: also for an entry that no longer makes a
+    valid config."""
+    return _config_of(_entries().get(k), make_config)
+
+
+def remembered(make_config) -> list:
+    """Every entry of the cache file, by key: ``(key, parse_key(key) or None, config or None, entry)``
+    (None where the key or the config is of another version)."""
+    out = []
+    for k, entry in sorted(on_disk().items()):
+        try:
+            where = parse_key(k)
+        except ValueError:
+            where = None
+        out.append((k, where, _config_of(entry, make_config), entry))
+    return out
 
 
 def remember(k: str, config, timed_ms: dict, model_label: str) -> None:

@@ -176,7 +176,13 @@ for _c in CONFIGS.values():
 _TILE_SPEED = {"128x256x64": 1.0, "128x128x64": 0.9}
 _GUESS_CANDIDATES = ("128x256x64", "128x128x64")
 # What the measured table chooses among (scripts/bench/record_sm90_tiles.py records each of them).
-_DEFAULT_CANDIDATES = tuple(CONFIGS)
+CANDIDATES = tuple(CONFIGS)
+
+
+def candidate_pool(stream_k: bool = True) -> dict:
+    """The :data:`CANDIDATES` as the picker weighs them: with a stream-K tail where ``stream_k``
+    (clusters run whole waves)."""
+    return {n: replace(CONFIGS[n], stream_k=stream_k and CONFIGS[n].cluster == 1) for n in CANDIDATES}
 
 
 def default_config(M: int, N: int, K: int, sm_count: int = 132, smem_limit: int = MAX_SMEM,
@@ -213,8 +219,7 @@ def _default_config(M, N, K, sm_count, smem_limit, path, mtime, stream_k) -> Sm9
     if path is None:
         return guess_config(M, N, K, sm_count, smem_limit)
     # Clusters run whole waves (no stream-K tail).
-    candidates = {n: replace(CONFIGS[n], stream_k=stream_k and CONFIGS[n].cluster == 1) for n in _DEFAULT_CANDIDATES}
-    return tile_table.pick(tile_table.load(path, CONFIGS), candidates, M, N, K, sm_count, smem_limit)
+    return tile_table.pick(tile_table.load(path, CONFIGS), candidate_pool(stream_k), M, N, K, sm_count, smem_limit)
 
 
 def predict_ms(cfg: Sm90Config, M: int, N: int, K: int, sm_count: int = 132, path=None) -> float | None:
@@ -339,8 +344,20 @@ def config_label(cfg: Sm90Config) -> str:
     return f"{name}/{cfg.order}{cfg.swizzle}" + ("+sk" if cfg.stream_k else "")
 
 
-def _configs_text() -> str:
-    return repr(sorted((n, c.tile_name) for n, c in CONFIGS.items()))
+def kernel_digest(dtype: str) -> str:
+    """The digest under which tunings of ``dtype`` GEMMs are remembered: the compiler's cache keys of
+    every candidate's plain kernel (a change to a source, a header, the NVRTC options or version, or
+    the configs makes them tune again). Needs NVRTC (its version is part of the key)."""
+    from ..jit.compiler import nvrtc_options
+    return _kernel_digest(dtype, nvrtc_options(ARCH))
+
+
+@lru_cache(maxsize=16)
+def _kernel_digest(dtype: str, options: tuple) -> str:
+    # Once per (dtype, options) and process, like the compiler's header snapshot (~0.1 s).
+    from ..jit.compiler import source_key
+    return autotune.digest(f"{n} {source_key(generate_source(CONFIGS[n], dtype, 'plain')[0], ARCH)}"
+                           for n in CANDIDATES)
 
 
 def _tuned(a, b, dtype, M, N, K, ctas, model: Sm90Config) -> Sm90Config:
@@ -355,16 +372,15 @@ def _tuned(a, b, dtype, M, N, K, ctas, model: Sm90Config) -> Sm90Config:
     dev = a.device.index
     if ctas != sm_count(dev):
         return model
-    k = autotune.key(torch.cuda.get_device_name(dev), ctas, M, N, K, dtype, _configs_text())
+    k = autotune.key(torch.cuda.get_device_name(dev), ctas, M, N, K, dtype, kernel_digest(dtype))
     hit = autotune.lookup(k, Sm90Config)
-    if hit is not None or k in _untunable:
+    if hit is not None or autotune.failed(k):
         return hit or model
     with torch.cuda.device(dev):
         if torch.cuda.is_current_stream_capturing():  # nothing may be timed (or synchronized) here
             return model
         try:
-            pool = {n: replace(CONFIGS[n], stream_k=CONFIGS[n].cluster == 1) for n in _DEFAULT_CANDIDATES}
-            ranked = tile_table.ranked(tile_table.load(path, CONFIGS), pool, M, N, K, ctas, MAX_SMEM)
+            ranked = tile_table.ranked(tile_table.load(path, CONFIGS), candidate_pool(), M, N, K, ctas, MAX_SMEM)
             shortlist = autotune.shortlist(ranked, model, also=(guess_config(M, N, K, ctas),))
             torch.cuda.synchronize(dev)  # the operands may still be written on another stream
             out = torch.empty(M, N, dtype=a.dtype, device=a.device)  # the caller's output is not touched
@@ -373,7 +389,7 @@ def _tuned(a, b, dtype, M, N, K, ctas, model: Sm90Config) -> Sm90Config:
             ms = autotune.time_launches({lbl: (lambda f=f: f(None)) for lbl, f in launches.items()})
             del launches, out
         except Exception as exc:  # noqa: BLE001 - the call itself can still run the model's pick
-            _untunable.add(k)
+            autotune.mark_failed(k)
             warnings.warn(f"fo_lib.gemm.sm90: autotuning {M} x {N} x {K} failed ({type(exc).__name__}: {exc}); "
                           f"running the tile table's pick {config_label(model)}", RuntimeWarning, stacklevel=4)
             return model
@@ -381,10 +397,6 @@ def _tuned(a, b, dtype, M, N, K, ctas, model: Sm90Config) -> Sm90Config:
     cfg = next(c for c in shortlist if config_label(c) == winner)
     autotune.remember(k, cfg, ms, config_label(model))
     return cfg
-
-
-# Shapes whose tuning failed in this process: not tried again on every call.
-_untunable: set = set()
 
 
 def config_for(a, b, ctas: int | None = None) -> Sm90Config:

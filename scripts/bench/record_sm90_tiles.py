@@ -100,7 +100,7 @@ def grids(sm_count: int, waves: int = WAVES, aspects=ASPECTS) -> list[tuple[int,
 def candidates(sm_count: int | None = None) -> dict:
     """The configs the picker chooses among (all of them are recorded; clusters only where
     ``sm_count`` CTAs make whole clusters)."""
-    return {n: sm90.CONFIGS[n] for n in sm90._DEFAULT_CANDIDATES
+    return {n: sm90.CONFIGS[n] for n in sm90.CANDIDATES
             if sm_count is None or sm_count % sm90.CONFIGS[n].cluster == 0}
 
 
