@@ -1,5 +1,6 @@
 """Small helpers that several fo_lib modules share: the lazy imports of the GPU stack, integer
-ceiling division, the dtype tags of the generated kernel sources, and a device's SM count.
+ceiling division, the dtype tags of the generated kernel sources, a device's SM count, and a GPU
+sleep that lets events time the device rather than the host.
 
 ``import fo_lib._util`` needs neither torch nor CuPy: they are imported on first use, so the pure
 core and the CPU compile checks run without them.
@@ -14,6 +15,16 @@ DTYPE_TAG = {"bf16": "fo::bf16_tag", "f16": "fo::f16_tag"}
 
 class CudaUnavailableError(RuntimeError):
     """A GPU path was asked for where CuPy, NVRTC or a GPU is missing."""
+
+
+# torch.cuda._sleep counts SM clock cycles: 2 GHz (above the H200's boost clock) errs on the long side.
+SLEEP_CYCLES_PER_MS = 2_000_000
+
+
+def gpu_sleep(ms: float) -> None:
+    """Keep the current stream busy for about ``ms`` (at least): launches enqueued after it wait
+    there, so events around them time the device, not the host's launches."""
+    require_torch().cuda._sleep(int(ms * SLEEP_CYCLES_PER_MS))
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -117,10 +117,6 @@ def bench_interleaved(fns: Mapping[str, Callable[[int], object]], *, rounds: int
     return out
 
 
-# torch.cuda._sleep counts SM clock cycles: 2 GHz (above the H200's boost clock) errs on the long side.
-SLEEP_CYCLES_PER_MS = 2_000_000
-
-
 def host_and_gpu_time(fn, *, calls: int = 30, rounds: int = 5, sleep_cycles: int = 50_000_000) -> tuple[float, float]:
     """``(host us, GPU ms)`` per call of ``fn``, medians over ``rounds``: the host time is that of
     enqueueing ``calls`` back-to-back calls while the GPU is still busy with a sleep of

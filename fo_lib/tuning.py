@@ -26,7 +26,8 @@ def _event_ms(fn, repeats: int, warmup: int = 2, calls: int = 3) -> float:
     calls are enqueued behind a ~2 ms GPU sleep, so what the events measure is the device's time,
     not the host's time to launch: timed one at a time, a small NCCL call measured its ~50-80 us of
     Python and NCCL host work instead (the curves' small-message floor before this change)."""
-    from .testing import SLEEP_CYCLES_PER_MS, host_and_gpu_time
+    from ._util import SLEEP_CYCLES_PER_MS
+    from .testing import host_and_gpu_time
 
     for _ in range(warmup):
         fn()

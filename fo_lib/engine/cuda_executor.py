@@ -17,6 +17,7 @@ import warnings
 import weakref
 
 from .. import counting, gemm, postops
+from .._util import gpu_sleep
 from ..comm import comm_buffer
 from .errors import PlanError, check_plans_agree
 
@@ -273,13 +274,11 @@ class CudaExecutor:
         """See :meth:`fo_lib.engine.OverlapPlan.timed_run`."""
         import torch
 
-        from ..testing import SLEEP_CYCLES_PER_MS
-
         self.check()
         torch.cuda.synchronize(self.device)
         host_start = time.perf_counter()
         gate_start = _record(torch.cuda.current_stream(self.device))
-        torch.cuda._sleep(int(gate_ms * SLEEP_CYCLES_PER_MS))
+        gpu_sleep(gate_ms)
         events: dict = {}
         out = self.enqueue(a, b, ops, events=events, **operands)
         host_ms = (time.perf_counter() - host_start) * 1e3

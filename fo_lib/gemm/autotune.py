@@ -40,6 +40,8 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .._util import gpu_sleep
+
 ENV_VAR = "FO_SM90_AUTOTUNE"
 FILE_NAME = "sm90_autotune.json"
 TOP = 4
@@ -223,7 +225,7 @@ def time_launches(runs: dict, rounds: int = ROUNDS, seed: int = 0) -> dict:
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
 
     def timed(fn) -> list:
-        torch.cuda._sleep(1_000_000)  # the round's launches queue up behind ~0.5 ms of GPU spin
+        gpu_sleep(0.5)  # the round's launches queue up behind it
         for start, end in events:
             flush.zero_()
             start.record()
