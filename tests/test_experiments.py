@@ -309,3 +309,19 @@ def test_tuner_pick_reference_is_the_chosen_rows_own_baseline_on_default_nccl():
     assert picked.loc[1, "copy_engine"] and picked.loc[1, "reference_ms"] == 1.56  # its own rounds
     assert picked.loc[2, "nccl_max_ctas"] == 8 and picked.loc[2, "reference_ms"] == 1.50  # default NCCL's
     assert np.isclose(picked.loc[1, "tuned_graph_speedup"], 1.56 / 1.2)
+
+
+def test_resolve_mode_with_a_machine_requirement():
+    assert ex.resolve_mode("auto", available=lambda: False) == "replay"
+    assert ex.resolve_mode("auto", available=lambda: True) == "measure"
+    assert ex.resolve_mode("replay", available=lambda: pytest.fail("asked in replay mode")) == "replay"
+    with pytest.raises(RuntimeError, match="needs 2\\+ GPUs for NCCL \\(found 1\\); use mode='replay'"):
+        ex.resolve_mode("measure", available=lambda: False, need="2+ GPUs for NCCL (found 1)")
+
+
+def test_multi_gpu_refuses_to_measure_without_two_gpus(monkeypatch):
+    from fo_lib.experiments import multi_gpu
+    monkeypatch.setattr(multi_gpu, "gpu_count", lambda: 1)
+    with pytest.raises(RuntimeError, match="needs 2\\+ GPUs for NCCL \\(found 1\\)"):
+        multi_gpu.run("measure")
+    assert multi_gpu.run("auto") == multi_gpu.data_sets()[0]  # the recorded sweep

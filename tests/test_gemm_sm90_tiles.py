@@ -319,7 +319,7 @@ def test_record_then_benchmark_end_to_end_with_fake_timings(data_dir, monkeypatc
     assert len(pd.read_csv(table)) == 3 * 2 * sum(len(rec.rasters(c)) for c in rec.candidates().values())
     assert json.loads(table.with_suffix(".meta.json").read_text())["waves"] == rec.WAVES
 
-    def fake_bench(M, N, K, dtype, rounds, inner, sms, seed):
+    def fake_bench(M, N, K, dtype, rounds, inner, sms, seed, cluster=False):
         cfg = sm90.default_config(M, N, K, sms)
         alt, guess = gemm_llm.alt_config(cfg, M, N, K, sms), sm90.guess_config(M, N, K, sms)
         t = sm90.predict_ms(cfg, M, N, K, sms)
@@ -329,7 +329,7 @@ def test_record_then_benchmark_end_to_end_with_fake_timings(data_dir, monkeypatc
     monkeypatch.setenv(tile_table.ENV_VAR, "guess")  # restored after the test; main overrides it
     monkeypatch.setattr(gemm_llm, "bench_shape", fake_bench)
     out = tmp_path / "llm.csv"
-    llm.main(["--out", str(out), "--tiles", str(table)])
+    llm.main(["--out", str(out), "--tiles", str(table), "--no-cluster"])
     df = pd.read_csv(out)
     assert len(df) == len(gemm_llm.SHAPES)
     assert set(df.columns) >= {"M", "N", "K", "ours_ms", "cublas_ms", "signal_ms", "config"}

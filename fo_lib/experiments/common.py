@@ -32,13 +32,19 @@ def have_gpu() -> bool:
         return False
 
 
-def resolve_mode(mode: str, needs_gpu: bool = True) -> str:
+def resolve_mode(mode: str, needs_gpu: bool = True, *, available=None, need: str = "a CUDA GPU") -> str:
+    """``"measure"`` or ``"replay"``: "auto" measures where this machine can (``available()``, by
+    default a GPU unless ``not needs_gpu``); an explicit "measure" it cannot do is refused, naming
+    what it ``need``s."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode == "replay":
+        return mode
+    can = available() if available is not None else (not needs_gpu or have_gpu())
     if mode == "auto":
-        return "measure" if (not needs_gpu or have_gpu()) else "replay"
-    if mode == "measure" and needs_gpu and not have_gpu():
-        raise RuntimeError("mode='measure' needs a CUDA GPU; use mode='replay' to load recorded data")
+        return "measure" if can else "replay"
+    if not can:
+        raise RuntimeError(f"mode='measure' needs {need}; use mode='replay' to load recorded data")
     return mode
 
 

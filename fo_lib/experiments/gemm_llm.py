@@ -34,7 +34,10 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from .._util import ceil_div
 from ..gemm import sm90, tile_table
+from ..tiling import TileGrid
+from . import common
 from .common import load, measured_set, record, resolve_mode
 
 NAME = "gemm_sm90_llm"
@@ -149,7 +152,22 @@ def summary(df) -> dict:
                 stream_k=int((df.stream_k_tiles > 0).sum()),
                 sk_gain=(math.exp(np.log((df.no_sk_ms / df.ours_ms)[df.stream_k_tiles > 0]).mean())
                          if (df.stream_k_tiles > 0).any() else math.nan),
-                flips=int((df.config != df.guess_config).sum()), shapes=len(df))
+                flips=int((df.config != df.guess_config).sum()), shapes=len(df),
+                twin=(df.twin_ms / df.ours_ms) if "twin_ms" in df else None)
+
+
+def record_meta(rounds: int, inner: int) -> dict:
+    """The provenance fields of a benchmark CSV beside the environment's: the protocol and the tile
+    table the picks came from (its path and its own recording)."""
+    import json
+    from pathlib import Path
+
+    table = tile_table.table_path()
+    side = Path(table).with_suffix(".meta.json") if table else None
+    table_meta = json.loads(side.read_text()) if side and side.exists() else {}
+    return dict(link="none", dtype="bf16", rounds=rounds, inner=inner, graph=True, kernel="fo_lib.gemm.sm90",
+                tiles_table=table or "guess",
+                tiles_table_recorded={k: table_meta.get(k) for k in ("git_sha", "date", "gpu", "command")})
 
 
 def measure_rows(rounds: int = 10, inner: int = 3, seed: int = 0, only=None, cluster: bool = False,
@@ -165,10 +183,10 @@ def measure_rows(rounds: int = 10, inner: int = 3, seed: int = 0, only=None, clu
         if only and i not in only:
             continue
         cfg, model, alt, guess, err, ms = bench_shape(M, N, K, torch.bfloat16, rounds, inner, sms, seed,
-                                                      **({"cluster": True} if cluster else {}))
+                                                      cluster=cluster)
         torch.cuda.empty_cache()  # the shapes' operands reach ~1.5 GB per input set
         pred, alt_pred = (sm90.predict_ms(c, M, N, K, sms) for c in (cfg, alt))
-        sk_plan = (sm90.stream_k_plan(cfg.grid(M, N, sms).num_tiles, sms, -(-K // cfg.BK)) if cfg.stream_k
+        sk_plan = (sm90.stream_k_plan(cfg.grid(M, N, sms).num_tiles, sms, ceil_div(K, cfg.BK)) if cfg.stream_k
                    else (0, 0))
         row = dict(M=M, N=N, K=K, ours_ms=round(ms["ours"], 5), cublas_ms=round(ms["torch"], 5),
                    signal_ms=round(ms["signal"], 5), config=config_label(cfg), origin=origin,
@@ -191,20 +209,19 @@ def measure_rows(rounds: int = 10, inner: int = 3, seed: int = 0, only=None, clu
 
 # The record's protocol (data/h200/gemm_sm90_llm.csv), and ``run_all.sh --quick``'s: every third
 # shape, 3 rounds.
-FULL = dict(rounds=30, cluster=True)
-QUICK = dict(rounds=3, only=list(range(0, len(SHAPES), 3)))
+FULL = dict(rounds=30, inner=3, cluster=True)
+QUICK = dict(rounds=3, inner=3, only=list(range(0, len(SHAPES), 3)))
 
 
 def run(mode: str = "auto", data_set: str = "h200", quick: bool = False) -> tuple[pd.DataFrame, dict]:
     """Measure on a compute capability 9.0 GPU (and record into ``data/<gpu>[-quick]/``) or replay
     ``data/<data_set>/gemm_sm90_llm.csv``; ``mode="auto"`` replays on other machines."""
-    if resolve_mode(mode) == "measure" and (mode == "measure" or sm90.is_supported()):
-        if not sm90.is_supported():
-            raise RuntimeError("the Hopper GEMM benchmark needs a compute capability 9.0 GPU; use mode='replay'")
+    hopper = resolve_mode(mode, available=lambda: common.have_gpu() and sm90.is_supported(),
+                          need="a CUDA GPU of compute capability 9.0 (the Hopper GEMM)")
+    if hopper == "measure":
         kw = QUICK if quick else FULL
         df = pd.DataFrame(measure_rows(**kw))
-        record(df, NAME, measured_set(quick), link="none", dtype="bf16", graph=True, kernel="fo_lib.gemm.sm90",
-               tiles_table=tile_table.table_path() or "guess")
+        record(df, NAME, measured_set(quick), **record_meta(kw["rounds"], kw["inner"]))
         return load(measured_set(quick), NAME)
     return load(data_set, NAME)
 
@@ -216,8 +233,8 @@ def wave_fill(shapes=None, widths=WIDTHS, sm_count: int = 132, BM: int = 128) ->
     rows = []
     for origin, M, N, K in shapes or SHAPES:
         for bn in widths:
-            tiles = math.ceil(M / BM) * math.ceil(N / bn)
-            whole = math.ceil(tiles / sm_count)
+            grid = TileGrid(M, N, BM, bn, sm_count=sm_count)
+            tiles, whole = grid.num_tiles, grid.num_waves
             rows.append(dict(origin=origin, M=M, N=N, K=K, BN=bn, tiles=tiles, waves=tiles / sm_count,
                              whole_waves=whole, fill=tiles / (whole * sm_count),
                              work=whole * bn))  # CTA time in units of a 128-wide tile's k loop

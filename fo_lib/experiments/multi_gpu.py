@@ -34,14 +34,10 @@ def gpu_count() -> int:
 def run(mode: str = "auto", data_set: str | None = None, quick: bool = False) -> str:
     """Measure with every visible GPU (``torchrun scripts/bench/bench_nccl.py``) when asked and possible,
     else keep the recorded data; returns the data set to load."""
-    from .common import MODES
+    from .common import resolve_mode
 
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     gpus = gpu_count()
-    if mode == "measure" and gpus < 2:
-        raise RuntimeError(f"mode='measure' needs 2+ GPUs for NCCL (found {gpus}); use mode='replay'")
-    if mode == "measure" or (mode == "auto" and gpus >= 2):
+    if resolve_mode(mode, available=lambda: gpus >= 2, need=f"2+ GPUs for NCCL (found {gpus})") == "measure":
         from .common import measured_set
         data_set = measured_set(quick, world=gpus)
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus),

@@ -13,7 +13,6 @@ data/<gpu>/gemm_sm90_tiles.csv, or ``--tiles PATH`` (sets ``FO_SM90_TILES``; ``g
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -33,11 +32,11 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, help="CSV to write (a .meta.json sidecar goes beside it)")
     p.add_argument("--tiles", help="tile table to pick from (sets FO_SM90_TILES; 'guess': none)")
-    p.add_argument("--rounds", type=int, default=10)
-    p.add_argument("--inner", type=int, default=3, help="calls per CUDA graph")
+    p.add_argument("--rounds", type=int, default=gemm_llm.FULL["rounds"])
+    p.add_argument("--inner", type=int, default=gemm_llm.FULL["inner"], help="calls per CUDA graph")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only", type=int, nargs="*", help="indices into SHAPES (default all)")
-    p.add_argument("--cluster", action="store_true",
+    p.add_argument("--cluster", action=argparse.BooleanOptionalAction, default=gemm_llm.FULL["cluster"],
                    help="also time the pick's tile with the other cluster choice (columns twin_config, twin_ms)")
     args = p.parse_args(argv)
     if args.tiles:
@@ -59,11 +58,7 @@ def main(argv=None):
 
     rows = gemm_llm.measure_rows(args.rounds, args.inner, args.seed, args.only, args.cluster, on_row=show)
     df = pd.DataFrame(rows)
-    meta_path = Path(table).with_suffix(".meta.json") if table else None
-    table_meta = json.loads(meta_path.read_text()) if meta_path and meta_path.exists() else {}
-    write_result(df, args.out, link="none", dtype="bf16", rounds=args.rounds, inner=args.inner, graph=True,
-                 kernel="fo_lib.gemm.sm90", tiles_table=table or "guess",
-                 tiles_table_recorded={k: table_meta.get(k) for k in ("git_sha", "date", "gpu", "command")})
+    write_result(df, args.out, **gemm_llm.record_meta(args.rounds, args.inner))
     s = summary(df)
     print(f"cuBLAS / ours over {s['shapes']} shapes: geomean {s['geomean']:.3f}, median {s['median']:.3f}, worst "
           f"{s['worst']:.3f} (bar 1.00 / 1.00 / 0.97); signal vs plain median {s['signal_pct']:+.2f}%; "
@@ -71,8 +66,8 @@ def main(argv=None):
           f"guess / ours geomean {s['vs_guess']:.3f} ({s['flips']} shapes off the guess); the other tile "
           f"faster by > 1 % on {s['alt_faster']}; stream-K tail on {s['stream_k']} (whole waves / stream-K "
           f"geomean {s['sk_gain']:.3f}) -> {args.out}")
-    if args.cluster:
-        r = df.twin_ms / df.ours_ms
+    if s["twin"] is not None:
+        r = s["twin"]
         print(f"cluster twin / ours: geomean {math.exp(np.log(r).mean()):.3f}, min {r.min():.3f}, max {r.max():.3f}")
 
 
