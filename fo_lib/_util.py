@@ -7,7 +7,9 @@ core and the CPU compile checks run without them.
 """
 from __future__ import annotations
 
+import os
 from functools import lru_cache
+from pathlib import Path
 
 # The C++ tag type of each 16-bit element type (fo_lib/cuda/common.cuh), as generated sources spell it.
 DTYPE_TAG = {"bf16": "fo::bf16_tag", "f16": "fo::f16_tag"}
@@ -25,6 +27,18 @@ def gpu_sleep(ms: float) -> None:
     """Keep the current stream busy for about ``ms`` (at least): launches enqueued after it wait
     there, so events around them time the device, not the host's launches."""
     require_torch().cuda._sleep(int(ms * SLEEP_CYCLES_PER_MS))
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file renamed over it: a concurrent reader never
+    sees a half-written file, and the temporary goes away if the write fails (the error propagates)."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def ceil_div(a: int, b: int) -> int:

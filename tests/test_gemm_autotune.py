@@ -149,3 +149,19 @@ def test_a_failed_tuning_is_remembered_until_forget(cache):
 def test_the_digest_follows_every_part_and_its_order():
     assert autotune.digest(["a 1", "b 2"]) == autotune.digest(iter(["a 1", "b 2"]))
     assert len({autotune.digest(p) for p in (["a 1", "b 2"], ["b 2", "a 1"], ["a 1", "b 3"], ["a 1b 2"])}) == 4
+
+
+def test_atomic_write_replaces_whole_or_not_at_all(tmp_path, monkeypatch):
+    from fo_lib._util import atomic_write
+    target = tmp_path / "f.bin"
+    atomic_write(target, b"one")
+    atomic_write(target, b"two")
+    assert target.read_bytes() == b"two"
+
+    def refuse(src, dst):
+        raise PermissionError("read-only")
+
+    monkeypatch.setattr("os.replace", refuse)
+    with pytest.raises(PermissionError):
+        atomic_write(target, b"three")
+    assert target.read_bytes() == b"two" and sorted(p.name for p in tmp_path.iterdir()) == ["f.bin"]

@@ -40,7 +40,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .._util import gpu_sleep
+from .._util import atomic_write, gpu_sleep
 
 ENV_VAR = "FO_SM90_AUTOTUNE"
 FILE_NAME = "sm90_autotune.json"
@@ -174,17 +174,13 @@ def remember(k: str, config, timed_ms: dict, model_label: str) -> None:
                  date=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     with _lock:
         _entries()[k] = entry
-        tmp = None
         try:
             path = cache_path()
             merged = _read(path)
             merged[k] = entry
-            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(merged, indent=1, sort_keys=True))
-            os.replace(tmp, path)
+            atomic_write(path, json.dumps(merged, indent=1, sort_keys=True).encode())
         except OSError:  # a read-only cache folder: this process still remembers
-            if tmp is not None:
-                tmp.unlink(missing_ok=True)
+            pass
 
 
 def shortlist(ranked: list, model, also=(), family_widths=(128, 256), top: int = TOP) -> list:

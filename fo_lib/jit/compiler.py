@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
-from .._util import CudaUnavailableError, require_cupy
+from .._util import CudaUnavailableError, atomic_write, require_cupy
 
 CUDA_DIR = Path(__file__).resolve().parent.parent / "cuda"
 ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90a")
@@ -166,10 +166,7 @@ def ensure_cubin(source: str, arch: str, name: str = "fo_kernel.cu") -> Path:
     """Path of the cached cubin for (source, arch), compiling it first if needed."""
     path = cache_dir() / f"{source_key(source, arch)}_{arch}.cubin"
     if not path.exists():
-        cubin = compile_cubin(source, arch, name=name)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_bytes(cubin)
-        tmp.replace(path)  # atomic: concurrent processes never read a half-written file
+        atomic_write(path, compile_cubin(source, arch, name=name))
     return path
 
 
