@@ -54,8 +54,9 @@ def test_smem_bytes_matches_device_code(cname):
     """Sm90Config.smem_bytes is the same sum as Sm90Shape::SMEM_BYTES (checked by the compiler)."""
     _nvrtc_or_skip()
     cfg = gemm_sm90.CONFIGS[cname]
+    shape = f"fo::Sm90Shape<{cfg.BN}, {cfg.stages}, {str(cfg.pingpong).lower()}>"
     src = (f'#include "gemm_sm90.cuh"\n'
-           f"static_assert(fo::Sm90Shape<{cfg.BN}, {cfg.stages}>::SMEM_BYTES == {cfg.smem_bytes}, \"smem\");\n"
+           f"static_assert({shape}::SMEM_BYTES == {cfg.smem_bytes}, \"smem\");\n"
            f"static_assert(fo::Sm90Shape<{cfg.BN}, {cfg.stages}>::BM == {cfg.BM}, \"BM\");\n"
            f"static_assert(fo::Sm90Shape<{cfg.BN}, {cfg.stages}>::BK == {cfg.BK}, \"BK\");\n"
            f"static_assert(fo::Sm90Shape<{cfg.BN}, {cfg.stages}>::THREADS == {cfg.threads}, \"threads\");\n"

@@ -50,13 +50,23 @@
 //     nothing: CTA b - 1 must be running no later than CTA b (blocks are dispatched in index order,
 //     and the persistent grid fits the GPU).
 //
+// Ping-pong (PINGPONG): the two consumer warpgroups take turns, warpgroup c computing whole tiles
+// (both 64-row halves) of the units u with u % 2 == c; it starts a unit's main loop only after the
+// other has waited for every stage of the unit before (order barriers), so their main loops
+// alternate on the tensor cores and one's epilogue (and stream-K fixup) runs under the other's MMAs;
+// each keeps one k-block of MMAs in flight (wgmma.wait_group 1). The producer and the store warps
+// walk the units as before.
+//
 // Handshakes (all mbarriers, phase parity tracked by counters, never re-initialised):
 //   full[s]   : 1 arrival (producer's expect_tx) + the TMA bytes     -> consumers may read stage s
 //   empty[s]  : 2 arrivals (one thread per consumer WG, after wgmma.wait_group 0; CLUSTER 2: 4, the
 //               other CTA's consumers too)                               -> producer may refill
-//   c_full    : 256 arrivals (every consumer thread after its st.shared of C) -> store warps may read C
+//   c_full    : 256 arrivals (every consumer thread after its st.shared of C; ping-pong: 128, the
+//               tile's warpgroup)                                   -> store warps may read C
 //   c_empty   : 96 arrivals (every store thread after its ld.shared of C)     -> consumers may write C
-//   named barrier 1: the 96 store threads; named barrier 2: the 256 consumer threads (stream-K).
+//   order[c]  : ping-pong, 1 arrival (the other consumer WG, after its unit's last full wait)
+//   named barrier 1: the 96 store threads; named barrier 2: the 256 consumer threads (stream-K;
+//   ping-pong: 2 + c, the 128 threads of consumer warpgroup c).
 //   CLUSTER 2: a cluster barrier after the barriers are initialised (the other CTA multicasts into
 //   this one's ring) and one before exit (its last arrivals on this CTA's barriers).
 // NOTES: smem C is written and read by the generic proxy only (st.shared / ld.shared), and the operand
@@ -114,6 +124,34 @@ __device__ __forceinline__ bool mbar_try_wait(u32 bar, u32 parity) {
 }
 __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
     while (!mbar_try_wait(bar, parity)) {
+    }
+}
+// NOTES: while a warpgroup's wgmma is in flight (ping-pong keeps one k-block's), a C++ branch that
+// ptxas cannot prove uniform (a spin loop, `if (tid == 0)`) makes it serialize every wgmma (C7518).
+// These keep the loop and the predicate inside one asm statement each (labels are scoped to the
+// braces, so the statement may be inlined many times).
+__device__ __forceinline__ void mbar_wait_in_asm(u32 bar, u32 parity) {
+    asm volatile(
+        "{\n .reg .pred p;\n WAIT:\n"
+        " mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%0], %1;\n"
+        " @!p bra WAIT;\n}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+// mbar_arrive (and, cluster 2, mbar_arrive_remote to CTA `other`) where pred is nonzero.
+template <int CLUSTER>
+__device__ __forceinline__ void mbar_arrive_pred(u32 bar, u32 other, u32 pred) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %1, 0;\n"
+        " @p mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n}\n" ::"r"(bar),
+        "r"(pred)
+        : "memory");
+    if (CLUSTER > 1) {
+        asm volatile(
+            "{\n .reg .pred p;\n .reg .b32 ra;\n setp.ne.b32 p, %2, 0;\n mapa.shared::cluster.u32 ra, %0, %1;\n"
+            " @p mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+            "r"(other), "r"(pred)
+            : "memory");
     }
 }
 
@@ -347,7 +385,7 @@ struct Sm90Work {
     }
 };
 
-template <int BN, int STAGES>
+template <int BN, int STAGES, bool PINGPONG = false>
 struct Sm90Shape {
     static constexpr int BM = 128;
     static constexpr int BK = 64;  // one 128-byte swizzle span of 16-bit elements
@@ -367,11 +405,12 @@ struct Sm90Shape {
     static constexpr int C_ROW_BYTES = 16 * (C_SWIZZLED ? C_CHUNKS : (C_CHUNKS | 1));
     static constexpr int C_BYTES = BM * C_ROW_BYTES;
     static constexpr int RO_BYTES = BM * 8;
-    static constexpr int BAR_BYTES = (2 * STAGES + 2) * 8;
+    static constexpr int BAR_BYTES = (2 * STAGES + 2 + (PINGPONG ? 2 : 0)) * 8;  // + ping-pong's order pair
     // + 1024: the dynamic shared memory is aligned up to the 1024-byte swizzle atom in the kernel.
     static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + C_BYTES + RO_BYTES + BAR_BYTES;
-    static constexpr int PRODUCER_REGS = 56;
-    static constexpr int CONSUMER_REGS = 224;
+    // Ping-pong: a consumer holds a whole tile's accumulators (BN per thread), so it takes more.
+    static constexpr int PRODUCER_REGS = PINGPONG ? 40 : 56;
+    static constexpr int CONSUMER_REGS = PINGPONG ? 232 : 224;
 
     static_assert(BN % 16 == 0 && BN >= 128 && BN <= 256,
                   "BN must be a multiple of 16 in [128, 256] (wgmma m64nBN; stmatrix pairs; cluster halves of B)");
@@ -387,14 +426,14 @@ struct Sm90Shape {
 };
 
 // Pointers an epilogue does not use may be null.
-template <int BN, int STAGES, int CLUSTER, class T, int EPILOGUE>
+template <int BN, int STAGES, int CLUSTER, bool PINGPONG, class T, int EPILOGUE>
 __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDesc& tma_b, bits16* __restrict__ C,
                                                int M, int N, int K, i64 ldc, int order, int swizzle,
                                                bits16* __restrict__ comm_buf, const i64* __restrict__ row_offset,
                                                const int* __restrict__ tile_group, u32* group_counter,
                                                u64* __restrict__ probe, int sk_tiles, int sk_split, float* sk_partial,
                                                u32* sk_flag) {
-    using S = Sm90Shape<BN, STAGES>;
+    using S = Sm90Shape<BN, STAGES, PINGPONG>;
     using namespace sm90;
     static_assert(CLUSTER == 1 || CLUSTER == 2, "CLUSTER is 1 or 2 CTAs along M");
     static_assert(EPILOGUE >= 0 && EPILOGUE <= 5,
@@ -414,6 +453,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
     const u32 bar_empty = bar_full + 8 * STAGES;
     const u32 bar_c_full = bar_empty + 8 * STAGES;
     const u32 bar_c_empty = bar_c_full + 8;
+    const u32 bar_order = bar_c_empty + 8;  // ping-pong: order[c] = bar_order + 8 c
 
     const int tiles_m = (M + BM - 1) / BM;
     const int tiles_n = (N + BN - 1) / BN;
@@ -429,9 +469,14 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(bar_full + 8 * s, 1);
-            mbar_init(bar_empty + 8 * s, 2 * CLUSTER);  // each consumer WG of each cluster CTA
+            // each consumer WG (ping-pong: the one whose unit it holds) of each cluster CTA
+            mbar_init(bar_empty + 8 * s, (PINGPONG ? 1 : 2) * CLUSTER);
         }
-        mbar_init(bar_c_full, 256);
+        mbar_init(bar_c_full, PINGPONG ? 128 : 256);  // every thread of the warpgroup(s) computing a tile
+        if (PINGPONG) {
+            mbar_init(bar_order, 1);
+            mbar_init(bar_order + 8, 1);
+        }
         mbar_init(bar_c_empty, S::STORE_THREADS);
         // Make the initialised barriers visible to the async proxy (TMA complete_tx) as well.
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -572,140 +617,209 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
     } else {
         // ----------------------------------------------------------------- consumer warpgroups
         regs_alloc<S::CONSUMER_REGS>();
-        const int c = wg - 1;  // rows 64 c .. 64 c + 63 of the tile
+        // Cooperative: warpgroup c computes rows 64 c .. 64 c + 63 of every unit (H = 1 half, half c).
+        // Ping-pong: warpgroup c computes whole tiles, the units u with u % 2 == c (H = 2 halves), its
+        // main loop after the other's (order barriers), so one's epilogue runs under the other's
+        // MMAs; it keeps one k-block of MMAs in flight (alone on the tensor cores).
+        const int c = wg - 1;
+        constexpr int H = PINGPONG ? 2 : 1;
+        const u32 bar_id = PINGPONG ? 2 + c : 2;       // this warpgroup's (or both consumers') named barrier
+        constexpr u32 bar_count = PINGPONG ? 128 : 256;
+        const bool lead = PINGPONG ? tid == 0 : (c == 0 && tid == 0);  // flags, stamps
         const int warp = tid / 32;
         const int lane = tid % 32;
-        float acc[S::ACC];
+        float acc[H][S::ACC];
 #pragma unroll
-        for (int i = 0; i < S::ACC; ++i) acc[i] = 0.f;
+        for (int h = 0; h < H; ++h)
+#pragma unroll
+            for (int i = 0; i < S::ACC; ++i) acc[h][i] = 0.f;
         int stage = 0;
         u32 phase = 0;
-        u32 c_parity = 0;
+        u32 c_parity = 0;    // C tiles staged so far (both warpgroups' in ping-pong), mod 2
+        u32 order_par = 0;   // ping-pong: waits on this warpgroup's order barrier so far, mod 2
+        int unit = -1;
 #pragma unroll 1
         for (Sm90Work w(tiles, sk_tiles, sk_split, KT, CLUSTER); w.next();) {
+            ++unit;
             const int k0 = w.k0, part = w.part;
+            const bool stages_c = w.s < tiles && part != kHeadTile && part != kTailPark;  // a C tile
+            if (PINGPONG && (unit & 1) != c) {  // the other warpgroup's unit: step over its k-blocks
+                const int pos = stage + (w.k1 - k0);
+                phase ^= u32(pos / STAGES) & 1u;
+                stage = pos % STAGES;
+                c_parity ^= u32(stages_c);
+                continue;
+            }
+            // Ping-pong: not before the other warpgroup has waited for every stage of the unit before
+            // this one (then no stage of this unit can be a whole ring pass ahead of its barrier).
+            if (PINGPONG && unit > 0) {
+                mbar_wait(bar_order + 8 * c, order_par);
+                order_par ^= 1u;
+            }
             const bool phantom = w.s >= tiles;
             int tm = 0, tn = 0;
             if (!phantom) raster.tile(w.s, tm, tn);
-            if (EPILOGUE == 2 && !phantom && c == 0 && tid == 0 && part != kHeadTile && part != kTailPark)
-                probe[(tm * tiles_n + tn) * 4 + 0] = globaltimer_ns();
+            if (EPILOGUE == 2 && stages_c && lead) probe[(tm * tiles_n + tn) * 4 + 0] = globaltimer_ns();
+            if (PINGPONG) {
+                // One k-block of MMAs in flight: k-block kb's stage is freed once kb + 1's are issued
+                // and wgmma.wait_group 1 says kb's are done. No branch that is not uniform in here.
+                const u32 one = tid == 0;
+                const int nk = phantom ? 0 : w.k1 - k0;  // a phantom keeps step below instead
+                int prev = stage;
 #pragma unroll 1
-            for (int kb = k0; kb < w.k1; ++kb) {
-                mbar_wait(bar_full + 8 * stage, phase);
-                if (!phantom) {
-                    const u32 sa = base + stage * S::STAGE_BYTES + c * (64 * BK * 2);
+                for (int i = 0; i < nk; ++i) {
+                    mbar_wait_in_asm(bar_full + 8 * stage, phase);
                     const u32 sb = base + stage * S::STAGE_BYTES + S::A_BYTES;
-                    fence_acc(acc);
+#pragma unroll
+                    for (int h = 0; h < H; ++h) fence_acc(acc[h]);
                     wgmma_fence();
 #pragma unroll
-                    for (int kk = 0; kk < BK / 16; ++kk) {
-                        // scale_d = 0 on the part's first k16 step: D = A B^T, no zeroing pass needed.
-                        Wgmma<BN>::mma(acc, desc_sw128(sa + kk * 32), desc_sw128(sb + kk * 32),
-                                       ((kb - k0) | kk) != 0, T{});
+                    for (int h = 0; h < H; ++h) {
+                        const u32 sa = base + stage * S::STAGE_BYTES + h * (64 * BK * 2);
+#pragma unroll
+                        for (int kk = 0; kk < BK / 16; ++kk)
+                            Wgmma<BN>::mma(acc[h], desc_sw128(sa + kk * 32), desc_sw128(sb + kk * 32),
+                                           (i | kk) != 0, T{});
                     }
                     wgmma_commit();
-                    wgmma_wait<0>();
-                    fence_acc(acc);
+                    wgmma_wait<1>();
+#pragma unroll
+                    for (int h = 0; h < H; ++h) fence_acc(acc[h]);
+                    mbar_arrive_pred<CLUSTER>(bar_empty + 8 * prev, rank ^ 1u, one & u32(i > 0));
+                    prev = stage;
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1u;
+                    }
                 }
-                // wgmma.wait_group 0 means this warpgroup's MMAs (and their shared-memory reads of
-                // the stage) are complete: one arrival per warpgroup frees the stage, in this CTA and
-                // (cluster 2) in the other, whose producer multicasts into this stage too.
-                if (tid == 0) {
-                    mbar_arrive(bar_empty + 8 * stage);
-                    if (CLUSTER > 1) mbar_arrive_remote(bar_empty + 8 * stage, rank ^ 1u);
+                wgmma_wait<0>();
+#pragma unroll
+                for (int h = 0; h < H; ++h) fence_acc(acc[h]);
+                mbar_arrive_pred<CLUSTER>(bar_empty + 8 * prev, rank ^ 1u, one & u32(nk > 0));
+#pragma unroll 1
+                for (int kb = phantom ? k0 : w.k1; kb < w.k1; ++kb) {  // a phantom: no tile, keep step
+                    mbar_wait(bar_full + 8 * stage, phase);
+                    mbar_arrive_pred<CLUSTER>(bar_empty + 8 * stage, rank ^ 1u, one);
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1u;
+                    }
                 }
-                if (++stage == STAGES) {
-                    stage = 0;
-                    phase ^= 1u;
+                // Every stage of this unit has been waited for: the other warpgroup may start its next.
+                mbar_arrive_pred<1>(bar_order + 8 * (c ^ 1), 0u, one);
+            } else {
+#pragma unroll 1
+                for (int kb = k0; kb < w.k1; ++kb) {
+                    mbar_wait(bar_full + 8 * stage, phase);
+                    if (!phantom) {
+                        const u32 sa = base + stage * S::STAGE_BYTES + c * (64 * BK * 2);
+                        const u32 sb = base + stage * S::STAGE_BYTES + S::A_BYTES;
+                        fence_acc(acc[0]);
+                        wgmma_fence();
+#pragma unroll
+                        for (int kk = 0; kk < BK / 16; ++kk) {
+                            // scale_d = 0 on the part's first k16 step: D = A B^T, no zeroing pass needed.
+                            Wgmma<BN>::mma(acc[0], desc_sw128(sa + kk * 32), desc_sw128(sb + kk * 32),
+                                           ((kb - k0) | kk) != 0, T{});
+                        }
+                        wgmma_commit();
+                        wgmma_wait<0>();
+                        fence_acc(acc[0]);
+                    }
+                    // wgmma.wait_group 0 means this warpgroup's MMAs (and their shared-memory reads of
+                    // the stage) are complete: one arrival per warpgroup frees the stage, in this CTA and
+                    // (cluster 2) in the other, whose producer multicasts into this stage too.
+                    if (tid == 0) {
+                        mbar_arrive(bar_empty + 8 * stage);
+                        if (CLUSTER > 1) mbar_arrive_remote(bar_empty + 8 * stage, rank ^ 1u);
+                    }
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1u;
+                    }
                 }
             }
             if (phantom) continue;
-            // Stream-K: a slot holds a part's accumulators as [c][i / 4][consumer thread][4] floats:
+            // Stream-K: a slot holds a part's accumulators as [half][i / 4][consumer thread][4] floats:
             // each thread's float4s, coalesced across the warpgroup; every thread reads back only
-            // what it (or its twin in CTA b - 1) wrote.
+            // what it (or its twin in another CTA) wrote.
             const int dp = w.dp;
-            // This consumer warpgroup's part of slot i (i: 2 b a head, 2 b + 1 a parked tail).
-            const auto sk_slot = [&](i64 i) {
-                return reinterpret_cast<float4*>(sk_partial + i * (BM * BN)) + c * (S::ACC / 4) * 128;
+            // Half `half` of slot i (i: 2 b a head or split part, 2 b + 1 a parked tail).
+            const auto sk_slot = [&](i64 i, int half) {
+                return reinterpret_cast<float4*>(sk_partial + i * (BM * BN)) + half * (S::ACC / 4) * 128;
+            };
+            const auto add_slot = [&](i64 i, bool assign) {
+#pragma unroll
+                for (int h = 0; h < H; ++h) {
+                    const float4* src = sk_slot(i, PINGPONG ? h : c);
+#pragma unroll
+                    for (int q = 0; q < S::ACC / 4; ++q) {
+                        const float4 v = __ldcg(src + q * 128 + tid);  // .cg: at L2, where the other SM wrote
+                        acc[h][4 * q] = (assign ? 0.f : acc[h][4 * q]) + v.x;
+                        acc[h][4 * q + 1] = (assign ? 0.f : acc[h][4 * q + 1]) + v.y;
+                        acc[h][4 * q + 2] = (assign ? 0.f : acc[h][4 * q + 2]) + v.z;
+                        acc[h][4 * q + 3] = (assign ? 0.f : acc[h][4 * q + 3]) + v.w;
+                    }
+                }
             };
             if (part == kHeadTile || part == kTailPark) {
-                float4* slot = sk_slot(2 * i64(blockIdx.x) + (part == kTailPark));
+                const i64 i = 2 * i64(blockIdx.x) + (part == kTailPark);
 #pragma unroll
-                for (int q = 0; q < S::ACC / 4; ++q)
-                    __stcg(slot + q * 128 + tid, make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]));
+                for (int h = 0; h < H; ++h) {
+                    float4* slot = sk_slot(i, PINGPONG ? h : c);
+#pragma unroll
+                    for (int q = 0; q < S::ACC / 4; ++q)
+                        __stcg(slot + q * 128 + tid,
+                               make_float4(acc[h][4 * q], acc[h][4 * q + 1], acc[h][4 * q + 2], acc[h][4 * q + 3]));
+                }
                 if (part == kHeadTile) {
                     // bar.sync orders every consumer's stores before thread 0's release (cumulative,
                     // gpu scope): the finisher's acquire then sees the whole slot (the signal's protocol).
-                    bar_sync(2, 256);
-                    if (c == 0 && tid == 0) red_release_gpu_add(sk_flag + (w.s - dp), 1u);
+                    bar_sync(bar_id, bar_count);
+                    if (lead) red_release_gpu_add(sk_flag + (w.s - dp), 1u);
                 }
                 continue;
             }
             if (part == kSplitLast) {
                 // The tile's other parts are the first units of CTAs b - sk, b - 2 sk, ..., which
                 // wait on nothing; added from the latest k range down (deterministic).
-                if (c == 0 && tid == 0) {
+                if (lead) {
                     while (ld_acquire_gpu(sk_flag + (w.s - dp)) != u32(w.split - 1)) {
                     }
                     sk_flag[w.s - dp] = 0u;  // ready for the next launch
                 }
-                bar_sync(2, 256);
-                for (int i = 1; i < w.split; ++i) {
-                    const float4* part_i = sk_slot(2 * i64(int(blockIdx.x) - i * w.sk));
-#pragma unroll
-                    for (int q = 0; q < S::ACC / 4; ++q) {
-                        const float4 v = __ldcg(part_i + q * 128 + tid);
-                        acc[4 * q] += v.x;
-                        acc[4 * q + 1] += v.y;
-                        acc[4 * q + 2] += v.z;
-                        acc[4 * q + 3] += v.w;
-                    }
-                }
+                bar_sync(bar_id, bar_count);
+                for (int i = 1; i < w.split; ++i) add_slot(2 * i64(int(blockIdx.x) - i * w.sk), false);
             }
             if (part == kTailTile || part == kFinishParked) {
-                if (part == kFinishParked) {  // the parked tail back into the (idle) accumulators
-                    const float4* own = sk_slot(2 * i64(blockIdx.x) + 1);
-#pragma unroll
-                    for (int q = 0; q < S::ACC / 4; ++q) {
-                        const float4 v = __ldcg(own + q * 128 + tid);
-                        acc[4 * q] = v.x;
-                        acc[4 * q + 1] = v.y;
-                        acc[4 * q + 2] = v.z;
-                        acc[4 * q + 3] = v.w;
-                    }
-                }
+                if (part == kFinishParked) add_slot(2 * i64(blockIdx.x) + 1, true);  // the parked tail back
                 // The head of this tile is the first unit of CTA b - 1's run.
-                if (c == 0 && tid == 0) {
+                if (lead) {
                     while (ld_acquire_gpu(sk_flag + (w.s - dp)) == 0u) {
                     }
                     sk_flag[w.s - dp] = 0u;  // ready for the next launch
                 }
-                bar_sync(2, 256);
-                // .cg: read at L2, where the other SM's stores are (never a stale L1 line).
-                const float4* head = sk_slot(2 * i64(blockIdx.x - 1));
-#pragma unroll
-                for (int q = 0; q < S::ACC / 4; ++q) {
-                    const float4 v = __ldcg(head + q * 128 + tid);
-                    acc[4 * q] += v.x;
-                    acc[4 * q + 1] += v.y;
-                    acc[4 * q + 2] += v.z;
-                    acc[4 * q + 3] += v.w;
-                }
+                bar_sync(bar_id, bar_count);
+                add_slot(2 * i64(blockIdx.x - 1), false);
             }
             // Epilogue: accumulators -> smem C (16-bit), 16-byte chunks placed by Sm90Shape::c_chunk.
-            // Fragment of wgmma m64nNk16: acc[4 j + 2 h + e] is row 16 warp + lane / 4 + 8 h,
-            // column 8 j + 2 (lane % 4) + e of this warpgroup's 64 x BN block.
+            // Fragment of wgmma m64nNk16: acc[h][4 j + 2 g + e] is row 16 warp + lane / 4 + 8 g,
+            // column 8 j + 2 (lane % 4) + e of the half's 64 x BN block.
             mbar_wait(bar_c_empty, c_parity ^ 1u);  // the store warps are done with the previous tile
-            // stmatrix x4 stores the 8 x 8 blocks (j, h = 0), (j, 1), (j + 1, 0), (j + 1, 1): lane l
-            // addresses row l % 8 of block l / 8, chunk j + l / 16.
-            const int st_row = c * 64 + warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
 #pragma unroll
-            for (int j = 0; j < BN / 8; j += 2) {
-                stmatrix_x4(S::c_chunk(smem_c, st_row, j + (lane >> 4)),
-                            pack2(T{}, acc[4 * j], acc[4 * j + 1]), pack2(T{}, acc[4 * j + 2], acc[4 * j + 3]),
-                            pack2(T{}, acc[4 * j + 4], acc[4 * j + 5]), pack2(T{}, acc[4 * j + 6], acc[4 * j + 7]));
+            for (int h = 0; h < H; ++h) {
+                // stmatrix x4 stores the 8 x 8 blocks (j, g = 0), (j, 1), (j + 1, 0), (j + 1, 1): lane l
+                // addresses row l % 8 of block l / 8, chunk j + l / 16.
+                const int st_row = (PINGPONG ? h : c) * 64 + warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+                for (int j = 0; j < BN / 8; j += 2) {
+                    stmatrix_x4(S::c_chunk(smem_c, st_row, j + (lane >> 4)),
+                                pack2(T{}, acc[h][4 * j], acc[h][4 * j + 1]),
+                                pack2(T{}, acc[h][4 * j + 2], acc[h][4 * j + 3]),
+                                pack2(T{}, acc[h][4 * j + 4], acc[h][4 * j + 5]),
+                                pack2(T{}, acc[h][4 * j + 6], acc[h][4 * j + 7]));
+                }
             }
-
             mbar_arrive(bar_c_full);
             c_parity ^= 1u;
         }

@@ -94,6 +94,7 @@ class Sm90Config(RasterMixin):
     swizzle: int = 1
     stream_k: bool = False
     cluster: int = 1
+    pingpong: bool = False
 
     # ``cluster`` (compiled in: 1 or 2) is a cluster of that many CTAs along M. With 2, the CTAs
     # running schedule indices 2 i and 2 i + 1 (the grid is even) share B when both tiles lie in one
@@ -109,12 +110,13 @@ class Sm90Config(RasterMixin):
         """1024 (alignment slack) + operand ring + C staging tile + BM int64 row offsets + mbarriers;
         the same sum as ``Sm90Shape::SMEM_BYTES`` in gemm_sm90.cuh."""
         return (1024 + self.stages * (self.BM + self.BN) * self.BK * 2 + self.BM * c_row_bytes(self.BN)
-                + 8 * self.BM + 8 * (2 * self.stages + 2))
+                + 8 * self.BM + 8 * (2 * self.stages + 2 + 2 * self.pingpong))
 
     @property
     def tile_name(self) -> str:
         """Identifies the compiled specialization (everything but the run-time raster)."""
-        return f"m{self.BM}n{self.BN}k{self.BK}_s{self.stages}" + (f"_c{self.cluster}" if self.cluster > 1 else "")
+        return (f"m{self.BM}n{self.BN}k{self.BK}_s{self.stages}" + (f"_c{self.cluster}" if self.cluster > 1 else "")
+                + ("_pp" if self.pingpong else ""))
 
     def validate(self) -> "Sm90Config":
         def bad(msg: str):
@@ -125,6 +127,11 @@ class Sm90Config(RasterMixin):
             bad(f"stream_k must be a bool, got {self.stream_k!r}")
         if isinstance(self.cluster, bool) or self.cluster not in (1, 2):
             bad(f"cluster must be 1 or 2 CTAs, got {self.cluster!r}")
+        if not isinstance(self.pingpong, bool):
+            bad(f"pingpong must be a bool, got {self.pingpong!r}")
+        if self.pingpong and self.BN > PINGPONG_MAX_BN:
+            bad(f"ping-pong keeps a whole tile's BN accumulators per consumer thread: BN <= {PINGPONG_MAX_BN}, "
+                f"got {self.BN}")
         if self.cluster > 1 and self.stream_k:
             bad("clusters run whole waves: stream_k must be False")
         if self.BN % 16 or not 128 <= self.BN <= 256:
@@ -153,6 +160,8 @@ def max_stages(BN: int, cap: int = 5) -> int:
 # its waves with another width (2048 x 7168: 448 tiles of 128 x 256 are 3.4 waves on 132 SMs, 656 of
 # 128 x 176 are 4.97), as cuBLAS does with its 176-, 192- and 208-wide tiles.
 MID_WIDTHS = (160, 176, 192, 208, 224, 240)
+# Ping-pong (each consumer warpgroup a whole tile): BN fp32 accumulators per thread of 232 registers.
+PINGPONG_MAX_BN = 192
 
 CONFIGS: dict[str, Sm90Config] = {
     # 3 x 48 KB operand stages + the 64 KB C tile: the most that fits 227 KB.
@@ -166,6 +175,9 @@ CONFIGS: dict[str, Sm90Config] = {
     # 3 at 224-240), alone and in clusters of 2.
     **{f"128x{bn}x64{c}": Sm90Config(bn, max_stages(bn), cluster=2 if c else 1)
        for bn in MID_WIDTHS for c in ("", "c2")},
+    # Ping-pong consumers (cuBLAS's non-cooperative kernels on few-wave shapes), alone and in clusters.
+    **{f"128x{bn}x64{c}p": Sm90Config(bn, max_stages(bn), cluster=2 if c else 1, pingpong=True)
+       for bn in (128, 176, 192) for c in ("", "c2")},
 }
 for _c in CONFIGS.values():
     _c.validate()
@@ -249,7 +261,8 @@ def generate_source(cfg: Sm90Config, dtype: str, epilogue: str) -> tuple[str, st
     if epilogue not in EPILOGUES:
         raise GemmError(f"epilogue must be one of {EPILOGUES}, got {epilogue!r}")
     name = kernel_name(cfg, dtype, epilogue)
-    targs = f"{cfg.BN}, {cfg.stages}, {cfg.cluster}, {DTYPE_TAG[dtype]}, {EPILOGUE_ID[epilogue]}"
+    targs = (f"{cfg.BN}, {cfg.stages}, {cfg.cluster}, {str(cfg.pingpong).lower()}, {DTYPE_TAG[dtype]}, "
+             f"{EPILOGUE_ID[epilogue]}")
     # NOTES: __launch_bounds__(384, 1) gives the kernel a register cap at entry, without which
     # setmaxnreg is ignored (ptxas warning C7508). A compiled-in cluster size lets a plain
     # cuLaunchKernel (CuPy's launch) start clusters.

@@ -87,11 +87,14 @@ CLUSTER_SHAPES = [(1100, 1792, 520), (300, 130, 72), (129, 100, 8), (2048, 4096,
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
-@pytest.mark.parametrize("tile", ["128x256x64", "128x128x64", "128x176x64", "128x208x64"])
+@pytest.mark.parametrize("tile,twin", [("128x256x64", "128x256x64c2"), ("128x128x64", "128x128x64c2"),
+                                       ("128x176x64", "128x176x64c2"), ("128x208x64", "128x208x64c2"),
+                                       ("128x176x64", "128x176x64p"), ("128x176x64", "128x176x64c2p"),
+                                       ("128x128x64", "128x128x64c2p")])
 @pytest.mark.parametrize("M,N,K", CLUSTER_SHAPES)
-def test_cluster_equals_single_cta_bitwise(M, N, K, tile, dtype):
-    """The same tiles with and without clusters sum the same k-blocks in the same order: equal bit
-    for bit, over rasters that pair tiles down a tile column (row 2; row 3 all but across bands) or
+def test_cluster_equals_single_cta_bitwise(M, N, K, tile, twin, dtype):
+    """The same tiles with and without clusters (or ping-pong consumers) sum the same k-blocks in the
+    same order: equal bit for bit, over rasters that pair tiles down a tile column (row 2; row 3 all but across bands) or
     only on a one-column grid (col 4, row 1), and CTA counts down to one cluster; and within
     tolerance of float64."""
     a, b = inputs(M, N, K, dtype, seed=M + N + K)
@@ -99,7 +102,7 @@ def test_cluster_equals_single_cta_bitwise(M, N, K, tile, dtype):
     for order, swizzle in (("row", 2), ("row", 3), ("col", 4), ("row", 1)):
         for ctas in (2, 6, 132):
             c1 = gemm_sm90.CONFIGS[tile].with_raster(order, swizzle)
-            c2 = gemm_sm90.CONFIGS[tile + "c2"].with_raster(order, swizzle)
+            c2 = gemm_sm90.CONFIGS[twin].with_raster(order, swizzle)
             buf, out, mask = guarded_out(M, N, dtype)
             gemm_sm90.gemm_nt(a, b, out, config=c2, ctas=ctas)
             torch.cuda.synchronize()
@@ -213,7 +216,10 @@ STREAM_K_CASES = [(200, 300, 72, "128x256x64", 3, 1), (1000, 2000, 4104, "128x25
                   # widths between 128 and 256: C rows of an odd chunk count padded, or 24 swizzled ones
                   (500, 3000, 1000, "128x208x64", 13, 1), (300, 1000, 4104, "128x240x64", 7, 4),
                   (129, 4100, 2000, "128x160x64", 12, 3), (1536, 3584, 18944, "128x192x64", 132, 1),
-                  (777, 1000, 520, "128x176x64", 5, 2)]
+                  (777, 1000, 520, "128x176x64", 5, 2),
+                  # ping-pong: runs (heads, tails, parked tails on alternating warpgroups) and splits
+                  (500, 3000, 1000, "128x176x64p", 13, 1), (129, 4100, 2000, "128x192x64p", 12, 1),
+                  (2600, 4096, 14336, "128x192x64p", 132, 2), (777, 1000, 520, "128x176x64p", 5, 2)]
 
 
 def _stream_k_config(cname, M, N, K, ctas, split):
