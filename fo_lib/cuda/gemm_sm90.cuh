@@ -59,12 +59,15 @@
 //
 // Handshakes (all mbarriers, phase parity tracked by counters, never re-initialised):
 //   full[s]   : 1 arrival (producer's expect_tx) + the TMA bytes     -> consumers may read stage s
-//   empty[s]  : 2 arrivals (one thread per consumer WG, after wgmma.wait_group 0; CLUSTER 2: 4, the
+//   empty[s]  : 2 arrivals (one thread per consumer WG, after wgmma.wait_group 0; ping-pong: 1, the WG
+//               of the stage's unit; CLUSTER 2: twice as many, the
 //               other CTA's consumers too)                               -> producer may refill
 //   c_full    : 256 arrivals (every consumer thread after its st.shared of C; ping-pong: 128, the
 //               tile's warpgroup)                                   -> store warps may read C
 //   c_empty   : 96 arrivals (every store thread after its ld.shared of C)     -> consumers may write C
-//   order[c]  : ping-pong, 1 arrival (the other consumer WG, after its unit's last full wait)
+//   order[c]  : ping-pong, 1 arrival (the other consumer WG, after its unit's main loop)
+//   epi[c]    : ping-pong, 1 arrival (the other consumer WG, after staging its unit's C tile, or
+//               passing a unit without one)
 //   named barrier 1: the 96 store threads; named barrier 2: the 256 consumer threads (stream-K;
 //   ping-pong: 2 + c, the 128 threads of consumer warpgroup c).
 //   CLUSTER 2: a cluster barrier after the barriers are initialised (the other CTA multicasts into
@@ -405,7 +408,7 @@ struct Sm90Shape {
     static constexpr int C_ROW_BYTES = 16 * (C_SWIZZLED ? C_CHUNKS : (C_CHUNKS | 1));
     static constexpr int C_BYTES = BM * C_ROW_BYTES;
     static constexpr int RO_BYTES = BM * 8;
-    static constexpr int BAR_BYTES = (2 * STAGES + 2 + (PINGPONG ? 2 : 0)) * 8;  // + ping-pong's order pair
+    static constexpr int BAR_BYTES = (2 * STAGES + 2 + (PINGPONG ? 4 : 0)) * 8;  // + ping-pong's two order pairs
     // + 1024: the dynamic shared memory is aligned up to the 1024-byte swizzle atom in the kernel.
     static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + C_BYTES + RO_BYTES + BAR_BYTES;
     // Ping-pong: a consumer holds a whole tile's accumulators (BN per thread), so it takes more.
@@ -453,7 +456,8 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
     const u32 bar_empty = bar_full + 8 * STAGES;
     const u32 bar_c_full = bar_empty + 8 * STAGES;
     const u32 bar_c_empty = bar_c_full + 8;
-    const u32 bar_order = bar_c_empty + 8;  // ping-pong: order[c] = bar_order + 8 c
+    const u32 bar_order = bar_c_empty + 8;  // ping-pong: order[c] = bar_order + 8 c (main loops)
+    const u32 bar_epi = bar_order + 16;     // ping-pong: epi[c] = bar_epi + 8 c (C staging)
 
     const int tiles_m = (M + BM - 1) / BM;
     const int tiles_n = (N + BN - 1) / BN;
@@ -474,8 +478,8 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
         }
         mbar_init(bar_c_full, PINGPONG ? 128 : 256);  // every thread of the warpgroup(s) computing a tile
         if (PINGPONG) {
-            mbar_init(bar_order, 1);
-            mbar_init(bar_order + 8, 1);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) mbar_init(bar_order + 8 * i, 1);  // order[0..1], epi[0..1]
         }
         mbar_init(bar_c_empty, S::STORE_THREADS);
         // Make the initialised barriers visible to the async proxy (TMA complete_tx) as well.
@@ -637,6 +641,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
         u32 phase = 0;
         u32 c_parity = 0;    // C tiles staged so far (both warpgroups' in ping-pong), mod 2
         u32 order_par = 0;   // ping-pong: waits on this warpgroup's order barrier so far, mod 2
+        u32 epi_par = 0;     // ping-pong: waits on this warpgroup's epi barrier so far, mod 2
         int unit = -1;
 #pragma unroll 1
         for (Sm90Work w(tiles, sk_tiles, sk_split, KT, CLUSTER); w.next();) {
@@ -739,7 +744,20 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                     }
                 }
             }
-            if (phantom) continue;
+            // Ping-pong: C tiles are staged in unit order. c_empty's parity tells "the previous tile
+            // is stored" from "the one before is", not more: a warpgroup may stage its tile only after
+            // the other has staged (or passed) the unit before (epi[c]), so it is never two tiles ahead.
+            if (PINGPONG && unit > 0) {
+                mbar_wait(bar_epi + 8 * c, epi_par);
+                epi_par ^= 1u;
+            }
+            const auto pass_epilogue = [&]() {
+                if (PINGPONG) mbar_arrive_pred<1>(bar_epi + 8 * (c ^ 1), 0u, u32(tid == 0));
+            };
+            if (phantom) {
+                pass_epilogue();
+                continue;
+            }
             // Stream-K: a slot holds a part's accumulators as [half][i / 4][consumer thread][4] floats:
             // each thread's float4s, coalesced across the warpgroup; every thread reads back only
             // what it (or its twin in another CTA) wrote.
@@ -755,10 +773,10 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
 #pragma unroll
                     for (int q = 0; q < S::ACC / 4; ++q) {
                         const float4 v = __ldcg(src + q * 128 + tid);  // .cg: at L2, where the other SM wrote
-                        acc[h][4 * q] = (assign ? 0.f : acc[h][4 * q]) + v.x;
-                        acc[h][4 * q + 1] = (assign ? 0.f : acc[h][4 * q + 1]) + v.y;
-                        acc[h][4 * q + 2] = (assign ? 0.f : acc[h][4 * q + 2]) + v.z;
-                        acc[h][4 * q + 3] = (assign ? 0.f : acc[h][4 * q + 3]) + v.w;
+                        acc[h][4 * q] = assign ? v.x : acc[h][4 * q] + v.x;
+                        acc[h][4 * q + 1] = assign ? v.y : acc[h][4 * q + 1] + v.y;
+                        acc[h][4 * q + 2] = assign ? v.z : acc[h][4 * q + 2] + v.z;
+                        acc[h][4 * q + 3] = assign ? v.w : acc[h][4 * q + 3] + v.w;
                     }
                 }
             };
@@ -778,6 +796,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                     bar_sync(bar_id, bar_count);
                     if (lead) red_release_gpu_add(sk_flag + (w.s - dp), 1u);
                 }
+                pass_epilogue();
                 continue;
             }
             if (part == kSplitLast) {
@@ -822,6 +841,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             }
             mbar_arrive(bar_c_full);
             c_parity ^= 1u;
+            pass_epilogue();
         }
     }
     // Cluster 2: the other CTA's last arrivals on this CTA's barriers land before either exits.

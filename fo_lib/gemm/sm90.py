@@ -37,15 +37,9 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
   before it are spread over every CTA as equal runs of k-blocks (:func:`stream_k_tiles`). A tile cut
   between two CTAs is summed in fp32 through a workspace (two ``BM x BN`` float slots per CTA: 35 MB
   for 128 x 256 on 132 CTAs) by the CTA that holds its last k-block, which then runs the tile's
-  epilogue as usual. In runs, each CTA runs the head it publishes first (all CTAs start at k-block
-  0 together: L2 reuse), then the tail (finished at once, or parked and finished after its whole
-  tiles where the other CTA's head is not due yet), then its whole tiles; a CTA waits only on the
-  previous CTA's head, which waits on nothing. In the split tail the CTA with a tile's last k range
-  waits for the other ranges' CTAs (b - sk, b - 2 sk, ...), which wait on nothing. Each memoized
-  launch owns its workspace, so two
-  different launches never share one (the same launch enqueued on two streams at once would, as
-  it shares its output); a launch first built inside a CUDA-graph capture runs whole waves (its
-  flags could not be zeroed before an eager call), and the probe runs whole waves (it times waves).
+  epilogue as usual (who waits on whom: gemm_sm90.cuh's header, docs/design-notes.md). Each
+  memoized launch owns its workspace; a launch first built inside a CUDA-graph capture runs whole
+  waves (its flags could not be zeroed before an eager call), and so does the probe (it times waves).
   Off in the configs the overlap engine runs (its wave model counts whole waves):
   :func:`fo_lib.gemm.auto_config` picks in whole waves, :func:`default_config` (a plain ``gemm_nt``)
   takes the tail where the tile table predicts it pays.
@@ -96,11 +90,8 @@ class Sm90Config(RasterMixin):
     cluster: int = 1
     pingpong: bool = False
 
-    # ``cluster`` (compiled in: 1 or 2) is a cluster of that many CTAs along M. With 2, the CTAs
-    # running schedule indices 2 i and 2 i + 1 (the grid is even) share B when both tiles lie in one
-    # tile column (a row raster with an even swizzle pairs nearly every tile), each loading half of
-    # it by TMA multicast into both: a third less operand traffic from L2 per tile of 128 x 256.
-    # No stream-K tail there, and ``ctas`` must be even.
+    # ``cluster`` (compiled in: 1 or 2 CTAs along M sharing B, see the module's notes) and
+    # ``pingpong`` (compiled in: each consumer warpgroup its own tiles, see gemm_sm90.cuh).
     BM: ClassVar[int] = 128  # two consumer warpgroups x wgmma m64
     BK: ClassVar[int] = 64   # one 128-byte swizzle span of 16-bit elements
     threads: ClassVar[int] = 384
@@ -110,7 +101,7 @@ class Sm90Config(RasterMixin):
         """1024 (alignment slack) + operand ring + C staging tile + BM int64 row offsets + mbarriers;
         the same sum as ``Sm90Shape::SMEM_BYTES`` in gemm_sm90.cuh."""
         return (1024 + self.stages * (self.BM + self.BN) * self.BK * 2 + self.BM * c_row_bytes(self.BN)
-                + 8 * self.BM + 8 * (2 * self.stages + 2 + 2 * self.pingpong))
+                + 8 * self.BM + 8 * (2 * self.stages + 2 + 4 * self.pingpong))
 
     @property
     def tile_name(self) -> str:
@@ -188,7 +179,7 @@ for _c in CONFIGS.values():
 _TILE_SPEED = {"128x256x64": 1.0, "128x128x64": 0.9}
 _GUESS_CANDIDATES = ("128x256x64", "128x128x64")
 # What the measured table chooses among (scripts/bench/record_sm90_tiles.py records each of them).
-CANDIDATES = tuple(CONFIGS)
+CANDIDATES = tuple(n for n, c in CONFIGS.items() if not c.pingpong)  # ping-pong: not GPU-tested yet
 
 
 def candidate_pool(stream_k: bool = True) -> dict:

@@ -1,0 +1,397 @@
+"""Random-interleaving simulation of gemm_sm90.cuh's consumer protocol (cooperative and ping-pong).
+Processes per CTA: producer, TMA completions (async), consumer WG0, WG1, store warps; cross-CTA
+stream-K flags and slots; clusters of 2 (remote arrivals, multicast halves of B, the phantom unit).
+mbarrier: count, pending arrivals, tx count, completed phases n; try_wait.parity(P) true iff n % 2 != P.
+``order_fix`` (argument ``fix``) is the kernel's epi[c] barriers (C tiles staged in unit order); without
+them ping-pong races on the C staging buffer, which the model finds (tests/test_sm90_protocol_sim.py).
+
+    python scripts/tooling/sm90_protocol_sim.py 3000 fix
+"""
+import random, sys
+
+KWHOLE, KHEAD, KTAIL, KPARK, KFIN, KSPLIT = 0, 1, 2, 3, 4, 5
+
+
+class Viol(Exception):
+    pass
+
+
+class Bar:
+    def __init__(s, count, name):
+        s.count, s.pending, s.tx, s.n, s.name = count, count, 0, 0, name
+
+    def _maybe(s):
+        if s.pending == 0 and s.tx == 0:
+            s.n += 1
+            s.pending = s.count
+
+    def arrive(s, k=1):
+        s.pending -= k
+        if s.pending < 0:
+            raise Viol(f"{s.name}: too many arrivals")
+        s._maybe()
+
+    def expect_tx(s, b):
+        s.tx += b
+        s.arrive()
+
+    def complete_tx(s, b):
+        s.tx -= b
+        s._maybe()
+
+    def ok(s, P):
+        return s.n % 2 != P
+
+
+def units(b, P, tiles, sk_tiles, sk_split, KT, cluster):
+    split = 0
+    if cluster > 1:
+        sk_tiles = 0
+    elif sk_split >= 2:
+        if 0 < sk_tiles < P and sk_tiles * sk_split <= P and sk_split <= KT:
+            split = sk_split
+        else:
+            sk_tiles = 0
+    elif sk_tiles < P or sk_tiles >= 2 * P:
+        sk_tiles = 0
+    sk = sk_tiles
+    dp = (tiles + 1) & ~1 if cluster > 1 else tiles - sk_tiles
+    out = []
+    s = b
+    while s < dp:
+        out.append((s, 0, KT, KWHOLE, dp, split, sk))
+        s += P
+    if split:
+        if b < sk * split:
+            j = b // sk
+            out.append((dp + (b - j * sk), j * KT // split, (j + 1) * KT // split, KHEAD if j + 1 < split else KSPLIT,
+                        dp, split, sk))
+        return out
+    total = sk_tiles * KT
+    g0, g1 = total * b // P, total * (b + 1) // P
+    t_end = g1 // KT
+    head_len = g1 - t_end * KT
+    t_tail = g0 // KT
+    tail_k0 = g0 - t_tail * KT
+    t_whole = t_tail + 1 if tail_k0 else t_tail
+    park = tail_k0 != 0 and head_len + (KT - tail_k0) < tail_k0
+    if head_len:
+        out.append((dp + t_end, 0, head_len, KHEAD, dp, split, sk))
+    if tail_k0:
+        out.append((dp + t_tail, tail_k0, KT, KPARK if park else KTAIL, dp, split, sk))
+    for t in range(t_whole, t_end):
+        out.append((dp + t, 0, KT, KWHOLE, dp, split, sk))
+    if park:
+        out.append((dp + t_tail, KT, KT, KFIN, dp, split, sk))
+    return out
+
+
+def W(cond):  # a wait: yield a predicate
+    return cond
+
+
+def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0, order_fix=False, trace=False):
+    rng = random.Random(seed)
+    G = {"flag": {}, "slot": {}}
+    ctas = []
+    for b in range(P):
+        C = {"b": b, "rank": b % cluster}
+        C["full"] = [Bar(1, f"cta{b}.full{s}") for s in range(STAGES)]
+        C["empty"] = [Bar((1 if pingpong else 2) * cluster, f"cta{b}.empty{s}") for s in range(STAGES)]
+        C["c_full"] = Bar(128 if pingpong else 256, f"cta{b}.c_full")
+        C["c_empty"] = Bar(96, f"cta{b}.c_empty")
+        C["order"] = [Bar(1, f"cta{b}.order{c}") for c in range(2)]
+        C["eorder"] = [Bar(1, f"cta{b}.eorder{c}") for c in range(2)]
+        C["ring"] = [None] * STAGES        # k-block id whose data is (being) written / present
+        C["ring_ready"] = [False] * STAGES
+        C["readers"] = [0] * STAGES        # in-flight wgmma reads of a stage
+        C["released"] = {}                 # global kblock index -> released by consumer
+        C["cbuf"] = None                   # (tile index t, complete?)
+        C["c_writers"] = 0
+        C["c_readers"] = 0
+        C["stored"] = 0                    # tiles whose store-warp reads are complete
+        C["units"] = units(b, P, tiles, sk_tiles, sk_split, KT, cluster)
+        C["staged_list"] = [i for i, u in enumerate(C["units"]) if u[0] < tiles and u[3] not in (KHEAD, KPARK)]
+        ctas.append(C)
+    events = []  # async TMA completions: (cta, stage, bytes, gk)
+
+    def producer(C):
+        stage, phase, gk = 0, 0, 0
+        for (s, k0, k1, part, dp, split, sk) in C["units"]:
+            phantom = s >= tiles
+            share = cluster > 1 and not phantom and (s ^ 1) < tiles and ((s >> 1) % 2 == 0)
+            for kb in range(k0, k1):
+                e = C["empty"][stage]
+                yield W(lambda e=e, p=phase: e.ok(p ^ 1))
+                # the stage's previous k-block must have been released by every reader
+                targets = [C] if not share else [C, ctas[C["b"] ^ 1]]
+                for T in targets:
+                    if T["readers"][stage]:
+                        raise Viol(f"cta{T['b']} stage {stage} refilled while wgmma reads it (gk {gk})")
+                    if gk >= STAGES and not T["released"].get(gk - STAGES):
+                        raise Viol(f"cta{T['b']} stage {stage} refilled before kblock {gk-STAGES} released")
+                if phantom:
+                    C["full"][stage].arrive()
+                    C["ring"][stage] = ("ph", gk)
+                else:
+                    C["full"][stage].expect_tx(4)
+                    C["ring"][stage] = ("d", gk)
+                    if share:
+                        events.append((C, stage, 2, gk))  # A
+                        events.append((C, stage, 1, gk))  # own half of B, to self
+                        events.append((ctas[C["b"] ^ 1], stage, 1, gk))  # own half of B, to the partner
+                    else:
+                        events.append((C, stage, 4, gk))
+                stage += 1
+                if stage == STAGES:
+                    stage, phase = 0, phase ^ 1
+                gk += 1
+                yield None
+
+    def store(C):
+        parity = 0
+        t = 0
+        for (s, k0, k1, part, dp, split, sk) in C["units"]:
+            if s >= tiles or part in (KHEAD, KPARK):
+                continue
+            yield W(lambda p=parity: C["c_full"].ok(p))
+            if C["c_writers"]:
+                raise Viol(f"cta{C['b']}: store reads C of tile {t} while a consumer writes it")
+            if C["cbuf"] != (t, s, True):
+                raise Viol(f"cta{C['b']}: store warps read staged tile #{t} (s={s}) but C holds {C['cbuf']}")
+            C["c_readers"] += 1
+            for _ in range(rng.randint(1, 4)):
+                yield None
+                if C["cbuf"] != (t, s, True):
+                    raise Viol(f"cta{C['b']}: C overwritten ({C['cbuf']}) while store warps read tile #{t}")
+            C["c_readers"] -= 1
+            C["stored"] += 1
+            C["c_empty"].arrive(96)
+            parity ^= 1
+            t += 1
+            yield None
+
+    def consumer(C, c):
+        stage, phase, c_par, order_par, eorder_par, unit = 0, 0, 0, 0, 0, -1
+        tcount = 0  # staged tiles so far (both WGs), for checks
+        b = C["b"]
+        gk = 0
+        for ui, (s, k0, k1, part, dp, split, sk) in enumerate(C["units"]):
+            unit += 1
+            stages_c = s < tiles and part not in (KHEAD, KPARK)
+            nkb = k1 - k0
+            if pingpong and (unit & 1) != c:
+                pos = stage + nkb
+                phase ^= (pos // STAGES) & 1
+                stage = pos % STAGES
+                c_par ^= int(stages_c)
+                tcount += int(stages_c)
+                gk += nkb
+                continue
+            if pingpong and unit > 0:
+                yield W(lambda p=order_par: C["order"][c].ok(p))
+                order_par ^= 1
+            phantom = s >= tiles
+            if pingpong:
+                nk = 0 if phantom else nkb
+                prev, prevg = stage, gk
+                for i in range(nk):
+                    yield W(lambda st=stage, p=phase: C["full"][st].ok(p))
+                    if C["ring"][stage] != ("d", gk) or C["full"][stage].n <= gk // STAGES - 0 and False:
+                        raise Viol(f"cta{b} wg{c}: kblock {gk} reads stage {stage} holding {C['ring'][stage]}")
+                    if C["full"][stage].n != gk // STAGES + 1:
+                        raise Viol(f"cta{b} wg{c}: full[{stage}] n={C['full'][stage].n} for kblock {gk}")
+                    C["readers"][stage] += 1
+                    yield None
+                    # wait_group 1: the previous k-block's reads are done
+                    if i > 0:
+                        C["readers"][prev] -= 1
+                        C["released"][prevg] = True
+                        C["empty"][prev].arrive()
+                        if cluster > 1:
+                            ctas[b ^ 1]["empty"][prev].arrive()
+                    prev, prevg = stage, gk
+                    stage += 1
+                    if stage == STAGES:
+                        stage, phase = 0, phase ^ 1
+                    gk += 1
+                    yield None
+                if nk > 0:
+                    C["readers"][prev] -= 1
+                    C["released"][prevg] = True
+                    C["empty"][prev].arrive()
+                    if cluster > 1:
+                        ctas[b ^ 1]["empty"][prev].arrive()
+                if phantom:
+                    for kb in range(k0, k1):
+                        yield W(lambda st=stage, p=phase: C["full"][st].ok(p))
+                        if C["full"][stage].n != gk // STAGES + 1:
+                            raise Viol(f"cta{b} wg{c}: phantom full[{stage}] n={C['full'][stage].n} kblock {gk}")
+                        C["released"][gk] = True
+                        C["empty"][stage].arrive()
+                        if cluster > 1:
+                            ctas[b ^ 1]["empty"][stage].arrive()
+                        stage += 1
+                        if stage == STAGES:
+                            stage, phase = 0, phase ^ 1
+                        gk += 1
+                C["order"][c ^ 1].arrive()
+            else:
+                for kb in range(k0, k1):
+                    yield W(lambda st=stage, p=phase: C["full"][st].ok(p))
+                    if C["full"][stage].n != gk // STAGES + 1:
+                        raise Viol(f"cta{b} wg{c}: full[{stage}] n={C['full'][stage].n} for kblock {gk}")
+                    if not phantom:
+                        C["readers"][stage] += 1
+                        yield None
+                        C["readers"][stage] -= 1
+                    C.setdefault("rel2", {}).setdefault(gk, 0)
+                    C["rel2"][gk] += 1
+                    if C["rel2"][gk] == 2:
+                        C["released"][gk] = True
+                    C["empty"][stage].arrive()
+                    if cluster > 1:
+                        ctas[b ^ 1]["empty"][stage].arrive()
+                    stage += 1
+                    if stage == STAGES:
+                        stage, phase = 0, phase ^ 1
+                    gk += 1
+            if pingpong and order_fix and unit > 0:
+                yield W(lambda p=eorder_par: C["eorder"][c].ok(p))
+                eorder_par ^= 1
+            if phantom:
+                if pingpong and order_fix:
+                    C["eorder"][c ^ 1].arrive()
+                continue
+            for _ in range(rng.randint(0, 3)):
+                yield None
+            half = c if not pingpong else None
+            if part in (KHEAD, KPARK):
+                i = 2 * b + (part == KPARK)
+                G["slot"][(i, half)] = ("part", s, k0, k1)
+                if part == KHEAD:
+                    if not pingpong:
+                        # bar.sync of both WGs; model: the flag is released when both WGs wrote
+                        G.setdefault("headw", {}).setdefault((b, s), 0)
+                        G["headw"][(b, s)] += 1
+                        yield W(lambda: G["headw"][(b, s)] == 2)
+                        if c == 0:
+                            G["flag"][s - dp] = G["flag"].get(s - dp, 0) + 1
+                    else:
+                        G["flag"][s - dp] = G["flag"].get(s - dp, 0) + 1
+                if pingpong and order_fix:
+                    C["eorder"][c ^ 1].arrive()
+                continue
+            if part == KSPLIT:
+                yield W(lambda: G["flag"].get(s - dp, 0) == split - 1)
+                for i in range(1, split):
+                    v = G["slot"].get((2 * (b - i * sk), half))
+                    if v is None or v[1] != s:
+                        raise Viol(f"cta{b}: split part {i} of tile {s} missing ({v})")
+            if part in (KTAIL, KFIN):
+                if part == KFIN:
+                    v = G["slot"].get((2 * b + 1, half))
+                    if v is None or v[1] != s:
+                        raise Viol(f"cta{b} wg{c}: parked tail of tile {s} not written yet ({v})")
+                yield W(lambda: G["flag"].get(s - dp, 0) != 0)
+                v = G["slot"].get((2 * (b - 1), half))
+                if v is None or v[1] != s:
+                    raise Viol(f"cta{b}: head of tile {s} missing ({v})")
+            # epilogue
+            yield W(lambda p=c_par: C["c_empty"].ok(p ^ 1))
+            if pingpong:
+                t = tcount
+                if C["stored"] != t:
+                    raise Viol(f"cta{b} wg{c}: stages C tile #{t} (unit {unit}) but only {C['stored']} stored "
+                               f"(c_empty n={C['c_empty'].n})")
+                if C["c_readers"] or C["c_writers"]:
+                    raise Viol(f"cta{b} wg{c}: C written during another access")
+                C["c_writers"] += 1
+                C["cbuf"] = (t, s, False)
+                for _ in range(rng.randint(1, 3)):
+                    yield None
+                    if C["cbuf"] != (t, s, False) or C["c_readers"]:
+                        raise Viol(f"cta{b} wg{c}: C tile #{t} clobbered during staging")
+                C["cbuf"] = (t, s, True)
+                C["c_writers"] -= 1
+                C["c_full"].arrive(128)
+                if order_fix:
+                    C["eorder"][c ^ 1].arrive()
+            else:
+                t = tcount
+                if C["stored"] != t:
+                    raise Viol(f"cta{b} wg{c}: coop stages tile #{t} but {C['stored']} stored")
+                C.setdefault("half", {}).setdefault(t, 0)
+                C["half"][t] += 1
+                C["cbuf"] = (t, s, C["half"][t] == 2)
+                C["c_full"].arrive(128)
+            c_par ^= 1
+            tcount += 1
+
+    procs = []
+    for C in ctas:
+        procs.append([f"cta{C['b']}.prod", producer(C), None, rng.uniform(0.2, 1)])
+        procs.append([f"cta{C['b']}.store", store(C), None, rng.uniform(0.02, 1)])
+        procs.append([f"cta{C['b']}.wg0", consumer(C, 0), None, rng.uniform(0.2, 1)])
+        procs.append([f"cta{C['b']}.wg1", consumer(C, 1), None, rng.uniform(0.2, 1)])
+    steps = 0
+    while True:
+        steps += 1
+        runnable = [p for p in procs if p[1] is not None and (p[2] is None or p[2]())]
+        choices = runnable + (["ev"] if events else [])
+        if not choices:
+            live = [p[0] for p in procs if p[1] is not None]
+            if live:
+                raise Viol(f"deadlock: {live}")
+            return steps
+        weights = [p[3] for p in runnable] + ([1.0] if events else [])
+        pick = rng.choices(choices, weights)[0]
+        if pick == "ev":
+            i = rng.randrange(len(events))
+            T, st, byts, gk = events.pop(i)
+            T["full"][st].complete_tx(byts)
+            continue
+        try:
+            pick[2] = next(pick[1])
+        except StopIteration:
+            pick[1] = None
+
+
+def main():
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+    fix = len(sys.argv) > 2 and sys.argv[2] == "fix"
+    fails = {}
+    rng = random.Random(1)
+    for it in range(n):
+        pp = rng.random() < 0.8
+        cluster = rng.choice([1, 2])
+        P = rng.choice([1, 2, 3, 4, 6]) if cluster == 1 else rng.choice([2, 4, 6])
+        KT = rng.choice([1, 1, 2, 3, 5, 8])
+        STAGES = rng.choice([2, 3, 4, 5])
+        tiles = rng.randint(1, 5 * P)
+        sk_tiles, sk_split = 0, 0
+        if cluster == 1 and rng.random() < 0.5:
+            if rng.random() < 0.5:
+                sk_split = 1
+                sk_tiles = rng.randint(P, 2 * P - 1)
+                tiles = max(tiles, sk_tiles)
+            else:
+                sk_split = rng.randint(2, 3)
+                sk_tiles = rng.randint(1, max(1, P // sk_split))
+                tiles = max(tiles, sk_tiles + 1)
+        args = dict(P=P, tiles=tiles, KT=KT, STAGES=STAGES, cluster=cluster, pingpong=pp, sk_tiles=sk_tiles,
+                    sk_split=sk_split, seed=it, order_fix=fix)
+        try:
+            run(**args)
+        except Viol as e:
+            key = str(e).split(":")[1][:40] if ":" in str(e) else str(e)
+            key = ("pp" if pp else "coop") + " " + str(e).split(" (")[0].split("#")[0][:70]
+            fails.setdefault(key, []).append((args, str(e)))
+    for k, v in sorted(fails.items(), key=lambda kv: -len(kv[1])):
+        print(len(v), k)
+        print("    e.g.", v[0][0], "|", v[0][1])
+    print("runs", n, "failing", sum(len(v) for v in fails.values()))
+
+
+if __name__ == "__main__":
+    main()
