@@ -114,15 +114,13 @@ class Sm90Config(RasterMixin):
             raise GemmError(f"Sm90Config {self.tile_name}: {msg}")
 
         self._check_fields(("BN", "stages", "swizzle"), bad)
-        if not isinstance(self.stream_k, bool):
-            bad(f"stream_k must be a bool, got {self.stream_k!r}")
+        for flag in ("stream_k", "pingpong"):
+            if not isinstance(getattr(self, flag), bool):
+                bad(f"{flag} must be a bool, got {getattr(self, flag)!r}")
         if isinstance(self.cluster, bool) or self.cluster not in (1, 2):
             bad(f"cluster must be 1 or 2 CTAs, got {self.cluster!r}")
-        if not isinstance(self.pingpong, bool):
-            bad(f"pingpong must be a bool, got {self.pingpong!r}")
-        if self.pingpong and self.BN > PINGPONG_MAX_BN:
-            bad(f"ping-pong keeps a whole tile's BN accumulators per consumer thread: BN <= {PINGPONG_MAX_BN}, "
-                f"got {self.BN}")
+        if self.pingpong and self.BN > PINGPONG_MAX_BN:  # a whole tile's BN accumulators per consumer thread
+            bad(f"ping-pong keeps BN accumulators per thread: BN <= {PINGPONG_MAX_BN}, got {self.BN}")
         if self.cluster > 1 and self.stream_k:
             bad("clusters run whole waves: stream_k must be False")
         if self.BN % 16 or not 128 <= self.BN <= 256:
@@ -151,8 +149,7 @@ def max_stages(BN: int, cap: int = 5) -> int:
 # its waves with another width (2048 x 7168: 448 tiles of 128 x 256 are 3.4 waves on 132 SMs, 656 of
 # 128 x 176 are 4.97), as cuBLAS does with its 176-, 192- and 208-wide tiles.
 MID_WIDTHS = (160, 176, 192, 208, 224, 240)
-# Ping-pong (each consumer warpgroup a whole tile): BN fp32 accumulators per thread of 232 registers.
-PINGPONG_MAX_BN = 192
+PINGPONG_MAX_BN = 192  # ping-pong: a whole tile's BN fp32 accumulators per thread, of 232 registers
 
 CONFIGS: dict[str, Sm90Config] = {
     # 3 x 48 KB operand stages + the 64 KB C tile: the most that fits 227 KB.
