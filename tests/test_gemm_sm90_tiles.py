@@ -250,7 +250,7 @@ def test_the_recording_grids_are_whole_waves_of_every_candidate(sms):
         assert abs(M * N / area - 1) < 0.07, (M, N, names)
     if sms == 132:
         assert bases == [(1024, 33792), (4096, 8448), (16896, 2048)]  # 8 x 132, 32 x 33, 132 x 8 big tiles
-        assert (4608, 7744, ("128x176x64", "128x176x64c2")) in grids  # 36 x 44 tiles of 128 x 176: 12 waves
+        assert (4608, 7744, ("128x176x64", "128x176x64c2", "128x176x64p", "128x176x64c2p")) in grids  # 36 x 44 tiles: 12 waves
 
 
 def test_the_recorder_writes_a_table_the_picker_reads(data_dir):
@@ -272,8 +272,10 @@ def test_the_recorder_writes_a_table_the_picker_reads(data_dir):
             med["torch"] = 1.0
             rows += rec.table_rows(M, N, K, 132, med, 12, 3, names)
     per_grid = sum(len(rec.rasters(c)) for c in rec.candidates().values())
-    mids = 2 * len(sm90.MID_WIDTHS)
-    assert per_grid == 2 * len(rec.RASTERS) + 2 * len(rec.CLUSTER_RASTERS) + mids // 2 * (
+    # 128 and 256 wide (cooperative) and 128 wide ping-pong, alone and in clusters: every raster; the
+    # mid widths and 176 / 192 ping-pong: three rasters alone, two in clusters.
+    mids = len(sm90.MID_WIDTHS) + 2
+    assert per_grid == 3 * len(rec.RASTERS) + 3 * len(rec.CLUSTER_RASTERS) + mids * (
         len(rec.MID_RASTERS) + len(rec.MID_CLUSTER_RASTERS))
     assert len(rows) == 3 * len(rec.KS) * per_grid
     _table(data_dir, rows)
@@ -307,17 +309,27 @@ def test_record_then_benchmark_end_to_end_with_fake_timings(data_dir, monkeypatc
     monkeypatch.setattr(sm90, "is_supported", lambda *a: True)
     monkeypatch.setattr(sm90, "sm_count", lambda *a: 132)
 
-    def fake_measure(M, N, K, dtype, rounds, inner, sm_count, seed, names):
-        med = {rec.variant(n, o, s): (M // c.BM) * (N // c.BN) / 132 * c.BN / 256 * (1.0 if c.BN in (128, 256) else 1.06)
-               * (1.0 if c.BN == 256 else 1.02) * (1 + 0.01 * s) * (1.05 if c.cluster > 1 else 1)
-               * K / 4096 for n in names for c in [sm90.CONFIGS[n]] for o, s in rec.rasters(c)}
-        return dict(med, torch=1.0)
+    measured_groups = []
+
+    def fake_measure(group, K, dtype, rounds, inner, sm_count, seed):
+        measured_groups.append([(M, N) for M, N, _ in group])
+        out = {}
+        for M, N, names in group:
+            med = {rec.variant(n, o, s): (M // c.BM) * (N // c.BN) / 132 * c.BN / 256
+                   * (1.0 if c.BN in (128, 256) else 1.06) * (1.0 if c.BN == 256 else 1.02) * (1 + 0.01 * s)
+                   * (1.05 if c.cluster > 1 else 1) * K / 4096
+                   for n in names for c in [sm90.CONFIGS[n]] for o, s in rec.rasters(c)}
+            out[(M, N)] = dict(med, torch=1.0)
+        return out
 
     monkeypatch.setattr(rec, "measure", fake_measure)
     table = tmp_path / "out" / "gemm_sm90_tiles.csv"
     rec.main(["--out", str(table), "--K", "1024", "4096"])
     assert len(pd.read_csv(table)) == 3 * 2 * sum(len(rec.rasters(c)) for c in rec.candidates().values())
     assert json.loads(table.with_suffix(".meta.json").read_text())["waves"] == rec.WAVES
+    # One timing session per aspect and K, holding every grid of that aspect.
+    assert len(measured_groups) == len(rec.ASPECTS) * 2
+    assert sorted(g for group in measured_groups[::2] for g in group) == sorted((M, N) for M, N, _ in rec.grids(132))
 
     def fake_bench(M, N, K, dtype, rounds, inner, sms, seed, cluster=False):
         cfg = sm90.default_config(M, N, K, sms)

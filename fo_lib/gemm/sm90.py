@@ -176,7 +176,7 @@ for _c in CONFIGS.values():
 _TILE_SPEED = {"128x256x64": 1.0, "128x128x64": 0.9}
 _GUESS_CANDIDATES = ("128x256x64", "128x128x64")
 # What the measured table chooses among (scripts/bench/record_sm90_tiles.py records each of them).
-CANDIDATES = tuple(n for n, c in CONFIGS.items() if not c.pingpong)  # ping-pong: not GPU-tested yet
+CANDIDATES = tuple(CONFIGS)
 
 
 def candidate_pool(stream_k: bool = True) -> dict:

@@ -8,9 +8,12 @@ in between on the same M and the nearest N that makes whole waves of theirs): no
 the GEMM's time over its wave count is the time of one wave. Three grid aspects (tile rows / tile
 columns of 1/16, 1 and 16 for 128 x 256 tiles) because a raster's L2 reuse depends on how the
 wave's tiles lie on the grid; the picker reads the recorded grid nearest in aspect to the shape.
-All variants of one (grid, K), torch.matmul included as a yardstick, run in the same interleaved
-rounds in a random order per round, as CUDA-graph replays (device time), on inputs rotated beyond
-the L2 (fo_lib.experiments.kernel_bench). Writes the CSV + provenance sidecar; ~2-3 min on an H200.
+All variants of one aspect and K (every config on its grid, torch.matmul on each grid as a
+yardstick) run in the same interleaved rounds in a random order per round: a power-capped GPU's clock
+drifts over a run, and grids timed one after another had differed by up to 20 % for cuBLAS and us
+alike, which the picker then read as one width's speed. CUDA-graph replays (device time), inputs
+rotated beyond the L2 (fo_lib.experiments.kernel_bench). Writes the CSV + provenance sidecar; under a
+minute on an H200.
 
     python scripts/bench/record_sm90_tiles.py                   # -> data/<gpu>/gemm_sm90_tiles.csv
     python scripts/bench/record_sm90_tiles.py --out /tmp/tiles.csv --K 4096
@@ -87,13 +90,17 @@ def grid_for(cfg, sm_count: int, waves: int, aspect: float) -> tuple[int, int]:
 def grids(sm_count: int, waves: int = WAVES, aspects=ASPECTS) -> list[tuple[int, int, tuple[str, ...]]]:
     """The recording grids ``(M, N, config names measured on it)``, each checked to be whole waves
     of its configs' tiles."""
+    return [g for aspect in aspects for g in aspect_grids(sm_count, waves, aspect)]
+
+
+def aspect_grids(sm_count: int, waves: int, aspect: float) -> list[tuple[int, int, tuple[str, ...]]]:
+    """The grids of one aspect (timed together), as :func:`grids`."""
     out: dict = defaultdict(list)
-    for aspect in aspects:
-        for name, cfg in candidates(sm_count).items():
-            M, N = grid_for(cfg, sm_count, waves, aspect)
-            if M % cfg.BM or N % cfg.BN or (M // cfg.BM) * (N // cfg.BN) % sm_count:
-                raise ValueError(f"{M} x {N} is not whole waves of {name} on {sm_count} SMs")
-            out[(M, N)].append(name)
+    for name, cfg in candidates(sm_count).items():
+        M, N = grid_for(cfg, sm_count, waves, aspect)
+        if M % cfg.BM or N % cfg.BN or (M // cfg.BM) * (N // cfg.BN) % sm_count:
+            raise ValueError(f"{M} x {N} is not whole waves of {name} on {sm_count} SMs")
+        out[(M, N)].append(name)
     return [(M, N, tuple(names)) for (M, N), names in out.items()]
 
 
@@ -125,26 +132,36 @@ def table_rows(M, N, K, sm_count, medians, rounds, inner, names) -> list[dict]:
     return rows
 
 
-def measure(M, N, K, dtype, rounds, inner, sm_count, seed, names):
-    """``{variant: median ms}`` for configs ``names`` x their rasters and torch.matmul on one (grid, K)."""
+def measure(group, K, dtype, rounds, inner, sm_count, seed):
+    """``{(M, N): {variant: median ms}}`` for each grid ``(M, N, names)`` of ``group``: its configs x
+    their rasters and torch.matmul (``torch``), all grids' variants in the same interleaved rounds."""
     import torch
 
-    from fo_lib.experiments.kernel_bench import check_and_time, input_sets
+    from fo_lib.experiments.kernel_bench import input_sets
+    from fo_lib.testing import bench_interleaved, summarize
 
-    sets = input_sets(M, N, K, dtype)
-    n = len(sets)
-    fns = {"torch": lambda i: torch.matmul(sets[i % n][0], sets[i % n][1].T, out=sets[i % n][2])}
-    for name in names:
-        cfg = sm90.CONFIGS[name]
-        for order, swizzle in rasters(cfg):
-            c = cfg.with_raster(order, swizzle)
-            fns[variant(name, order, swizzle)] = (
-                lambda c: lambda i: sm90.gemm_nt(*sets[i % n], config=c, ctas=sm_count))(c)
-    first = sm90.CONFIGS[names[0]]
-    _, err, res = check_and_time(fns, sm90.SM90, first, sets, M, N, K, rounds, inner, graph=True, seed=seed)
-    if not err < 1e-2:
-        raise RuntimeError(f"{M} x {N} x {K}: relative error {err:.1e} against torch.matmul")
-    return {k: ms for k, (ms, _) in res.items()}
+    fns = {}
+    for M, N, names in group:
+        sets = input_sets(M, N, K, dtype)
+        a, b, _ = sets[0]
+        want = torch.matmul(a, b.T).float()
+        got = sm90.gemm_nt(a, b, config=sm90.CONFIGS[names[0]], ctas=sm_count).float()
+        err = ((got - want).norm() / want.norm()).item()
+        if not err < 1e-2:
+            raise RuntimeError(f"{M} x {N} x {K}: relative error {err:.1e} against torch.matmul")
+        fns[(M, N, "torch")] = (lambda s: lambda i: torch.matmul(s[i % len(s)][0], s[i % len(s)][1].T,
+                                                                 out=s[i % len(s)][2]))(sets)
+        for name in names:
+            for order, swizzle in rasters(sm90.CONFIGS[name]):
+                c = sm90.CONFIGS[name].with_raster(order, swizzle)
+                fns[(M, N, variant(name, order, swizzle))] = (
+                    lambda s, c: lambda i: sm90.gemm_nt(*s[i % len(s)], config=c, ctas=sm_count))(sets, c)
+    med = summarize(bench_interleaved(fns, rounds=rounds, inner=inner, warmup=2, graph=True, order="shuffle",
+                                      seed=(seed, K, len(fns))))
+    out: dict = defaultdict(dict)
+    for (M, N, v), ms in med.items():
+        out[(M, N)][v] = ms
+    return dict(out)
 
 
 def main(argv=None):
@@ -164,22 +181,26 @@ def main(argv=None):
     sms = sm90.sm_count()
     out = args.out or DATA_DIR / gpu_tag() / TABLE_NAME
     rows = []
-    for M, N, names in grids(sms, args.waves):
+    for aspect in ASPECTS:
+        group = aspect_grids(sms, args.waves, aspect)
         for K in args.K:
-            med = measure(M, N, K, torch.bfloat16, args.rounds, args.inner, sms, args.seed, names)
-            torch.cuda.empty_cache()  # the next grid's operands are up to ~0.7 GB per set
-            got = table_rows(M, N, K, sms, med, args.rounds, args.inner, names)
-            rows += got
-            best = {}
-            for r in got:
-                if r["config"] not in best or r["ms_per_wave"] < best[r["config"]]["ms_per_wave"]:
-                    best[r["config"]] = r
-            # Written after every (grid, K): a run cut short by its time limit still leaves a usable table.
+            medians = measure(group, K, torch.bfloat16, args.rounds, args.inner, sms, args.seed)
+            torch.cuda.empty_cache()  # the next group's operands are up to ~20 GB
+            for M, N, names in group:
+                med = medians[(M, N)]
+                got = table_rows(M, N, K, sms, med, args.rounds, args.inner, names)
+                rows += got
+                best = {}
+                for r in got:
+                    if r["config"] not in best or r["ms_per_wave"] < best[r["config"]]["ms_per_wave"]:
+                        best[r["config"]] = r
+                print(f"{M:6d} x {N:6d} x {K:6d}: cuBLAS {2.0 * M * N * K / (med['torch'] * 1e9):6.1f} TFLOP/s; "
+                      "best " + "; ".join(f"{n} {r['order']}{r['swizzle']} {r['tflops']:6.1f} TFLOP/s, "
+                                          f"{r['ms_per_wave']:.4f} ms/wave" for n, r in best.items()), flush=True)
+            # Written after every (aspect, K): a run cut short by its time limit still leaves a usable table.
             write_result(pd.DataFrame(rows), out, link="none", dtype="bf16", rounds=args.rounds, inner=args.inner,
-                         graph=True, kernel="fo_lib.gemm.sm90", waves=args.waves, aspects=list(ASPECTS))
-            print(f"{M:6d} x {N:6d} x {K:6d}: cuBLAS {2.0 * M * N * K / (med['torch'] * 1e9):6.1f} TFLOP/s; best "
-                  + "; ".join(f"{n} {r['order']}{r['swizzle']} {r['tflops']:6.1f} TFLOP/s, {r['ms_per_wave']:.4f} ms"
-                              f"/wave" for n, r in best.items()), flush=True)
+                         graph=True, kernel="fo_lib.gemm.sm90", waves=args.waves, aspects=list(ASPECTS),
+                         interleaved="aspect x K")
     df = pd.DataFrame(rows)
     # The spread between rasters: how much the raster choice is worth per tile.
     spread = df.groupby(["config", "M", "N", "K"]).ms_per_wave.agg(lambda s: s.max() / s.min() - 1)

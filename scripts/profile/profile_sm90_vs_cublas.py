@@ -1,0 +1,76 @@
+"""Launch the Hopper GEMM and torch.matmul (cuBLAS) once each per shape inside an NVTX range
+"profile", for Nsight Compute: where the two differ in cycles, L2 traffic, tensor-pipe use and warp
+stalls on the LLM shapes where ours is slowest (issue 23). Each launch is warmed up outside the range.
+
+    ncu --clock-control none --nvtx --nvtx-include "profile/" --section SpeedOfLight \
+        --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section WarpStateStats \
+        --section LaunchStats --csv --page details \
+        python3 scripts/profile/profile_sm90_vs_cublas.py > sm90_ncu.csv
+    python3 scripts/profile/profile_sm90_vs_cublas.py --shape 2048 4096 7168 128x256x64/row8
+
+Ours runs the config given per shape (a label as ``sm90.config_label`` writes it), else what a plain
+call runs on this machine (``sm90.config_for``, which may autotune first, outside the range).
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+# The shapes below 0.97 of cuBLAS in the 2026-12-02 records, with the config the record ran.
+SHAPES = (
+    (2048, 4096, 7168, "128x256x64/row8"),     # same tile and waves as cuBLAS's 256x128 coop kernel
+    (1100, 1792, 5120, "128x128x64c2p/row2"),  # one wave; cuBLAS: 128x128 ping-pong, 6 stages, 2x1
+    (1536, 3584, 18944, "128x256x64/row4+sk"),  # cuBLAS: 168x128 ping-pong
+    (1536, 28672, 4096, "128x256x64/row8+sk"),  # cuBLAS: 176x128 ping-pong
+    (2048, 7168, 5120, "128x176x64c2/row8"),   # cuBLAS: 176x128 ping-pong
+)
+
+
+def parse_label(label: str):
+    """The config ``sm90.config_label`` writes as ``label`` (``128x176x64c2p/row8+sk``)."""
+    from fo_lib.gemm import sm90
+
+    m = re.fullmatch(r"([0-9a-z]+)/(row|col)(\d+)(\+sk)?", label)
+    if not m or m.group(1) not in sm90.CONFIGS:
+        raise SystemExit(f"profile_sm90_vs_cublas: not a config label: {label!r} (e.g. 128x256x64/row8)")
+    cfg = sm90.CONFIGS[m.group(1)].with_raster(m.group(2), int(m.group(3)))
+    return replace(cfg, stream_k=bool(m.group(4)))
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--shape", nargs=4, action="append", metavar=("M", "N", "K", "CONFIG"),
+                   help="a shape and our config's label ('auto': what a plain call runs); repeatable")
+    args = p.parse_args(argv)
+    import torch
+
+    from fo_lib.gemm import sm90
+
+    if not sm90.is_supported():
+        sys.exit("profile_sm90_vs_cublas: needs a compute capability 9.0 GPU")
+    shapes = [(int(m), int(n), int(k), c) for m, n, k, c in args.shape] if args.shape else SHAPES
+    for M, N, K, label in shapes:
+        a = torch.randn(M, K, device="cuda").bfloat16()
+        b = torch.randn(N, K, device="cuda").bfloat16()
+        c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+        cfg = sm90.config_for(a, b) if label == "auto" else parse_label(label)
+        for _ in range(2):  # warm-up: module loads, a stream-K workspace, cuBLAS's heuristics
+            sm90.gemm_nt(a, b, c, config=cfg)
+            torch.matmul(a, b.T, out=c)
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_push("profile")
+        sm90.gemm_nt(a, b, c, config=cfg)
+        torch.matmul(a, b.T, out=c)
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_pop()
+        print(f"profiled {M} x {N} x {K}: ours {sm90.config_label(cfg)}, then torch.matmul", file=sys.stderr,
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
