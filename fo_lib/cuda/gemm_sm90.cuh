@@ -115,25 +115,13 @@ __device__ __forceinline__ void mbar_arrive(u32 bar) {
 }
 // True once the phase with parity `parity` has completed (acquire, CTA scope). A fresh barrier is in
 // phase 0, so waiting for parity 1 returns at once: that is how the first pass over `empty` works.
-// FO_SM90_SUSPEND_NS > 0: the waiting thread may sleep up to that long (it wakes when the phase
-// completes) instead of returning after the hardware's own short limit to poll again.
-#ifndef FO_SM90_SUSPEND_NS
-#define FO_SM90_SUSPEND_NS 0
-#endif
-#if FO_SM90_SUSPEND_NS > 0
-#define FO_SM90_TRY_WAIT_HINT ", %2"    // operand numbers: (bar, parity, hint)
-#define FO_SM90_TRY_WAIT_HINT_1 ", %3"  // (ok, bar, parity, hint)
-#else
-#define FO_SM90_TRY_WAIT_HINT ""
-#define FO_SM90_TRY_WAIT_HINT_1 ""
-#endif
 __device__ __forceinline__ bool mbar_try_wait(u32 bar, u32 parity) {
     u32 ok;
     asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2" FO_SM90_TRY_WAIT_HINT_1 ";\n"
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
         " selp.u32 %0, 1, 0, p;\n}\n"
         : "=r"(ok)
-        : "r"(bar), "r"(parity), "n"(FO_SM90_SUSPEND_NS)
+        : "r"(bar), "r"(parity)
         : "memory");
     return ok != 0;
 }
@@ -148,9 +136,9 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
 __device__ __forceinline__ void mbar_wait_in_asm(u32 bar, u32 parity) {
     asm volatile(
         "{\n .reg .pred p;\n WAIT:\n"
-        " mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%0], %1" FO_SM90_TRY_WAIT_HINT ";\n"
+        " mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%0], %1;\n"
         " @!p bra WAIT;\n}\n" ::"r"(bar),
-        "r"(parity), "n"(FO_SM90_SUSPEND_NS)
+        "r"(parity)
         : "memory");
 }
 // mbar_arrive (and, cluster 2, mbar_arrive_remote to CTA `other`) where pred is nonzero.
