@@ -127,15 +127,15 @@ def test_cluster_capacity_is_known():
         assert 1 <= gemm_sm90.cluster_capacity(cfg) <= gemm.sm_count() // 2
 
 
-def test_a_default_config_runs_on_an_odd_cta_count(monkeypatch):
-    """The default pick is made for the SM count (even: clusters allowed); on an odd ``ctas`` the
-    same tiles run one CTA at a time instead of refusing the call."""
-    from fo_lib import provenance
-    from fo_lib.gemm import tile_table
-    monkeypatch.setenv(tile_table.ENV_VAR, str(provenance.DATA_DIR / "h200" / tile_table.TABLE_NAME))
-    M, N, K = 1100, 1792, 5120  # the H200 table's pick here is 128 x 128 in clusters of 2
-    assert gemm_sm90.default_config(M, N, K, gemm.sm_count()).cluster == 2, "the case needs a cluster pick"
+def test_a_cluster_default_runs_on_an_odd_cta_count(monkeypatch):
+    """The default pick is made for the SM count (even: clusters allowed); where it is a cluster
+    config, an odd ``ctas`` runs the same tiles one CTA at a time instead of refusing the call."""
+    picked = gemm_sm90.CONFIGS["128x128x64c2"].with_raster("row", 2)
+    monkeypatch.setattr(gemm_sm90, "default_config", lambda *args, **kw: picked)  # whatever the table says
+    M, N, K = 1100, 1792, 5120
     a, b = inputs(M, N, K, "bf16", seed=9)
+    assert gemm_sm90.config_for(a, b, ctas=131) == picked.for_ctas(131)
+    assert picked.for_ctas(131).cluster == 1 and picked.for_ctas(131).BN == 128
     out = gemm_sm90.gemm_nt(a, b, ctas=131)
     assert calc_diff(out, ref(a, b)) < TOL["bf16"]
 
