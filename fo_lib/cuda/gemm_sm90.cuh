@@ -125,11 +125,6 @@ __device__ __forceinline__ bool mbar_try_wait(u32 bar, u32 parity) {
         : "memory");
     return ok != 0;
 }
-// FO_SM90_MMA_DEPTH 1: the cooperative consumers also keep one k-block of MMAs in flight, as the
-// ping-pong ones do (an experiment; 0 waits for each k-block's MMAs before freeing its stage).
-#ifndef FO_SM90_MMA_DEPTH
-#define FO_SM90_MMA_DEPTH 0
-#endif
 __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
     while (!mbar_try_wait(bar, parity)) {
     }
@@ -670,7 +665,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             int tm = 0, tn = 0;
             if (!phantom) raster.tile(w.s, tm, tn);
             if (EPILOGUE == 2 && stages_c && lead) probe[(tm * tiles_n + tn) * 4 + 0] = globaltimer_ns();
-            if (PINGPONG || FO_SM90_MMA_DEPTH > 0) {
+            if (PINGPONG) {
                 // One k-block of MMAs in flight: k-block kb's stage is freed once kb + 1's are issued
                 // and wgmma.wait_group 1 says kb's are done. No branch that is not uniform in here.
                 const u32 one = tid == 0;
@@ -685,8 +680,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                     wgmma_fence();
 #pragma unroll
                     for (int h = 0; h < H; ++h) {
-                        // Ping-pong: both halves of the tile; cooperative: warpgroup c's half.
-                        const u32 sa = base + stage * S::STAGE_BYTES + (PINGPONG ? h : c) * (64 * BK * 2);
+                        const u32 sa = base + stage * S::STAGE_BYTES + h * (64 * BK * 2);
 #pragma unroll
                         for (int kk = 0; kk < BK / 16; ++kk)
                             Wgmma<BN>::mma(acc[h], desc_sw128(sa + kk * 32), desc_sw128(sb + kk * 32),
@@ -717,7 +711,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                     }
                 }
                 // Every stage of this unit has been waited for: the other warpgroup may start its next.
-                if (PINGPONG) mbar_arrive_pred<1>(bar_order + 8 * (c ^ 1), 0u, one);
+                mbar_arrive_pred<1>(bar_order + 8 * (c ^ 1), 0u, one);
             } else {
 #pragma unroll 1
                 for (int kb = k0; kb < w.k1; ++kb) {
