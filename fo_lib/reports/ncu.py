@@ -1,10 +1,12 @@
 """Nsight Compute's CSV output, read back: the raw page (one row per profiled launch: duration and
 executed instructions) and the source page (one row per SASS instruction: executed count and warp
-stall samples by reason), and the classes an instruction falls in by how often it runs per tile.
+stall samples by reason), the classes an instruction falls in by how often it runs per tile, and
+the opcode mix per unit of GEMM work (to set one kernel's instruction stream beside another's).
 
-``scripts/profile/profile_signal_cost.py`` (the signal's cost at locked clocks, launch by launch)
-and ``scripts/profile/profile_stall_sites.py`` (where the stall samples land, instruction by
-instruction) run ncu on the GPU and read its output with these.
+``scripts/profile/profile_signal_cost.py`` (the signal's cost at locked clocks, launch by launch),
+``scripts/profile/profile_stall_sites.py`` (where the stall samples land, instruction by
+instruction) and ``scripts/profile/profile_sm90_sass.py`` (the Hopper GEMM's opcodes against
+cuBLAS's) run ncu on the GPU and read its output with these.
 """
 from __future__ import annotations
 
@@ -127,3 +129,30 @@ def summarize(df, **labels):
             row[r] = int(g[f"stall_{r}"].sum()) if f"stall_{r}" in g else 0
         rows.append(row)
     return rows
+
+
+# A unit of GEMM work for the opcode mix: one 128 x 128 x 64 block of multiply-adds, whatever tile a
+# kernel runs (so kernels of different tiles compare per the same work).
+UNIT_MACS = 128 * 128 * 64
+
+
+def opcode(sass: str) -> str:
+    """The opcode of one SASS line without its predicate or modifiers (``@!P0 IMAD.WIDE.U32 R2, ...``
+    -> ``IMAD``)."""
+    words = sass.split()
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    return words[0].split(".")[0] if words else ""
+
+
+def opcode_mix(df, M: int, N: int, K: int, **labels) -> list[dict]:
+    """One row per opcode of a source page (:func:`read_source_csv`) of an ``M x N x K`` GEMM: the
+    shape, ``labels``, warp instructions executed, the same per unit of work (:data:`UNIT_MACS`),
+    static instructions, stall samples; most executed first."""
+    units = M * N * K / UNIT_MACS
+    rows = []
+    for op, g in df.assign(op=df.sass.map(opcode)).groupby("op"):
+        executed = int(g.executed.sum())
+        rows.append(dict(labels, M=M, N=N, K=K, opcode=op, executed=executed, per_unit=round(executed / units, 3),
+                         instructions=len(g), samples=int(g.samples.sum())))
+    return sorted(rows, key=lambda r: -r["executed"])

@@ -47,29 +47,39 @@ def main(argv=None) -> None:
     p.add_argument("--shape", nargs=4, action="append", metavar=("M", "N", "K", "CONFIG"),
                    help="a shape and our config's label ('auto': what a plain call runs); repeatable")
     args = p.parse_args(argv)
-    import torch
-
     from fo_lib.gemm import sm90
 
     if not sm90.is_supported():
         sys.exit("profile_sm90_vs_cublas: needs a compute capability 9.0 GPU")
     shapes = [(int(m), int(n), int(k), c) for m, n, k, c in args.shape] if args.shape else SHAPES
     for M, N, K, label in shapes:
-        a = torch.randn(M, K, device="cuda").bfloat16()
-        b = torch.randn(N, K, device="cuda").bfloat16()
-        c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
-        cfg = sm90.config_for(a, b) if label == "auto" else parse_label(label)
-        for _ in range(2):  # warm-up: module loads, a stream-K workspace, cuBLAS's heuristics
-            sm90.gemm_nt(a, b, c, config=cfg)
-            torch.matmul(a, b.T, out=c)
-        torch.cuda.synchronize()
-        torch.cuda.nvtx.range_push("profile")
-        sm90.gemm_nt(a, b, c, config=cfg)
-        torch.matmul(a, b.T, out=c)
-        torch.cuda.synchronize()
-        torch.cuda.nvtx.range_pop()
+        cfg = launch(M, N, K, label)
         print(f"profiled {M} x {N} x {K}: ours {sm90.config_label(cfg)}, then torch.matmul", file=sys.stderr,
               flush=True)
+
+
+def launch(M: int, N: int, K: int, label: str, which=("ours", "cublas")):
+    """Warm ours (``label``; "auto": what a plain call runs) and torch.matmul up on fresh ``M x N x K``
+    operands, then launch those in ``which`` once each inside the NVTX range "profile"; returns our config."""
+    import torch
+
+    from fo_lib.gemm import sm90
+
+    a = torch.randn(M, K, device="cuda").bfloat16()
+    b = torch.randn(N, K, device="cuda").bfloat16()
+    c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    cfg = sm90.config_for(a, b) if label == "auto" else parse_label(label)
+    runs = {"ours": lambda: sm90.gemm_nt(a, b, c, config=cfg), "cublas": lambda: torch.matmul(a, b.T, out=c)}
+    for _ in range(2):  # warm-up: module loads, a stream-K workspace, cuBLAS's heuristics
+        for fn in runs.values():
+            fn()
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_push("profile")
+    for name in which:
+        runs[name]()
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_pop()
+    return cfg
 
 
 if __name__ == "__main__":
