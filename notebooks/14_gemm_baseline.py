@@ -92,8 +92,8 @@ ex.save(fig, "14_gemm_baseline", figures_dir)
 # with the tile table's measured speed per width, and autotuning settles the last percent by timing.
 # Configs ending in `p` run "ping-pong" consumers (each consumer warpgroup computes its own tile, one's
 # epilogue under the other's main loop), as cuBLAS does on few-wave shapes. What remains behind cuBLAS
-# is per-wave speed on few-wave shapes: in Nsight Compute the tensor pipe is busy 87-91 % of the time
-# in ours against 91-96 % in cuBLAS on the same shapes (docs/perf-log.md).
+# is per-wave speed on few-wave shapes: on four of them Nsight Compute puts our compute throughput
+# (the tensor pipe's) at 87-91 % of peak against cuBLAS's 91-96 % (docs/perf-log.md).
 
 # %%
 {k: dict(geomean=round(v[0], 3), median=round(v[1], 3), worst=round(v[2], 3)) for k, v in summary.items()}

@@ -430,3 +430,58 @@ def test_a_tile_between_the_two_gets_the_margin_in_proportion_to_its_area():
     assert tile_table.smaller_tile_margin(0.5) == pytest.approx(m)
     assert tile_table.smaller_tile_margin(176 / 256) == pytest.approx(m * 2 * 80 / 256)
     assert tile_table.smaller_tile_margin(0.25) == pytest.approx(m)  # never more than at half the area
+
+
+def test_measure_times_each_grid_on_its_own_operands_in_one_session(monkeypatch):
+    """The recorder's ``measure`` (GPU calls stubbed): one interleaved session for a whole group, each
+    variant running its own config and raster on its own grid's operands, torch once per grid."""
+    import torch
+
+    from fo_lib import testing
+    from fo_lib.experiments import kernel_bench
+
+    rec = _script("record_sm90_tiles")
+    group = rec.aspect_grids(132, rec.WAVES, 1.0)
+    sets_of = {}
+
+    def fake_sets(M, N, K, dtype):
+        sets_of[(M, N)] = [(torch.randn(4, 8), torch.randn(6, 8), torch.empty(4, 6)) for _ in range(2)]
+        return sets_of[(M, N)]
+
+    calls = []
+
+    def fake_gemm(a, b, out=None, config=None, ctas=None):
+        calls.append((id(a), config, ctas))
+        return torch.matmul(a, b.T)
+
+    sessions = []
+
+    def fake_bench(fns, **kw):
+        sessions.append((list(fns), kw))
+        out = {}
+        for key, fn in fns.items():
+            del calls[:]
+            fn(0)
+            out[key] = [float(len(out))]
+            if key[2] == "torch":
+                assert not calls
+            else:
+                name, raster = key[2].split("/")
+                (a_id, cfg, ctas), = calls
+                assert a_id == id(sets_of[key[:2]][0][0]) and ctas == 132
+                assert cfg == sm90.CONFIGS[name].with_raster(raster[:3], int(raster[3:]))
+        return out
+
+    monkeypatch.setattr(kernel_bench, "input_sets", fake_sets)
+    monkeypatch.setattr(sm90, "gemm_nt", fake_gemm)
+    monkeypatch.setattr(testing, "bench_interleaved", fake_bench)
+    med = rec.measure(group, 4096, torch.bfloat16, 3, 1, 132, 0)
+    assert len(sessions) == 1 and sessions[0][1]["order"] == "shuffle" and sessions[0][1]["graph"]
+    assert set(med) == {(M, N) for M, N, _ in group}
+    for M, N, names in group:
+        want = {"torch"} | {rec.variant(n, o, s) for n in names for o, s in rec.rasters(sm90.CONFIGS[n])}
+        assert set(med[(M, N)]) == want
+    # Another aspect draws other orders.
+    other = rec.aspect_grids(132, rec.WAVES, 16.0)
+    rec.measure(other, 4096, torch.bfloat16, 3, 1, 132, 0)
+    assert sessions[0][1]["seed"] != sessions[1][1]["seed"]

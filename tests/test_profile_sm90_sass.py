@@ -74,6 +74,7 @@ def test_the_whole_run_with_a_fake_ncu(tmp_path, capsys):
     fake = tmp_path / "ncu"
     fake.write_text(f"""#!/bin/sh
 # profile run: "-o REP ... --launch KERNEL ..." -> write REP naming the kernel; export: "-i REP" -> its page
+echo "$@" >> "{tmp_path}/calls.log"
 while [ $# -gt 0 ]; do
   case "$1" in
     -o) rep="$2"; shift ;;
@@ -95,3 +96,10 @@ echo "$kernel" > "$rep"
     assert not list(out.glob("*.ncu-rep"))
     printed = capsys.readouterr().out
     assert "IMAD" in printed and "total" in printed
+    runs = (tmp_path / "calls.log").read_text().splitlines()
+    assert len(runs) == 4  # per kernel: a profiled run, an export
+    for profiled, export in (runs[0:2], runs[2:4]):
+        assert "--section SourceCounters" in profiled and "--nvtx --nvtx-include profile/" in profiled
+        assert "--launch-count 1" in profiled and "--shape 256 128 64 128x256x64/row8" in profiled
+        assert "--page source --csv --print-source sass" in export
+    assert "--launch ours" in runs[0] and "--launch cublas" in runs[2]

@@ -277,10 +277,11 @@ def ranked(table: TileTable, configs: dict, M: int, N: int, K: int, sm_count: in
     # NOTES: the recorded grids are 8-16 waves; on bigger grids a narrow band re-reads the operands
     # from DRAM (16384 x 13824 x 5120 in row order, swizzle 1: 12 % slower than swizzle 8), while
     # the widest swizzle was within noise of the best on every recorded grid: ties go to it.
-    # A cluster must win by more than a tie: it asks for an even CTA count.
+    # A cluster must win by more than a tie: it asks for an even CTA count. A last tie goes to the
+    # cooperative consumers (the longer-tested schedule) over ping-pong.
     return sorted(scored, key=lambda tc: (tc[0] > best * (1 + TIE), tc[0] if tc[0] > best * (1 + TIE) else 0,
                                           -tc[1].BM * tc[1].BN, tc[1].cluster, -tc[1].swizzle,
-                                          tc[1].order != "row", tc[1].stream_k))
+                                          tc[1].order != "row", tc[1].stream_k, tc[1].pingpong))
 
 
 def pick(table: TileTable, configs: dict, M: int, N: int, K: int, sm_count: int, smem_limit: int):

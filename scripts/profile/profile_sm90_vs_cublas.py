@@ -21,13 +21,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-# The shapes below 0.97 of cuBLAS in the 2026-12-02 records, with the config the record ran.
+# The shapes below 0.97 in the H200 record (data/h200/gemm_sm90_llm.csv, 02fa5b4) with its picks.
 SHAPES = (
-    (2048, 4096, 7168, "128x256x64/row8"),     # same tile and waves as cuBLAS's 256x128 coop kernel
-    (1100, 1792, 5120, "128x128x64c2p/row2"),  # one wave; cuBLAS: 128x128 ping-pong, 6 stages, 2x1
-    (1536, 3584, 18944, "128x256x64/row4+sk"),  # cuBLAS: 168x128 ping-pong
+    (2048, 4096, 7168, "128x256x64/row8"),      # same tile and waves as cuBLAS's 256x128 coop kernel
+    (1100, 1792, 5120, "128x128x64p/row1"),     # one wave; cuBLAS: 128x128 ping-pong, 6 stages, 2x1
+    (1536, 3584, 18944, "128x256x64/row8+sk"),  # cuBLAS: 168x128 ping-pong
     (1536, 28672, 4096, "128x256x64/row8+sk"),  # cuBLAS: 176x128 ping-pong
-    (2048, 7168, 5120, "128x176x64c2/row8"),   # cuBLAS: 176x128 ping-pong
+    (2048, 7168, 5120, "128x176x64p/row8"),     # cuBLAS: 176x128 ping-pong
+    (8192, 1280, 8192, "128x256x64/row4+sk"),   # cuBLAS: 320x128 coop
 )
 
 
@@ -38,8 +39,12 @@ def parse_label(label: str):
     m = re.fullmatch(r"([0-9a-z]+)/(row|col)(\d+)(\+sk)?", label)
     if not m or m.group(1) not in sm90.CONFIGS:
         raise SystemExit(f"profile_sm90_vs_cublas: not a config label: {label!r} (e.g. 128x256x64/row8)")
-    cfg = sm90.CONFIGS[m.group(1)].with_raster(m.group(2), int(m.group(3)))
-    return replace(cfg, stream_k=bool(m.group(4)))
+    cfg = replace(sm90.CONFIGS[m.group(1)].with_raster(m.group(2), int(m.group(3))), stream_k=bool(m.group(4)))
+    try:
+        cfg.validate()
+    except Exception as exc:  # e.g. a stream-K tail on a cluster config
+        raise SystemExit(f"profile_sm90_vs_cublas: {label}: {exc}") from None
+    return cfg
 
 
 def main(argv=None) -> None:
