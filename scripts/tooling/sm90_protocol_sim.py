@@ -176,6 +176,28 @@ def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0,
         tcount = 0  # staged tiles so far (both WGs), for checks
         b = C["b"]
         gk = 0
+
+        def free(st):  # one arrival on the stage's empty barrier, in both CTAs of a cluster
+            C["empty"][st].arrive()
+            if cluster > 1:
+                ctas[b ^ 1]["empty"][st].arrive()
+
+        def release(st, g):  # this warpgroup's reads of k-block g (in stage st) are done
+            C["readers"][st] -= 1
+            C["released"][g] = True
+            free(st)
+
+        def check_full(what):
+            if C["full"][stage].n != gk // STAGES + 1:
+                raise Viol(f"cta{b} wg{c}: {what}full[{stage}] n={C['full'][stage].n} for kblock {gk}")
+
+        def step():  # on to the next k-block and stage
+            nonlocal stage, phase, gk
+            stage += 1
+            if stage == STAGES:
+                stage, phase = 0, phase ^ 1
+            gk += 1
+
         for ui, (s, k0, k1, part, dp, split, sk) in enumerate(C["units"]):
             unit += 1
             stages_c = s < tiles and part not in (KHEAD, KPARK)
@@ -197,50 +219,30 @@ def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0,
                 prev, prevg = stage, gk
                 for i in range(nk):
                     yield W(lambda st=stage, p=phase: C["full"][st].ok(p))
-                    if C["ring"][stage] != ("d", gk) or C["full"][stage].n <= gk // STAGES - 0 and False:
+                    if C["ring"][stage] != ("d", gk):
                         raise Viol(f"cta{b} wg{c}: kblock {gk} reads stage {stage} holding {C['ring'][stage]}")
-                    if C["full"][stage].n != gk // STAGES + 1:
-                        raise Viol(f"cta{b} wg{c}: full[{stage}] n={C['full'][stage].n} for kblock {gk}")
+                    check_full("")
                     C["readers"][stage] += 1
                     yield None
-                    # wait_group 1: the previous k-block's reads are done
-                    if i > 0:
-                        C["readers"][prev] -= 1
-                        C["released"][prevg] = True
-                        C["empty"][prev].arrive()
-                        if cluster > 1:
-                            ctas[b ^ 1]["empty"][prev].arrive()
+                    if i > 0:  # wait_group 1: the previous k-block's reads are done
+                        release(prev, prevg)
                     prev, prevg = stage, gk
-                    stage += 1
-                    if stage == STAGES:
-                        stage, phase = 0, phase ^ 1
-                    gk += 1
+                    step()
                     yield None
                 if nk > 0:
-                    C["readers"][prev] -= 1
-                    C["released"][prevg] = True
-                    C["empty"][prev].arrive()
-                    if cluster > 1:
-                        ctas[b ^ 1]["empty"][prev].arrive()
+                    release(prev, prevg)
                 if phantom:
                     for kb in range(k0, k1):
                         yield W(lambda st=stage, p=phase: C["full"][st].ok(p))
-                        if C["full"][stage].n != gk // STAGES + 1:
-                            raise Viol(f"cta{b} wg{c}: phantom full[{stage}] n={C['full'][stage].n} kblock {gk}")
+                        check_full("phantom ")
                         C["released"][gk] = True
-                        C["empty"][stage].arrive()
-                        if cluster > 1:
-                            ctas[b ^ 1]["empty"][stage].arrive()
-                        stage += 1
-                        if stage == STAGES:
-                            stage, phase = 0, phase ^ 1
-                        gk += 1
+                        free(stage)
+                        step()
                 C["order"][c ^ 1].arrive()
             else:
                 for kb in range(k0, k1):
                     yield W(lambda st=stage, p=phase: C["full"][st].ok(p))
-                    if C["full"][stage].n != gk // STAGES + 1:
-                        raise Viol(f"cta{b} wg{c}: full[{stage}] n={C['full'][stage].n} for kblock {gk}")
+                    check_full("")
                     if not phantom:
                         C["readers"][stage] += 1
                         yield None
@@ -249,13 +251,8 @@ def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0,
                     C["rel2"][gk] += 1
                     if C["rel2"][gk] == 2:
                         C["released"][gk] = True
-                    C["empty"][stage].arrive()
-                    if cluster > 1:
-                        ctas[b ^ 1]["empty"][stage].arrive()
-                    stage += 1
-                    if stage == STAGES:
-                        stage, phase = 0, phase ^ 1
-                    gk += 1
+                    free(stage)
+                    step()
             if pingpong and order_fix and unit > 0:
                 yield W(lambda p=eorder_par: C["eorder"][c].ok(p))
                 eorder_par ^= 1
