@@ -55,9 +55,8 @@ step sm90_tiles 300 python3 scripts/bench/record_sm90_tiles.py ${FO_SM90_TILES_A
 tiles_arg=()
 [ -f "$OUT/data/gemm_sm90_tiles.csv" ] && tiles_arg=(--tiles "$OUT/data/gemm_sm90_tiles.csv")
 [ -n "${FO_SM90_TILES:-}" ] && tiles_arg=(--tiles "$FO_SM90_TILES")
-# Ours against cuBLAS under Nsight Compute on the slowest LLM shapes (cycles, L2 bytes, pipes, stalls):
-# a report, then its details page as CSV (ncu's own messages stay out of the CSV).
-step sm90_ncu 240 bash -c 'ncu --clock-control none --nvtx --nvtx-include profile/ --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section WarpStateStats --section LaunchStats -f -o "$0/sm90_ncu" python3 scripts/profile/profile_sm90_vs_cublas.py $1 && ncu -i "$0/sm90_ncu.ncu-rep" --csv --page details > "$0/data/sm90_ncu.csv" && rm "$0/sm90_ncu.ncu-rep"' "$OUT" "${FO_SM90_NCU_ARGS:-}"
+# Ours against cuBLAS under Nsight Compute on the slowest LLM shapes (cycles, L2 bytes, pipes, stalls).
+step sm90_ncu 240 python3 scripts/profile/profile_sm90_vs_cublas.py ${FO_SM90_NCU_ARGS:-} --out "$OUT/data/sm90_ncu.csv"
 # The same, opcode by opcode: warp instructions per 128 x 128 x 64 block of work, ours against cuBLAS.
 step sm90_sass 240 python3 scripts/profile/profile_sm90_sass.py ${FO_SM90_SASS_ARGS:-} --out-dir "$OUT/data/sm90_sass"
 # Clusters of 2: how many fit at once, and a cluster grid's cost at 132 / 130 / 128 / 120 CTAs.

@@ -7,6 +7,8 @@ import pytest
 
 from fo_lib.reports import ncu
 
+from fake_ncu import calls, make
+
 _PATH = Path(__file__).resolve().parent.parent / "scripts" / "profile" / "profile_sm90_sass.py"
 _spec = importlib.util.spec_from_file_location("profile_sm90_sass", _PATH)
 prof = importlib.util.module_from_spec(_spec)
@@ -69,23 +71,7 @@ def test_the_whole_run_with_a_fake_ncu(tmp_path, capsys):
                            ("0x20", "IMAD R2, R3, R4, R5", "5", "1", "64")]),
              "cublas": page([("0x10", "HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], R24", "5", "4", "8"),
                              ("0x20", "IMAD R2, R3, R4, R5", "5", "1", "8")])}
-    for k, text in pages.items():
-        (tmp_path / f"{k}.page").write_text(text)
-    fake = tmp_path / "ncu"
-    fake.write_text(f"""#!/bin/sh
-# profile run: "-o REP ... --launch KERNEL ..." -> write REP naming the kernel; export: "-i REP" -> its page
-echo "$@" >> "{tmp_path}/calls.log"
-while [ $# -gt 0 ]; do
-  case "$1" in
-    -o) rep="$2"; shift ;;
-    -i) cat "{tmp_path}/$(cat "$2").page"; exit 0 ;;
-    --launch) kernel="$2"; shift ;;
-  esac
-  shift
-done
-echo "$kernel" > "$rep"
-""")
-    fake.chmod(0o755)
+    fake = make(tmp_path, pages)
     out = tmp_path / "sass"
     prof.main(["--out-dir", str(out), "--ncu", str(fake), "--shape", "256", "128", "64", "128x256x64/row8"])
     summary = pd.read_csv(out / "summary.csv")
@@ -96,7 +82,7 @@ echo "$kernel" > "$rep"
     assert not list(out.glob("*.ncu-rep"))
     printed = capsys.readouterr().out
     assert "IMAD" in printed and "total" in printed
-    runs = (tmp_path / "calls.log").read_text().splitlines()
+    runs = calls(tmp_path)
     assert len(runs) == 4  # per kernel: a profiled run, an export
     for profiled, export in (runs[0:2], runs[2:4]):
         assert "--section SourceCounters" in profiled and "--nvtx --nvtx-include profile/" in profiled

@@ -50,3 +50,32 @@ def test_summary_sums_each_class():
 def test_unreadable_output_is_an_error(text, match):
     with pytest.raises(ValueError, match=match):
         ncu.read_source_csv(text)
+
+
+def test_the_whole_run_with_a_fake_ncu(tmp_path, monkeypatch, capsys):
+    """The script's flow (a report per shape and variant, its source page kept as .csv.gz, the class
+    summary with its sidecar) with a stand-in for ncu."""
+    import importlib.util
+    from pathlib import Path
+
+    import pandas as pd
+
+    from fake_ncu import calls, make
+
+    from fo_lib import gemm
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "profile" / "profile_stall_sites.py"
+    spec = importlib.util.spec_from_file_location("profile_stall_sites", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(gemm, "sm_count", lambda *a: 132)
+    fake = make(tmp_path, {"": source_page(ROWS)})
+    out = tmp_path / "stalls"
+    mod.main(["--out-dir", str(out), "--ncu", str(fake), "--shapes", "8192x8192x1024", "--variants", "plain"])
+    summary = pd.read_csv(out / "summary.csv")
+    assert summary.samples.sum() == 1249 and set(summary.variant) == {"plain"}
+    assert [p.name for p in out.glob("*.csv.gz")] == ["8192x8192x1024_plain.csv.gz"]
+    assert not list(out.glob("*.ncu-rep"))
+    profiled, export = calls(tmp_path)
+    assert "--section SourceCounters" in profiled and "regex:fo_gemm_nt_.*_plain$" in profiled
+    assert "--page source --csv --print-source sass" in export

@@ -6,11 +6,13 @@ the opcode mix per unit of GEMM work (to set one kernel's instruction stream bes
 ``scripts/profile/profile_signal_cost.py`` (the signal's cost at locked clocks, launch by launch),
 ``scripts/profile/profile_stall_sites.py`` (where the stall samples land, instruction by
 instruction) and ``scripts/profile/profile_sm90_sass.py`` (the Hopper GEMM's opcodes against
-cuBLAS's) run ncu on the GPU and read its output with these.
+cuBLAS's) run ncu on the GPU (:func:`profile_and_export`) and read its output with these.
 """
 from __future__ import annotations
 
 import io
+import subprocess
+from pathlib import Path
 
 # The epilogue variants the two ncu scripts profile, in launch order, and the kernel instantiation
 # each launches (a profiled kernel's name ends in ``_<instantiation>``).
@@ -65,6 +67,22 @@ def parse_ncu_csv(stdout: str, labels, kernel_of=KERNEL_OF):
 
 def _number(col):
     return col.map(lambda v: ncu_number(v, blank=0.0))
+
+
+def read_details_csv(text: str):
+    """ncu's details page (CSV: one row per launch, section and metric, ``"ID"`` first) -> DataFrame
+    of strings as ncu wrote them; ncu's own lines before the table are skipped."""
+    import pandas as pd
+
+    lines = text.splitlines()
+    first = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if first is None:
+        raise ValueError("no details table in ncu's output")
+    t = pd.read_csv(io.StringIO("\n".join(lines[first:])), dtype=str, keep_default_na=False)
+    need = {"ID", "Kernel Name", "Section Name", "Metric Name", "Metric Value"}
+    if not need <= set(t.columns):
+        raise ValueError(f"ncu's details table lacks {sorted(need - set(t.columns))}")
+    return t
 
 
 def read_source_csv(text: str):
@@ -131,6 +149,8 @@ def summarize(df, **labels):
     return rows
 
 
+# ncu's export of a report's source page: one row per SASS instruction (read_source_csv reads it).
+SOURCE_EXPORT = ("--page", "source", "--csv", "--print-source", "sass")
 # A unit of GEMM work for the opcode mix: one 128 x 128 x 64 block of multiply-adds, whatever tile a
 # kernel runs (so kernels of different tiles compare per the same work).
 UNIT_MACS = 128 * 128 * 64
@@ -156,3 +176,22 @@ def opcode_mix(df, M: int, N: int, K: int, **labels) -> list[dict]:
         rows.append(dict(labels, M=M, N=N, K=K, opcode=op, executed=executed, per_unit=round(executed / units, 3),
                          instructions=len(g), samples=int(g.samples.sum())))
     return sorted(rows, key=lambda r: -r["executed"])
+
+
+def profile_and_export(ncu: str, profile_args, target, report: Path, export_args, keep: bool = False) -> str:
+    """Run ``ncu <profile_args> -f -o report <target>`` (``report`` a ``.ncu-rep`` path), then
+    ``ncu -i report <export_args>``; returns the export's stdout (a page as CSV, without ncu's own
+    messages) and removes the report unless ``keep``. A failure of either step stops the script with
+    ncu's output."""
+    report = Path(report)
+    done = subprocess.run([ncu, *profile_args, "-f", "-o", str(report), *target], capture_output=True, text=True,
+                          check=False)
+    if done.returncode != 0 or not report.exists():
+        raise SystemExit(f"ncu failed for {report.name} ({done.returncode}):\n{done.stderr[-2000:]}\n"
+                         f"{done.stdout[-2000:]}")
+    exp = subprocess.run([ncu, "-i", str(report), *export_args], capture_output=True, text=True, check=False)
+    if exp.returncode != 0:
+        raise SystemExit(f"ncu could not export {report} ({exp.returncode}):\n{exp.stderr[-2000:]}")
+    if not keep:
+        report.unlink()
+    return exp.stdout

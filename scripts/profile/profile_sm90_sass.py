@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from profile_sm90_vs_cublas import launch, parse_label  # noqa: E402
 
-from fo_lib.reports.ncu import opcode_mix, read_source_csv  # noqa: E402
+from fo_lib.reports.ncu import SOURCE_EXPORT, opcode_mix, profile_and_export, read_source_csv  # noqa: E402
 
 KERNELS = ("ours", "cublas")
 # Same tile and waves as cuBLAS's kernel there (128 x 256 against its 256 x 128 cooperative one).
@@ -77,22 +76,14 @@ def main(argv=None) -> None:
     for M, N, K, label in shapes:
         for which in KERNELS:
             tag = f"{M}x{N}x{K}_{which}"
-            rep = args.out_dir / f"{tag}.ncu-rep"
-            cmd = [args.ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", "profile/", "--section",
-                   "SourceCounters", "--section", "WarpStateStats", "--launch-count", "1", "-f", "-o", str(rep),
-                   sys.executable, __file__, "--launch", which, "--shape", str(M), str(N), str(K), label]
-            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            if done.returncode != 0 or not rep.exists():
-                raise SystemExit(f"ncu failed for {tag} ({done.returncode}):\n{done.stderr[-2000:]}\n"
-                                 f"{done.stdout[-2000:]}")
-            exp = subprocess.run([args.ncu, "-i", str(rep), "--page", "source", "--csv", "--print-source", "sass"],
-                                 capture_output=True, text=True, check=False)
-            if exp.returncode != 0:
-                raise SystemExit(f"ncu could not export {rep} ({exp.returncode}):\n{exp.stderr[-2000:]}")
+            page = profile_and_export(
+                args.ncu, ["--clock-control", "none", "--nvtx", "--nvtx-include", "profile/", "--section",
+                           "SourceCounters", "--section", "WarpStateStats", "--launch-count", "1"],
+                [sys.executable, __file__, "--launch", which, "--shape", str(M), str(N), str(K), label],
+                args.out_dir / f"{tag}.ncu-rep", SOURCE_EXPORT)
             with gzip.open(args.out_dir / f"{tag}.csv.gz", "wt") as f:
-                f.write(exp.stdout)
-            rep.unlink()
-            rows += opcode_mix(read_source_csv(exp.stdout), M, N, K, kernel=which,
+                f.write(page)
+            rows += opcode_mix(read_source_csv(page), M, N, K, kernel=which,
                                config=label if which == "ours" else "torch.matmul")
     write_result(pd.DataFrame(rows), args.out_dir / "summary.csv", link="none", clocks="none (ncu --clock-control none)",
                  unit_macs="128 x 128 x 64")

@@ -1,12 +1,13 @@
-"""Launch the Hopper GEMM and torch.matmul (cuBLAS) once each per shape inside an NVTX range
-"profile", for Nsight Compute: where the two differ in cycles, L2 traffic, tensor-pipe use and warp
-stalls on the LLM shapes where ours is slowest (issue 23). Each launch is warmed up outside the range.
+"""The Hopper GEMM against torch.matmul (cuBLAS) under Nsight Compute: where the two differ in
+cycles, L2 traffic, pipe use and warp stalls on the LLM shapes where ours is slowest (issue 23).
 
-    ncu --clock-control none --nvtx --nvtx-include "profile/" --section SpeedOfLight \
-        --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section WarpStateStats \
-        --section LaunchStats --csv --page details \
-        python3 scripts/profile/profile_sm90_vs_cublas.py > sm90_ncu.csv
-    python3 scripts/profile/profile_sm90_vs_cublas.py --shape 2048 4096 7168 128x256x64/row8
+With ``--out`` the script runs ncu on itself (``--clock-control none``, sections :data:`SECTIONS`, only
+the launches inside the NVTX range "profile") and writes the report's details page as a CSV with a
+provenance sidecar. Without it, it is ncu's target: per shape, ours and torch.matmul are warmed up,
+then launched once each inside the range.
+
+    python3 scripts/profile/profile_sm90_vs_cublas.py --out sm90_ncu.csv
+    python3 scripts/profile/profile_sm90_vs_cublas.py --out one.csv --shape 2048 4096 7168 128x256x64/row8
 
 Ours runs the config given per shape (a label as ``sm90.config_label`` writes it), else what a plain
 call runs on this machine (``sm90.config_for``, which may autotune first, outside the range).
@@ -21,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "ComputeWorkloadAnalysis", "WarpStateStats", "LaunchStats")
 # The shapes below 0.97 in the H200 record (data/h200/gemm_sm90_llm.csv, 02fa5b4) with its picks.
 SHAPES = (
     (2048, 4096, 7168, "128x256x64/row8"),      # same tile and waves as cuBLAS's 256x128 coop kernel
@@ -51,12 +53,31 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--shape", nargs=4, action="append", metavar=("M", "N", "K", "CONFIG"),
                    help="a shape and our config's label ('auto': what a plain call runs); repeatable")
+    p.add_argument("--out", type=Path, help="run ncu on this script and write its details page here (CSV)")
+    p.add_argument("--ncu", default="ncu")
     args = p.parse_args(argv)
+    shapes = [(int(m), int(n), int(k), c) for m, n, k, c in args.shape] if args.shape else SHAPES
+    for *_, label in shapes:
+        if label != "auto":
+            parse_label(label)  # a bad label stops here, before any ncu run
+    if args.out:
+        from fo_lib.provenance import write_result
+        from fo_lib.reports.ncu import profile_and_export, read_details_csv
+
+        profile = ["--clock-control", "none", "--nvtx", "--nvtx-include", "profile/"]
+        profile += [a for sec in SECTIONS for a in ("--section", sec)]
+        target = [sys.executable, __file__] + [a for sh in shapes for a in ("--shape", *map(str, sh))]
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        page = profile_and_export(args.ncu, profile, target, args.out.with_suffix(".ncu-rep"),
+                                  ("--csv", "--page", "details"))
+        write_result(read_details_csv(page), args.out, link="none", clocks="none (ncu --clock-control none)",
+                     shapes=[" ".join(map(str, sh)) for sh in shapes])
+        print(f"ncu details of {len(shapes)} shapes (ours, then torch.matmul) -> {args.out}")
+        return
     from fo_lib.gemm import sm90
 
     if not sm90.is_supported():
         sys.exit("profile_sm90_vs_cublas: needs a compute capability 9.0 GPU")
-    shapes = [(int(m), int(n), int(k), c) for m, n, k, c in args.shape] if args.shape else SHAPES
     for M, N, K, label in shapes:
         cfg = launch(M, N, K, label)
         print(f"profiled {M} x {N} x {K}: ours {sm90.config_label(cfg)}, then torch.matmul", file=sys.stderr,

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import math
-import subprocess
 import sys
 from pathlib import Path
 
@@ -32,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from profile_signal_cost import launch, parse_shape  # noqa: E402
 
-from fo_lib.reports.ncu import KERNEL_OF, classify, read_source_csv, summarize  # noqa: E402
+from fo_lib.reports.ncu import (KERNEL_OF, SOURCE_EXPORT, classify, profile_and_export,  # noqa: E402
+                               read_source_csv, summarize)
 
 DEFAULT_VARIANTS = ("plain", "signal_rows", "signal_tiles", "signal_rows_no_group")
 DEFAULT_SHAPES = ("8192x8192x1024", "8192x8192x8192")
@@ -66,23 +66,14 @@ def main(argv=None) -> None:
         k_tiles = math.ceil(K / cfg.BK)
         for name in args.variants:
             tag = f"{M}x{N}x{K}_{name}"
-            rep = args.out_dir / f"{tag}.ncu-rep"
-            cmd = [args.ncu, "--clock-control", "base", "--section", "SourceCounters", "--section", "WarpStateStats",
-                   "-k", f"regex:fo_gemm_nt_.*_{KERNEL_OF[name]}$", "--launch-count", "1", "-f", "-o", str(rep),
-                   sys.executable, __file__, "--launch", "--shapes", f"{M}x{N}x{K}", "--variants", name]
-            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                raise SystemExit(f"ncu failed for {tag} ({done.returncode}):\n{done.stderr[-2000:]}\n"
-                                 f"{done.stdout[-2000:]}")
-            exp = subprocess.run([args.ncu, "-i", str(rep), "--page", "source", "--csv", "--print-source", "sass"],
-                                 capture_output=True, text=True, check=False)
-            if exp.returncode != 0:
-                raise SystemExit(f"ncu could not export {rep} ({exp.returncode}):\n{exp.stderr[-2000:]}")
+            page = profile_and_export(
+                args.ncu, ["--clock-control", "base", "--section", "SourceCounters", "--section", "WarpStateStats",
+                           "-k", f"regex:fo_gemm_nt_.*_{KERNEL_OF[name]}$", "--launch-count", "1"],
+                [sys.executable, __file__, "--launch", "--shapes", f"{M}x{N}x{K}", "--variants", name],
+                args.out_dir / f"{tag}.ncu-rep", SOURCE_EXPORT, keep=args.keep_reports)
             with gzip.open(args.out_dir / f"{tag}.csv.gz", "wt") as f:
-                f.write(exp.stdout)
-            if not args.keep_reports:
-                rep.unlink()
-            df = read_source_csv(exp.stdout)
+                f.write(page)
+            df = read_source_csv(page)
             df["cls"] = classify(df.executed, warp_tiles, k_tiles)
             rows += summarize(df, M=M, N=N, K=K, variant=name, config=cfg.tile_name)
             top = df.sort_values("samples", ascending=False).head(8)
