@@ -87,18 +87,24 @@ def add_config_variants(fns, family, configs_by_name, names, sets, M):
         fns[f"cfg:{name}"] = (lambda c: lambda i: family.gemm_nt(*sets[i % len(sets)], config=c))(c)
 
 
+def error_vs_cublas(out, a, b) -> float:
+    """``||out - a b^T|| / ||a b^T||`` against torch.matmul, on the device (a smoke check of a
+    benchmark's kernel; the tests compare with float64)."""
+    import torch
+
+    want = torch.matmul(a, b.T).float()
+    return ((out.float() - want).norm() / want.norm()).item()
+
+
 def check_and_time(fns, family, cfg, sets, M, N, K, rounds, inner, graph, order=ORDER, record=None,
                    seed=0):
     """A correctness smoke check against cuBLAS (the tests compare with float64), then interleaved
     medians: returns ``(cfg, rel. error, {variant: (ms, TFLOP/s)})``. ``record``: a list that receives
     every round's measurements (``bench_interleaved``)."""
-    import torch
-
     from ..testing import bench_interleaved, summarize
 
     a, b, _ = sets[0]
-    want = torch.matmul(a, b.T).float()
-    err = ((family.gemm_nt(a, b, config=cfg).float() - want).norm() / want.norm()).item()
+    err = error_vs_cublas(family.gemm_nt(a, b, config=cfg), a, b)
     med = summarize(bench_interleaved(fns, rounds=rounds, inner=inner, warmup=2, graph=graph, order=order,
                                       seed=(seed, M, N, K), record=record))
     flop = 2.0 * M * N * K

@@ -137,16 +137,14 @@ def measure(group, K, dtype, rounds, inner, sm_count, seed):
     their rasters and torch.matmul (``torch``), all grids' variants in the same interleaved rounds."""
     import torch
 
-    from fo_lib.experiments.kernel_bench import input_sets
+    from fo_lib.experiments.kernel_bench import error_vs_cublas, input_sets
     from fo_lib.testing import bench_interleaved, summarize
 
     fns = {}
     for M, N, names in group:
         sets = input_sets(M, N, K, dtype)
         a, b, _ = sets[0]
-        want = torch.matmul(a, b.T).float()
-        got = sm90.gemm_nt(a, b, config=sm90.CONFIGS[names[0]], ctas=sm_count).float()
-        err = ((got - want).norm() / want.norm()).item()
+        err = error_vs_cublas(sm90.gemm_nt(a, b, config=sm90.CONFIGS[names[0]], ctas=sm_count), a, b)
         if not err < 1e-2:
             raise RuntimeError(f"{M} x {N} x {K}: relative error {err:.1e} against torch.matmul")
         fns[(M, N, "torch")] = (lambda s: lambda i: torch.matmul(s[i % len(s)][0], s[i % len(s)][1].T,
