@@ -3,7 +3,7 @@
 # each under its own time limit, logging everything to $OUT/run.log and writing CSV + provenance
 # sidecars under $OUT/data/. Run from the repo root:
 #   FO_GIT_SHA=<sha of HEAD> FO_STEPS=build,tests,sanitize,bench_gemm,bench_postops scripts/gpu_run.sh
-# Steps: build tests sanitize sanitize_sm90 bench_gemm exp_gemm signal_cost stall_sites bench_sm90 sm90_tiles sm90_ncu sm90_sass cluster_probe sm90_llm bench_postops launch profile record host_path
+# Steps: build tests sanitize sanitize_sm90 bench_gemm exp_gemm signal_cost stall_sites bench_sm90 sm90_tiles sm90_ncu sm90_sass cluster_probe sm90_ab sm90_llm bench_postops launch profile record host_path
 # timeline engine engine_host multi_gpu bench_overlap run_all_quick heatmap ablation e2e; arguments through FO_TEST_ARGS, FO_GEMM_ARGS, FO_EXP_OPTIONS/FO_EXP_ARGS, FO_STALL_ARGS, FO_SM90_ARGS, FO_POSTOPS_ARGS,
 # FO_MULTI_ARGS, FO_OVERLAP_ARGS, FO_FIGURES_ARGS (default --quick). (tests runs every file in tests/gpu, the sm90 GEMM's included.)
 # (the GPU machine gets a copy without .git: FO_GIT_SHA is what the provenance sidecars record)
@@ -61,6 +61,9 @@ step sm90_ncu 240 python3 scripts/profile/profile_sm90_vs_cublas.py ${FO_SM90_NC
 step sm90_sass 240 python3 scripts/profile/profile_sm90_sass.py ${FO_SM90_SASS_ARGS:-} --out-dir "$OUT/data/sm90_sass"
 # Clusters of 2: how many fit at once, and a cluster grid's cost at 132 / 130 / 128 / 120 CTAs.
 step cluster_probe 90 python3 scripts/profile/sm90_cluster_probe.py ${FO_CLUSTER_PROBE_ARGS:-}
+# Two trees' kernels on the LLM shapes (.baseline/: `git archive <sha> fo_lib scripts data/h200/gemm_sm90_tiles.*`),
+# A B A B processes, autotuning off; FO_AB_ARGS e.g. "--pairs 2 --rounds 10". ~25 s a process.
+step sm90_ab 560 python3 scripts/bench/ab_sm90_llm.py --a .baseline --b . ${FO_AB_ARGS:-} --out-dir "$OUT/data/sm90_ab"
 step sm90_llm 150 python3 scripts/bench/bench_gemm_sm90_llm.py "${tiles_arg[@]}" ${FO_SM90_LLM_ARGS:-} --out "$OUT/data/gemm_sm90_llm.csv"
 step bench_postops 120 python3 scripts/bench/bench_postops.py ${FO_POSTOPS_ARGS:-} --out "$OUT/data/postops.csv"
 step launch 120 python3 scripts/bench/bench_launch.py --out "$OUT/data/launch_host_time.csv"

@@ -73,3 +73,51 @@ def test_measure_mode_records_what_it_measured(tmp_path, monkeypatch):
     assert {r for *_, r, _ in seen} == {3} and not any(c for *_, c in seen)
     assert (tmp_path / "fake-gpu-quick" / "gemm_sm90_llm.csv").exists() and meta["kernel"] == "fo_lib.gemm.sm90"
     assert gemm_llm.ratios(df).tuned.to_list() == pytest.approx([0.99] * len(df), rel=1e-3)
+
+
+def _bench_csv(ratios, config="128x256x64/row8"):
+    """A benchmark CSV's columns ab_compare reads, with cuBLAS / ours = ``ratios`` per shape."""
+    import pandas as pd
+
+    n = len(ratios)
+    ours = [1.0] * n
+    return pd.DataFrame(dict(M=[1024 * (i + 1) for i in range(n)], N=[4096] * n, K=[4096] * n, config=[config] * n,
+                             ours_ms=ours, cublas_ms=list(ratios), signal_ms=ours, guess_ms=ours, model_ms=ours,
+                             model_config=[config] * n, guess_config=[config] * n, alt_ms=ours,
+                             stream_k_tiles=[0] * n))
+
+
+def test_ab_compare_takes_each_trees_median_and_their_ratio():
+    runs = [("a", _bench_csv([0.90, 1.00])), ("b", _bench_csv([0.99, 1.00], "128x128x64p/row8")),
+            ("a", _bench_csv([0.92, 0.98])), ("b", _bench_csv([0.97, 1.02], "128x128x64p/row8")),
+            ("a", _bench_csv([0.91, 0.99])), ("b", _bench_csv([0.98, 1.01], "128x128x64p/row8"))]
+    per_run, shapes = gemm_llm.ab_compare(runs)
+    assert list(per_run.tree) == ["a", "b"] * 3 and list(per_run.run) == list(range(6))
+    assert per_run.worst.tolist() == [0.90, 0.99, 0.92, 0.97, 0.91, 0.98]
+    first = shapes.iloc[0]
+    assert (first.a, first.b) == (0.91, 0.98) and first.b_over_a == pytest.approx(0.98 / 0.91, abs=1e-4)
+    assert (first.config_a, first.config_b) == ("128x256x64/row8", "128x128x64p/row8")
+    assert shapes.iloc[1].b_over_a == pytest.approx(1.01 / 0.99, abs=1e-4)
+
+
+def test_ab_compare_needs_two_trees():
+    with pytest.raises(ValueError, match="exactly two trees"):
+        gemm_llm.ab_compare([("a", _bench_csv([1.0])), ("a", _bench_csv([1.0]))])
+
+
+def test_the_ab_script_alternates_trees_and_seeds(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts/bench/ab_sm90_llm.py"
+    spec = importlib.util.spec_from_file_location("ab_sm90_llm", path)
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    runs = ab.run_commands(Path("old"), Path("."), pairs=2, rounds=7, out_dir=tmp_path, only=[3, 5])
+    assert [(label, str(tree)) for label, tree, _, _ in runs] == [("a", "old"), ("b", "."), ("a", "old"), ("b", ".")]
+    for i, (_, _, cmd, csv) in enumerate(runs):
+        assert cmd[cmd.index("--seed") + 1] == str(i) and cmd[cmd.index("--rounds") + 1] == "7"
+        assert "--no-cluster" in cmd and cmd[-3:] == ["--only", "3", "5"]
+        assert csv.parent == tmp_path and cmd[cmd.index("--out") + 1] == str(csv.resolve())
+    with pytest.raises(SystemExit):
+        ab.main(["--a", str(tmp_path / "missing"), "--out-dir", str(tmp_path)])

@@ -257,3 +257,28 @@ def ratios(df: pd.DataFrame) -> pd.DataFrame:
     out["model_BN"] = df.get("model_config", df.config).map(width_of)
     out["tuned_config"] = df.config
     return out.sort_values("tuned").reset_index(drop=True)
+
+
+def ab_compare(runs: list[tuple[str, pd.DataFrame]]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Two trees' kernels compared through runs of this benchmark in alternating processes (A, B,
+    A, B, ...): each run's own cuBLAS / ours is measured side by side, so the trees compare through
+    it. ``runs``: (tree label, the run's CSV) in run order. Returns one row per run (its
+    :func:`summary` numbers) and one per shape and tree pair: the median over a tree's runs of
+    cuBLAS / ours, and ``b_over_a`` (the second tree's over the first's)."""
+    per_run, per_shape = [], []
+    for i, (tree, df) in enumerate(runs):
+        s = summary(df)
+        per_run.append(dict(run=i, tree=tree, geomean=round(s["geomean"], 4), median=round(s["median"], 4),
+                            worst=round(s["worst"], 4)))
+        per_shape.append(df.assign(tree=tree, run=i, ratio=df.cublas_ms / df.ours_ms)[
+            ["tree", "run", "M", "N", "K", "config", "ratio"]])
+    trees = list(dict.fromkeys(t for t, _ in runs))
+    if len(trees) != 2:
+        raise ValueError(f"ab_compare needs runs of exactly two trees, got {trees}")
+    shapes = (pd.concat(per_shape).groupby(["M", "N", "K", "tree"], sort=False)
+              .agg(ratio=("ratio", "median"), config=("config", "first")).unstack("tree"))
+    a, b = trees
+    out = pd.DataFrame({"config_a": shapes["config"][a], "config_b": shapes["config"][b],
+                        "a": shapes["ratio"][a].round(4), "b": shapes["ratio"][b].round(4)})
+    out["b_over_a"] = (out.b / out.a).round(4)
+    return pd.DataFrame(per_run), out.reset_index()
