@@ -214,9 +214,18 @@ __device__ __forceinline__ void mbar_arrive_remote(u32 bar, u32 rank) {
 // 8-row atoms), base offset (bits 49-51; 0: every atom starts 1024-aligned), swizzle (bits 62-63;
 // 1 = 128B). The k16 step inside the 128-byte row is +32 bytes on the start address: the hardware
 // applies the swizzle to the absolute address, so base offset stays 0.
+// The low word (start address, leading byte offset) of desc_sw128(smem_addr); the high word is the
+// same for every operand and stage.
+__device__ __forceinline__ u32 desc_sw128_lo(u32 smem_addr) { return ((smem_addr & 0x3FFFF) >> 4) | (u32(16 >> 4) << 16); }
+constexpr u32 kDescSw128Hi = (1024 >> 4) | (1u << 30);
 __device__ __forceinline__ u64 desc_sw128(u32 smem_addr) {
-    return u64((smem_addr & 0x3FFFF) >> 4) | (u64(16 >> 4) << 16) | (u64(1024 >> 4) << 32) | (u64(1) << 62);
+    return u64(desc_sw128_lo(smem_addr)) | (u64(kDescSw128Hi) << 32);
 }
+// desc_sw128(addr + bytes) from desc_sw128_lo(addr) = lo: an add on the start-address field, which
+// cannot carry out of its 14 bits (a CTA's shared window is below 256 KB). The kernel keeps one low
+// word for its operands (a register, where two 64-bit descriptors would spill) and steps it per
+// stage and k16 step with this.
+__device__ __forceinline__ u64 desc_sw128_at(u32 lo, u32 bytes) { return u64(lo + (bytes >> 4)) | (u64(kDescSw128Hi) << 32); }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
@@ -464,6 +473,9 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
     const int tiles = tiles_m * tiles_n;
     const TileRaster raster(tiles_m, tiles_n, order, swizzle);  // schedule index -> tile
     const int KT = (K + BK - 1) / BK;  // the last k-block's columns past K are zero-filled by TMA
+    // NOTES: a value ptxas cannot prove warp-uniform lives in vector registers; the warpgroup index
+    // from a shuffle is provably uniform, so the descriptors built from it stay in uniform
+    // registers instead of being rebuilt per thread and moved over (R2UR) before every wgmma.
     const int wg = threadIdx.x / 128;
     const int tid = threadIdx.x % 128;
 
@@ -632,6 +644,9 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
         const bool lead = PINGPONG ? tid == 0 : (c == 0 && tid == 0);  // flags, stamps
         const int warp = tid / 32;
         const int lane = tid % 32;
+        const u32 desc_lo = desc_sw128_lo(base);  // stage 0's A; B is A_BYTES on
+        // This warpgroup's rows of A in a stage (ping-pong: the first half; the second is 64 rows on).
+        const u32 a_rows = PINGPONG ? 0 : __shfl_sync(0xffffffffu, c, 0) * (64 * BK * 2);
         float acc[H][S::ACC];
 #pragma unroll
         for (int h = 0; h < H; ++h)
@@ -674,17 +689,16 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
 #pragma unroll 1
                 for (int i = 0; i < nk; ++i) {
                     mbar_wait_in_asm(bar_full + 8 * stage, phase);
-                    const u32 sb = base + stage * S::STAGE_BYTES + S::A_BYTES;
+                    const u32 at = stage * S::STAGE_BYTES;
 #pragma unroll
                     for (int h = 0; h < H; ++h) fence_acc(acc[h]);
                     wgmma_fence();
 #pragma unroll
                     for (int h = 0; h < H; ++h) {
-                        const u32 sa = base + stage * S::STAGE_BYTES + h * (64 * BK * 2);
 #pragma unroll
                         for (int kk = 0; kk < BK / 16; ++kk)
-                            Wgmma<BN>::mma(acc[h], desc_sw128(sa + kk * 32), desc_sw128(sb + kk * 32),
-                                           (i | kk) != 0, T{});
+                            Wgmma<BN>::mma(acc[h], desc_sw128_at(desc_lo, at + h * (64 * BK * 2) + kk * 32),
+                                           desc_sw128_at(desc_lo, at + S::A_BYTES + kk * 32), (i | kk) != 0, T{});
                     }
                     wgmma_commit();
                     wgmma_wait<1>();
@@ -717,15 +731,14 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 for (int kb = k0; kb < w.k1; ++kb) {
                     mbar_wait(bar_full + 8 * stage, phase);
                     if (!phantom) {
-                        const u32 sa = base + stage * S::STAGE_BYTES + c * (64 * BK * 2);
-                        const u32 sb = base + stage * S::STAGE_BYTES + S::A_BYTES;
+                        const u32 at = stage * S::STAGE_BYTES;
                         fence_acc(acc[0]);
                         wgmma_fence();
 #pragma unroll
                         for (int kk = 0; kk < BK / 16; ++kk) {
                             // scale_d = 0 on the part's first k16 step: D = A B^T, no zeroing pass needed.
-                            Wgmma<BN>::mma(acc[0], desc_sw128(sa + kk * 32), desc_sw128(sb + kk * 32),
-                                           ((kb - k0) | kk) != 0, T{});
+                            Wgmma<BN>::mma(acc[0], desc_sw128_at(desc_lo, at + a_rows + kk * 32),
+                                           desc_sw128_at(desc_lo, at + S::A_BYTES + kk * 32), ((kb - k0) | kk) != 0, T{});
                         }
                         wgmma_commit();
                         wgmma_wait<0>();
