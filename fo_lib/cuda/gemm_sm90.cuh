@@ -437,6 +437,10 @@ struct Sm90Shape {
     }
 };
 
+#ifndef FO_SM90_COOP_DEPTH1
+#define FO_SM90_COOP_DEPTH1 0  // experiment: cooperative consumers keep one k-block of MMAs in flight
+#endif
+
 // Pointers an epilogue does not use may be null.
 template <int BN, int STAGES, int CLUSTER, bool PINGPONG, class T, int EPILOGUE>
 __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDesc& tma_b, bits16* __restrict__ C,
@@ -680,7 +684,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             int tm = 0, tn = 0;
             if (!phantom) raster.tile(w.s, tm, tn);
             if (EPILOGUE == 2 && stages_c && lead) probe[(tm * tiles_n + tn) * 4 + 0] = globaltimer_ns();
-            if (PINGPONG) {
+            if (PINGPONG || FO_SM90_COOP_DEPTH1) {
                 // One k-block of MMAs in flight: k-block kb's stage is freed once kb + 1's are issued
                 // and wgmma.wait_group 1 says kb's are done. No branch that is not uniform in here.
                 const u32 one = tid == 0;
@@ -697,7 +701,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                     for (int h = 0; h < H; ++h) {
 #pragma unroll
                         for (int kk = 0; kk < BK / 16; ++kk)
-                            Wgmma<BN>::mma(acc[h], desc_sw128_at(desc_lo, at + h * (64 * BK * 2) + kk * 32),
+                            Wgmma<BN>::mma(acc[h], desc_sw128_at(desc_lo, at + a_rows + h * (64 * BK * 2) + kk * 32),
                                            desc_sw128_at(desc_lo, at + S::A_BYTES + kk * 32), (i | kk) != 0, T{});
                     }
                     wgmma_commit();
@@ -725,7 +729,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                     }
                 }
                 // Every stage of this unit has been waited for: the other warpgroup may start its next.
-                mbar_arrive_pred<1>(bar_order + 8 * (c ^ 1), 0u, one);
+                if (PINGPONG) mbar_arrive_pred<1>(bar_order + 8 * (c ^ 1), 0u, one);
             } else {
 #pragma unroll 1
                 for (int kb = k0; kb < w.k1; ++kb) {

@@ -10,6 +10,7 @@ one. Writes each run's CSV, ``runs.csv`` (each run's geomean, median, worst) and
 
     python scripts/bench/ab_sm90_llm.py --a ab_old --b . --pairs 2 --rounds 10 --out-dir /tmp/ab
     python scripts/bench/ab_sm90_llm.py --a ab_old --b . --only 0 5 9 --out-dir /tmp/ab
+    python scripts/bench/ab_sm90_llm.py --a . --b . --b-options=-DFO_SM90_COOP_DEPTH1=1 --out-dir /tmp/ab
 """
 from __future__ import annotations
 
@@ -42,6 +43,9 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--a", type=Path, required=True, help="tree A (a directory with fo_lib and scripts)")
     p.add_argument("--b", type=Path, default=Path("."), help="tree B (default this one)")
+    p.add_argument("--b-options", default="",
+                   help="FO_NVRTC_OPTIONS for tree B's runs only (e.g. an experiment's -DNAME=1; --b . then "
+                        "compares the option against this tree without it)")
     p.add_argument("--pairs", type=int, default=2, help="A-B pairs of processes")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--only", type=int, nargs="*", help="indices into the benchmark's shapes")
@@ -62,10 +66,12 @@ def main(argv=None) -> None:
     done = []
     for label, tree, cmd, csv in run_commands(args.a, args.b, args.pairs, args.rounds, args.out_dir, args.only):
         print(f"--- run {len(done)}: tree {label} ({tree})", flush=True)
-        subprocess.run(cmd, cwd=tree, env=dict(env, PYTHONPATH=str(tree.resolve())), check=True)
+        run_env = dict(env, PYTHONPATH=str(tree.resolve()), FO_NVRTC_OPTIONS=args.b_options if label == "b" else "")
+        subprocess.run(cmd, cwd=tree, env=run_env, check=True)
         done.append((label, pd.read_csv(csv)))
     per_run, shapes = ab_compare(done)
-    meta = dict(a=str(args.a), b=str(args.b), pairs=args.pairs, rounds=args.rounds, autotune=False)
+    meta = dict(a=str(args.a), b=str(args.b), b_options=args.b_options, pairs=args.pairs, rounds=args.rounds,
+                autotune=False)
     write_result(per_run, args.out_dir / "runs.csv", **meta)
     write_result(shapes, args.out_dir / "shapes.csv", **meta)
     with pd.option_context("display.width", 160, "display.max_rows", 100):
