@@ -55,11 +55,12 @@
 // other has waited for every stage of the unit before (order barriers), so their main loops
 // alternate on the tensor cores and one's epilogue (and stream-K fixup) runs under the other's MMAs;
 // each keeps one k-block of MMAs in flight (wgmma.wait_group 1). The producer and the store warps
-// walk the units as before.
+// walk the units as before. Cooperative consumers keep one in flight too where the ring has 4+
+// stages (kMmaInFlight); with 3 they wait for each k-block's MMAs (wgmma.wait_group 0).
 //
 // Handshakes (all mbarriers, phase parity tracked by counters, never re-initialised):
 //   full[s]   : 1 arrival (producer's expect_tx) + the TMA bytes     -> consumers may read stage s
-//   empty[s]  : 2 arrivals (one thread per consumer WG, after wgmma.wait_group 0; ping-pong: 1, the WG
+//   empty[s]  : 2 arrivals (one thread per consumer WG, once the stage's MMAs are done; ping-pong: 1, the WG
 //               of the stage's unit; CLUSTER 2: twice as many, the
 //               other CTA's consumers too)                               -> producer may refill
 //   c_full    : 256 arrivals (every consumer thread after its st.shared of C; ping-pong: 128, the
@@ -437,10 +438,6 @@ struct Sm90Shape {
     }
 };
 
-#ifndef FO_SM90_COOP_DEPTH1
-#define FO_SM90_COOP_DEPTH1 0  // experiment: cooperative consumers keep one k-block of MMAs in flight
-#endif
-
 // Pointers an epilogue does not use may be null.
 template <int BN, int STAGES, int CLUSTER, bool PINGPONG, class T, int EPILOGUE>
 __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDesc& tma_b, bits16* __restrict__ C,
@@ -643,6 +640,11 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
         // MMAs; it keeps one k-block of MMAs in flight (alone on the tensor cores).
         const int c = wg - 1;
         constexpr int H = PINGPONG ? 2 : 1;
+        // One k-block of MMAs in flight, so the tensor cores do not drain at every k-block while the
+        // warpgroup frees its stage and waits for the next: its stage is held a k-block longer, which
+        // a ring of 4+ stages spares (ping-pong always does it: the other warpgroup's MMAs wait).
+        // 3-stage rings (BN 224-256) keep the producer's whole lookahead and wait per k-block.
+        constexpr bool kMmaInFlight = PINGPONG || STAGES >= 4;
         const u32 bar_id = PINGPONG ? 2 + c : 2;       // this warpgroup's (or both consumers') named barrier
         constexpr u32 bar_count = PINGPONG ? 128 : 256;
         const bool lead = PINGPONG ? tid == 0 : (c == 0 && tid == 0);  // flags, stamps
@@ -684,7 +686,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             int tm = 0, tn = 0;
             if (!phantom) raster.tile(w.s, tm, tn);
             if (EPILOGUE == 2 && stages_c && lead) probe[(tm * tiles_n + tn) * 4 + 0] = globaltimer_ns();
-            if (PINGPONG || FO_SM90_COOP_DEPTH1) {
+            if (kMmaInFlight) {
                 // One k-block of MMAs in flight: k-block kb's stage is freed once kb + 1's are issued
                 // and wgmma.wait_group 1 says kb's are done. No branch that is not uniform in here.
                 const u32 one = tid == 0;

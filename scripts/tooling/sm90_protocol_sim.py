@@ -1,4 +1,5 @@
-"""Random-interleaving simulation of gemm_sm90.cuh's consumer protocol (cooperative and ping-pong).
+"""Random-interleaving simulation of gemm_sm90.cuh's consumer protocol (cooperative and ping-pong; one
+k-block of MMAs in flight for ping-pong and 4+ stages, as the kernel's kMmaInFlight).
 Processes per CTA: producer, TMA completions (async), consumer WG0, WG1, store warps; cross-CTA
 stream-K flags and slots; clusters of 2 (remote arrivals, multicast halves of B, the phantom unit).
 mbarrier: count, pending arrivals, tx count, completed phases n; try_wait.parity(P) true iff n % 2 != P.
@@ -171,6 +172,9 @@ def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0,
             t += 1
             yield None
 
+    # The kernel's kMmaInFlight: one k-block of MMAs in flight (its stage released a k-block later).
+    in_flight = pingpong or STAGES >= 4
+
     def consumer(C, c):
         stage, phase, c_par, order_par, eorder_par, unit = 0, 0, 0, 0, 0, -1
         tcount = 0  # staged tiles so far (both WGs), for checks
@@ -182,9 +186,13 @@ def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0,
             if cluster > 1:
                 ctas[b ^ 1]["empty"][st].arrive()
 
-        def release(st, g):  # this warpgroup's reads of k-block g (in stage st) are done
-            C["readers"][st] -= 1
-            C["released"][g] = True
+        def release(st, g, reading=True):  # this warpgroup's reads of k-block g (in stage st) are done
+            if reading:
+                C["readers"][st] -= 1
+            rel = C.setdefault("rel", {})
+            rel[g] = rel.get(g, 0) + 1
+            if rel[g] == (1 if pingpong else 2):  # every warpgroup reading the stage
+                C["released"][g] = True
             free(st)
 
         def check_full(what):
@@ -214,7 +222,7 @@ def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0,
                 yield W(lambda p=order_par: C["order"][c].ok(p))
                 order_par ^= 1
             phantom = s >= tiles
-            if pingpong:
+            if in_flight:
                 nk = 0 if phantom else nkb
                 prev, prevg = stage, gk
                 for i in range(nk):
@@ -235,10 +243,10 @@ def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0,
                     for kb in range(k0, k1):
                         yield W(lambda st=stage, p=phase: C["full"][st].ok(p))
                         check_full("phantom ")
-                        C["released"][gk] = True
-                        free(stage)
+                        release(stage, gk, reading=False)
                         step()
-                C["order"][c ^ 1].arrive()
+                if pingpong:
+                    C["order"][c ^ 1].arrive()
             else:
                 for kb in range(k0, k1):
                     yield W(lambda st=stage, p=phase: C["full"][st].ok(p))
@@ -246,12 +254,7 @@ def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0,
                     if not phantom:
                         C["readers"][stage] += 1
                         yield None
-                        C["readers"][stage] -= 1
-                    C.setdefault("rel2", {}).setdefault(gk, 0)
-                    C["rel2"][gk] += 1
-                    if C["rel2"][gk] == 2:
-                        C["released"][gk] = True
-                    free(stage)
+                    release(stage, gk, reading=not phantom)
                     step()
             if pingpong and order_fix and unit > 0:
                 yield W(lambda p=eorder_par: C["eorder"][c].ok(p))
