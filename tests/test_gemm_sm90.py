@@ -57,7 +57,6 @@ def test_smem_bytes_matches_device_code(cname):
     shape = f"fo::Sm90Shape<{cfg.BN}, {cfg.stages}, {str(cfg.pingpong).lower()}>"
     src = (f'#include "gemm_sm90.cuh"\n'
            f"static_assert({shape}::SMEM_BYTES == {cfg.smem_bytes}, \"smem\");\n"
-           f"static_assert({shape}::C_PART_CHUNKS * 8 == {cfg.c_cols}, \"C staging width\");\n"
            f"static_assert(fo::Sm90Shape<{cfg.BN}, {cfg.stages}>::BM == {cfg.BM}, \"BM\");\n"
            f"static_assert(fo::Sm90Shape<{cfg.BN}, {cfg.stages}>::BK == {cfg.BK}, \"BK\");\n"
            f"static_assert(fo::Sm90Shape<{cfg.BN}, {cfg.stages}>::THREADS == {cfg.threads}, \"threads\");\n"
@@ -92,7 +91,7 @@ def test_generate_source_ignores_raster_and_checks_inputs():
     (dict(BN=272), "BN"),
     (dict(stages=1), "stages"),
     (dict(stages=9), "stages"),
-    (dict(BN=256, stages=5), "shared memory"),
+    (dict(BN=256, stages=4), "shared memory"),
     (dict(BN=128, stages=7), "shared memory"),
     (dict(order="diag"), "order"),
     (dict(swizzle=0), "swizzle"),
@@ -114,10 +113,7 @@ def guess_picker(monkeypatch):
 def test_config_properties():
     big, small = gemm_sm90.CONFIGS["128x256x64"], gemm_sm90.CONFIGS["128x128x64"]
     assert (big.BM, big.BN, big.BK, big.threads) == (128, 256, 64, 384)
-    # 4 stages beside C in two halves (the whole C tile fits beside 3 only).
-    assert (big.stages, big.c_cols) == (4, 128)
-    assert big.smem_bytes == 1024 + 4 * 384 * 128 + 128 * 128 * 2 + 1024 + 8 * 10
-    assert gemm_sm90.Sm90Config(256, 3).c_cols == 256
+    assert big.smem_bytes == 1024 + 3 * 384 * 128 + 128 * 256 * 2 + 1024 + 8 * 8
     assert all(c.smem_bytes <= 227 * 1024 for c in gemm_sm90.CONFIGS.values())
     assert gemm_sm90.Sm90Config(128, 6).validate().smem_bytes <= 227 * 1024  # the deepest BN=128 ring
     assert small.BN == 128 and small.stages >= 4
@@ -211,17 +207,12 @@ def test_every_config_width_has_its_wgmma_in_its_source():
         assert f"struct Wgmma<{cfg.BN}>" in src and src.index('#include "gemm_sm90.cuh"') < src.index("struct Wgmma")
 
 
-def test_mid_width_configs_take_the_deepest_ring_that_fits_with_c_whole_or_4_stages():
+def test_mid_width_configs_take_the_deepest_ring_that_fits():
     for bn in gemm_sm90.MID_WIDTHS:
         for cname in (f"128x{bn}x64", f"128x{bn}x64c2"):
             cfg = gemm_sm90.CONFIGS[cname]
             assert cfg.BN == bn and cfg.smem_bytes <= MAX_SMEM
-            deeper = replace(cfg, stages=cfg.stages + 1)
-            # one more stage would not fit, or only with C in parts where the tile's C fits whole now
-            assert cfg.stages == 5 or deeper.smem_bytes > MAX_SMEM or (deeper.c_cols < bn and cfg.c_cols == bn)
-            # C in parts only where the whole tile would leave the ring below 4 stages.
-            whole_fits_4 = replace(cfg, stages=4, BN=bn)._fixed_bytes + 128 * gemm_sm90.c_row_bytes(bn) <= MAX_SMEM
-            assert cfg.c_cols == (bn if whole_fits_4 else 128) and cfg.stages >= 4
+            assert cfg.stages == 5 or replace(cfg, stages=cfg.stages + 1).smem_bytes > MAX_SMEM
     # C rows: 22 chunks (176) padded to 23, 24 chunks (192) swizzled as they are.
     assert gemm_sm90.c_row_bytes(176) == 16 * 23 and gemm_sm90.c_row_bytes(192) == 16 * 24
     assert gemm_sm90.c_row_bytes(256) == 512 and gemm_sm90.c_row_bytes(208) == 16 * 27

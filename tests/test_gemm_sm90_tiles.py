@@ -190,7 +190,7 @@ def test_a_missing_named_table_is_an_error_not_a_silent_guess(data_dir, monkeypa
     ("K", "4k", "K must be a positive int"),
     ("ms_per_wave", "-1", "ms_per_wave must be a positive number"),
     ("ms_per_wave", "nan", "ms_per_wave must be a positive number"),
-    ("tile_name", "m128n256k64_s3", "config 128x256x64 was recorded as 'm128n256k64_s3'.*re-record"),
+    ("tile_name", "m128n256k64_s4", "config 128x256x64 was recorded as 'm128n256k64_s4'.*re-record"),
 ])
 def test_a_bad_row_is_refused_naming_the_file_and_line(data_dir, field, value, message):
     rows = _rows(lambda o, s: 1.0, lambda o, s: 0.5)

@@ -30,12 +30,3 @@ def test_the_kernels_protocol_has_no_violation():
 
 def test_without_the_staging_order_ping_pong_races():
     assert _failing(["500"]) > 0
-
-
-def test_cooperative_c_in_parts_with_mmas_in_flight_has_no_violation():
-    """The 4-stage rings of BN 224-256: C staged in two parts, one k-block of MMAs in flight."""
-    sim = _sim()
-    for seed in range(300):
-        for cluster, P in ((1, 3), (2, 4)):
-            sim.run(P=P, tiles=2 * P + seed % 5, KT=1 + seed % 6, STAGES=4, cluster=cluster, pingpong=False,
-                    seed=seed, order_fix=True, c_parts=2)

@@ -15,8 +15,6 @@
 //     wgmma.m64n{BN}k16 with A and B from shared-memory descriptors, fp32 accumulators in registers.
 //     After a tile's last k-block they write the accumulators (16-bit) to the C staging tile and go
 //     straight on to the next tile: the global stores, the fence and the atomic are off their path.
-//     Where the whole C tile does not fit beside a 4-stage ring (BN 224-256) it is staged in parts
-//     of 128 columns, the next written once the store warps have read the last (C_PARTS).
 //   * Tile schedule: CTA b of P runs s = b, b + P, ... through fo::raster_tile (tile_schedule.cuh),
 //     the same function as the portable kernel, so fo_lib.tiling's wave model holds.
 //   * Clusters (CLUSTER 2, along M): P is even, so cluster ranks 0 and 1 run schedule indices 2 i and
@@ -66,9 +64,8 @@
 //               of the stage's unit; CLUSTER 2: twice as many, the
 //               other CTA's consumers too)                               -> producer may refill
 //   c_full    : 256 arrivals (every consumer thread after its st.shared of C; ping-pong: 128, the
-//               tile's warpgroup), one phase per C part            -> store warps may read C
-//   c_empty   : 96 arrivals (every store thread after its ld.shared of C), one phase per C part
-//                                                                    -> consumers may write C
+//               tile's warpgroup)                                   -> store warps may read C
+//   c_empty   : 96 arrivals (every store thread after its ld.shared of C)     -> consumers may write C
 //   order[c]  : ping-pong, 1 arrival (the other consumer WG, after its unit's main loop)
 //   epi[c]    : ping-pong, 1 arrival (the other consumer WG, after staging its unit's C tile, or
 //               passing a unit without one)
@@ -412,24 +409,18 @@ struct Sm90Shape {
     static constexpr int B_BYTES = BN * BK * 2;
     static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
     static constexpr int C_CHUNKS = BN / 8;  // 16-byte chunks per C row
-    // The C staging buffer: where a row holds a multiple of 8 chunks they are XOR-swizzled by row & 7,
+    // The C staging tile: where a row holds a multiple of 8 chunks they are XOR-swizzled by row & 7,
     // else each row is padded to an odd number of chunks. Either way the 8 rows one stmatrix phase
     // writes (same chunk) fall in 8 distinct bank groups; a store-warp phase (8 consecutive chunks)
     // does too unless it crosses a padded row's end (then 2-way, on the store warps, off the
     // consumers' path).
-    static constexpr int row_bytes(int chunks) { return 16 * (chunks % 8 == 0 ? chunks : (chunks | 1)); }
+    static constexpr bool C_SWIZZLED = C_CHUNKS % 8 == 0;
+    static constexpr int C_ROW_BYTES = 16 * (C_SWIZZLED ? C_CHUNKS : (C_CHUNKS | 1));
+    static constexpr int C_BYTES = BM * C_ROW_BYTES;
     static constexpr int RO_BYTES = BM * 8;
     static constexpr int BAR_BYTES = (2 * STAGES + 2 + (PINGPONG ? 4 : 0)) * 8;  // + ping-pong's two order pairs
     // + 1024: the dynamic shared memory is aligned up to the 1024-byte swizzle atom in the kernel.
-    static constexpr int FIXED_BYTES = 1024 + STAGES * STAGE_BYTES + RO_BYTES + BAR_BYTES;
-    // C is staged whole where it fits beside the ring, else in parts of 128 columns, each handed to
-    // the store warps before the next is written: a 4-stage ring of BN 224-256 fits that way.
-    static constexpr int C_PART_CHUNKS = FIXED_BYTES + BM * row_bytes(C_CHUNKS) <= 232448 ? C_CHUNKS : 16;
-    static constexpr int C_PARTS = (C_CHUNKS + C_PART_CHUNKS - 1) / C_PART_CHUNKS;
-    static constexpr bool C_SWIZZLED = C_PART_CHUNKS % 8 == 0;
-    static constexpr int C_ROW_BYTES = row_bytes(C_PART_CHUNKS);
-    static constexpr int C_BYTES = BM * C_ROW_BYTES;
-    static constexpr int SMEM_BYTES = FIXED_BYTES + C_BYTES;
+    static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + C_BYTES + RO_BYTES + BAR_BYTES;
     // Ping-pong: a consumer holds a whole tile's accumulators (BN per thread), so it takes more.
     static constexpr int PRODUCER_REGS = PINGPONG ? 40 : 56;
     static constexpr int CONSUMER_REGS = PINGPONG ? 232 : 224;
@@ -438,11 +429,10 @@ struct Sm90Shape {
                   "BN must be a multiple of 16 in [128, 256] (wgmma m64nBN; stmatrix pairs; cluster halves of B)");
     static_assert(STAGES >= 2 && STAGES <= 8, "STAGES must be in [2, 8]");
     static_assert(STAGE_BYTES % 1024 == 0 && A_BYTES % 1024 == 0, "stages must keep 1024-byte alignment");
-    static_assert(C_PARTS == 1 || !PINGPONG, "ping-pong stages its tiles whole (its c_parity counts tiles)");
     static_assert(SMEM_BYTES <= 232448, "more shared memory than an sm_90 block can have");
     static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 256 <= 65536, "register file overcommitted");
 
-    // Shared address of 16-byte chunk ch (of the part) of row r of the C staging buffer at smem_c.
+    // Shared address of 16-byte chunk ch of row r of the C staging tile at smem_c.
     static __device__ __forceinline__ u32 c_chunk(u32 smem_c, int r, int ch) {
         return smem_c + r * C_ROW_BYTES + ((C_SWIZZLED ? (ch ^ (r & 7)) : ch) << 4);
     }
@@ -592,41 +582,36 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                     place_sub_stride = place[1];
                     place_shift = int(place[2]);
                 }
-#pragma unroll 1
-                for (int cp = 0; cp < S::C_PARTS; ++cp) {
-                    mbar_wait(bar_c_full, parity);
-                    if (kTableStore && cp == 0) bar_sync(1, S::STORE_THREADS);  // row offsets visible to all store warps
+                mbar_wait(bar_c_full, parity);
+                if (kTableStore) bar_sync(1, S::STORE_THREADS);  // row offsets visible to all store warps
 #pragma unroll 2
-                    for (int g = sw; g * 32 < rows * S::C_PART_CHUNKS; g += 3) {
-                        const int r = (g * 32 + lane) / S::C_PART_CHUNKS;
-                        const int pch = g * 32 + lane - r * S::C_PART_CHUNKS;  // chunk in the part
-                        const int ch = cp * S::C_PART_CHUNKS + pch;          // chunk in the tile
-                        if (r < rows && ch * 8 < cols) {
-                            u32 v[4];
-                            ld_shared_v4(S::c_chunk(smem_c, r, pch), v);
-                            bits16* dst;
-                            if (kTableStore) {
-                                dst = comm_buf + ld_shared_s64(smem_ro + r * 8) + ch * 8;
-                            } else if (kPlaced) {
-                                dst = comm_buf + place_base + i64(r >> place_shift) * place_sub_stride +
-                                      i64(u32(r) & ((1u << place_shift) - 1u)) * cols + ch * 8;
-                            } else {
-                                dst = C + i64(tm * BM + r) * ldc + tn * BN + ch * 8;
-                            }
-                            const int n = cols - ch * 8;
-                            if (n >= 8 && (reinterpret_cast<unsigned long long>(dst) & 15) == 0) {
-                                st_global_v4(dst, v);
-                            } else {
+                for (int g = sw; g * 32 < rows * S::C_CHUNKS; g += 3) {
+                    const int r = (g * 32 + lane) / S::C_CHUNKS;
+                    const int ch = g * 32 + lane - r * S::C_CHUNKS;
+                    if (r < rows && ch * 8 < cols) {
+                        u32 v[4];
+                        ld_shared_v4(S::c_chunk(smem_c, r, ch), v);
+                        bits16* dst;
+                        if (kTableStore) {
+                            dst = comm_buf + ld_shared_s64(smem_ro + r * 8) + ch * 8;
+                        } else if (kPlaced) {
+                            dst = comm_buf + place_base + i64(r >> place_shift) * place_sub_stride +
+                                  i64(u32(r) & ((1u << place_shift) - 1u)) * cols + ch * 8;
+                        } else {
+                            dst = C + i64(tm * BM + r) * ldc + tn * BN + ch * 8;
+                        }
+                        const int n = cols - ch * 8;
+                        if (n >= 8 && (reinterpret_cast<unsigned long long>(dst) & 15) == 0) {
+                            st_global_v4(dst, v);
+                        } else {
 #pragma unroll
-                                for (int e = 0; e < 8; ++e)
-                                    if (e < n) dst[e] = bits16(v[e >> 1] >> ((e & 1) * 16));
-                            }
+                            for (int e = 0; e < 8; ++e)
+                                if (e < n) dst[e] = bits16(v[e >> 1] >> ((e & 1) * 16));
                         }
                     }
-                    // This thread's reads of smem C are done (their values are in the stores above).
-                    mbar_arrive(bar_c_empty);
-                    parity ^= 1u;
                 }
+                // This thread's reads of smem C are done (their values are in the stores above).
+                mbar_arrive(bar_c_empty);
                 // Every store warp's global stores (and reads of smem_ro) precede the publication
                 // below and the next tile's row-offset fetch.
                 bar_sync(1, S::STORE_THREADS);
@@ -643,6 +628,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                         probe[tile_id * 4 + 3] = blockIdx.x;
                     }
                 }
+                parity ^= 1u;
             }
         }
     } else {
@@ -857,27 +843,23 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             // Epilogue: accumulators -> smem C (16-bit), 16-byte chunks placed by Sm90Shape::c_chunk.
             // Fragment of wgmma m64nNk16: acc[h][4 j + 2 g + e] is row 16 warp + lane / 4 + 8 g,
             // column 8 j + 2 (lane % 4) + e of the half's 64 x BN block.
+            mbar_wait(bar_c_empty, c_parity ^ 1u);  // the store warps are done with the previous tile
 #pragma unroll
-            for (int cp = 0; cp < S::C_PARTS; ++cp) {
-                mbar_wait(bar_c_empty, c_parity ^ 1u);  // the store warps are done with the previous part
+            for (int h = 0; h < H; ++h) {
+                // stmatrix x4 stores the 8 x 8 blocks (j, g = 0), (j, 1), (j + 1, 0), (j + 1, 1): lane l
+                // addresses row l % 8 of block l / 8, chunk j + l / 16.
+                const int st_row = (PINGPONG ? h : c) * 64 + warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
 #pragma unroll
-                for (int h = 0; h < H; ++h) {
-                    // stmatrix x4 stores the 8 x 8 blocks (j, g = 0), (j, 1), (j + 1, 0), (j + 1, 1): lane l
-                    // addresses row l % 8 of block l / 8, chunk j + l / 16.
-                    const int st_row = (PINGPONG ? h : c) * 64 + warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
-                    constexpr int PC = S::C_PART_CHUNKS;
-#pragma unroll
-                    for (int j = cp * PC; j < S::C_CHUNKS && j < (cp + 1) * PC; j += 2) {
-                        stmatrix_x4(S::c_chunk(smem_c, st_row, j - cp * PC + (lane >> 4)),
-                                    pack2(T{}, acc[h][4 * j], acc[h][4 * j + 1]),
-                                    pack2(T{}, acc[h][4 * j + 2], acc[h][4 * j + 3]),
-                                    pack2(T{}, acc[h][4 * j + 4], acc[h][4 * j + 5]),
-                                    pack2(T{}, acc[h][4 * j + 6], acc[h][4 * j + 7]));
-                    }
+                for (int j = 0; j < BN / 8; j += 2) {
+                    stmatrix_x4(S::c_chunk(smem_c, st_row, j + (lane >> 4)),
+                                pack2(T{}, acc[h][4 * j], acc[h][4 * j + 1]),
+                                pack2(T{}, acc[h][4 * j + 2], acc[h][4 * j + 3]),
+                                pack2(T{}, acc[h][4 * j + 4], acc[h][4 * j + 5]),
+                                pack2(T{}, acc[h][4 * j + 6], acc[h][4 * j + 7]));
                 }
-                mbar_arrive(bar_c_full);
-                c_parity ^= 1u;
             }
+            mbar_arrive(bar_c_full);
+            c_parity ^= 1u;
             pass_epilogue();
         }
     }

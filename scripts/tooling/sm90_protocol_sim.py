@@ -1,6 +1,5 @@
 """Random-interleaving simulation of gemm_sm90.cuh's consumer protocol (cooperative and ping-pong; one
-k-block of MMAs in flight for ping-pong and 4+ stages, as the kernel's kMmaInFlight; cooperative C
-tiles staged whole or in two parts, as its C_PARTS).
+k-block of MMAs in flight for ping-pong and 4+ stages, as the kernel's kMmaInFlight).
 Processes per CTA: producer, TMA completions (async), consumer WG0, WG1, store warps; cross-CTA
 stream-K flags and slots; clusters of 2 (remote arrivals, multicast halves of B, the phantom unit).
 mbarrier: count, pending arrivals, tx count, completed phases n; try_wait.parity(P) true iff n % 2 != P.
@@ -92,8 +91,7 @@ def W(cond):  # a wait: yield a predicate
     return cond
 
 
-def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0, order_fix=False, trace=False,
-        c_parts=1):
+def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0, order_fix=False, trace=False):
     rng = random.Random(seed)
     G = {"flag": {}, "slot": {}}
     ctas = []
@@ -112,7 +110,7 @@ def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0,
         C["cbuf"] = None                   # (tile index t, complete?)
         C["c_writers"] = 0
         C["c_readers"] = 0
-        C["stored"] = 0                    # C parts (tiles in ping-pong) whose store-warp reads are complete
+        C["stored"] = 0                    # tiles whose store-warp reads are complete
         C["units"] = units(b, P, tiles, sk_tiles, sk_split, KT, cluster)
         C["staged_list"] = [i for i, u in enumerate(C["units"]) if u[0] < tiles and u[3] not in (KHEAD, KPARK)]
         ctas.append(C)
@@ -157,22 +155,20 @@ def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0,
         for (s, k0, k1, part, dp, split, sk) in C["units"]:
             if s >= tiles or part in (KHEAD, KPARK):
                 continue
-            for cpart in range(c_parts):
-                yield W(lambda p=parity: C["c_full"].ok(p))
-                if C["c_writers"]:
-                    raise Viol(f"cta{C['b']}: store reads C of tile {t} while a consumer writes it")
-                if C["cbuf"] != (t, s, cpart, True):
-                    raise Viol(f"cta{C['b']}: store warps read staged tile #{t} (s={s}) part {cpart} but C "
-                               f"holds {C['cbuf']}")
-                C["c_readers"] += 1
-                for _ in range(rng.randint(1, 4)):
-                    yield None
-                    if C["cbuf"] != (t, s, cpart, True):
-                        raise Viol(f"cta{C['b']}: C overwritten ({C['cbuf']}) while store warps read tile #{t}")
-                C["c_readers"] -= 1
-                C["stored"] += 1
-                C["c_empty"].arrive(96)
-                parity ^= 1
+            yield W(lambda p=parity: C["c_full"].ok(p))
+            if C["c_writers"]:
+                raise Viol(f"cta{C['b']}: store reads C of tile {t} while a consumer writes it")
+            if C["cbuf"] != (t, s, True):
+                raise Viol(f"cta{C['b']}: store warps read staged tile #{t} (s={s}) but C holds {C['cbuf']}")
+            C["c_readers"] += 1
+            for _ in range(rng.randint(1, 4)):
+                yield None
+                if C["cbuf"] != (t, s, True):
+                    raise Viol(f"cta{C['b']}: C overwritten ({C['cbuf']}) while store warps read tile #{t}")
+            C["c_readers"] -= 1
+            C["stored"] += 1
+            C["c_empty"].arrive(96)
+            parity ^= 1
             t += 1
             yield None
 
@@ -301,36 +297,35 @@ def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0,
                 v = G["slot"].get((2 * (b - 1), half))
                 if v is None or v[1] != s:
                     raise Viol(f"cta{b}: head of tile {s} missing ({v})")
-            # epilogue: the C tile in c_parts parts (ping-pong: whole), each handed to the store warps
-            for cpart in range(c_parts):
-                yield W(lambda p=c_par: C["c_empty"].ok(p ^ 1))
+            # epilogue
+            yield W(lambda p=c_par: C["c_empty"].ok(p ^ 1))
+            if pingpong:
                 t = tcount
-                if C["stored"] != t * c_parts + cpart:
-                    raise Viol(f"cta{b} wg{c}: stages C tile #{t} part {cpart} (unit {unit}) but only "
-                               f"{C['stored']} parts stored (c_empty n={C['c_empty'].n})")
-                if pingpong:
-                    if C["c_readers"] or C["c_writers"]:
-                        raise Viol(f"cta{b} wg{c}: C written during another access")
-                    C["c_writers"] += 1
-                    C["cbuf"] = (t, s, 0, False)
-                    for _ in range(rng.randint(1, 3)):
-                        yield None
-                        if C["cbuf"] != (t, s, 0, False) or C["c_readers"]:
-                            raise Viol(f"cta{b} wg{c}: C tile #{t} clobbered during staging")
-                    C["cbuf"] = (t, s, 0, True)
-                    C["c_writers"] -= 1
-                    C["c_full"].arrive(128)
-                    if order_fix:
-                        C["eorder"][c ^ 1].arrive()
-                else:
-                    if C["c_readers"]:
-                        raise Viol(f"cta{b} wg{c}: C part {cpart} of tile #{t} written while the store warps read")
-                    halves = C.setdefault("half", {})
-                    halves[(t, cpart)] = halves.get((t, cpart), 0) + 1
-                    C["cbuf"] = (t, s, cpart, halves[(t, cpart)] == 2)
+                if C["stored"] != t:
+                    raise Viol(f"cta{b} wg{c}: stages C tile #{t} (unit {unit}) but only {C['stored']} stored "
+                               f"(c_empty n={C['c_empty'].n})")
+                if C["c_readers"] or C["c_writers"]:
+                    raise Viol(f"cta{b} wg{c}: C written during another access")
+                C["c_writers"] += 1
+                C["cbuf"] = (t, s, False)
+                for _ in range(rng.randint(1, 3)):
                     yield None
-                    C["c_full"].arrive(128)
-                c_par ^= 1
+                    if C["cbuf"] != (t, s, False) or C["c_readers"]:
+                        raise Viol(f"cta{b} wg{c}: C tile #{t} clobbered during staging")
+                C["cbuf"] = (t, s, True)
+                C["c_writers"] -= 1
+                C["c_full"].arrive(128)
+                if order_fix:
+                    C["eorder"][c ^ 1].arrive()
+            else:
+                t = tcount
+                if C["stored"] != t:
+                    raise Viol(f"cta{b} wg{c}: coop stages tile #{t} but {C['stored']} stored")
+                C.setdefault("half", {}).setdefault(t, 0)
+                C["half"][t] += 1
+                C["cbuf"] = (t, s, C["half"][t] == 2)
+                C["c_full"].arrive(128)
+            c_par ^= 1
             tcount += 1
 
     procs = []
@@ -373,7 +368,6 @@ def main():
         P = rng.choice([1, 2, 3, 4, 6]) if cluster == 1 else rng.choice([2, 4, 6])
         KT = rng.choice([1, 1, 2, 3, 5, 8])
         STAGES = rng.choice([2, 3, 4, 5])
-        c_parts = 1 if pp else rng.choice([1, 2])  # the kernel's C_PARTS (cooperative BN 224-256: 2)
         tiles = rng.randint(1, 5 * P)
         sk_tiles, sk_split = 0, 0
         if cluster == 1 and rng.random() < 0.5:
@@ -386,7 +380,7 @@ def main():
                 sk_tiles = rng.randint(1, max(1, P // sk_split))
                 tiles = max(tiles, sk_tiles + 1)
         args = dict(P=P, tiles=tiles, KT=KT, STAGES=STAGES, cluster=cluster, pingpong=pp, sk_tiles=sk_tiles,
-                    sk_split=sk_split, seed=it, order_fix=fix, c_parts=c_parts)
+                    sk_split=sk_split, seed=it, order_fix=fix)
         try:
             run(**args)
         except Viol as e:
