@@ -438,10 +438,6 @@ struct Sm90Shape {
     }
 };
 
-#ifndef FO_SM90_CLUSTER_IN_FLIGHT
-#define FO_SM90_CLUSTER_IN_FLIGHT 1  // experiment: 0 makes clusters wait for each k-block's MMAs
-#endif
-
 // Pointers an epilogue does not use may be null.
 template <int BN, int STAGES, int CLUSTER, bool PINGPONG, class T, int EPILOGUE>
 __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDesc& tma_b, bits16* __restrict__ C,
@@ -648,7 +644,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
         // warpgroup frees its stage and waits for the next: its stage is held a k-block longer, which
         // a ring of 4+ stages spares (ping-pong always does it: the other warpgroup's MMAs wait).
         // 3-stage rings (BN 224-256) keep the producer's whole lookahead and wait per k-block.
-        constexpr bool kMmaInFlight = PINGPONG || (STAGES >= 4 && (CLUSTER == 1 || FO_SM90_CLUSTER_IN_FLIGHT));
+        constexpr bool kMmaInFlight = PINGPONG || STAGES >= 4;
         const u32 bar_id = PINGPONG ? 2 + c : 2;       // this warpgroup's (or both consumers') named barrier
         constexpr u32 bar_count = PINGPONG ? 128 : 256;
         const bool lead = PINGPONG ? tid == 0 : (c == 0 && tid == 0);  // flags, stamps
