@@ -62,7 +62,8 @@ step sm90_sass 240 python3 scripts/profile/profile_sm90_sass.py ${FO_SM90_SASS_A
 # Clusters of 2: how many fit at once, and a cluster grid's cost at 132 / 130 / 128 / 120 CTAs.
 step cluster_probe 90 python3 scripts/profile/sm90_cluster_probe.py ${FO_CLUSTER_PROBE_ARGS:-}
 # Two trees' kernels on the LLM shapes (.baseline/: `git archive <sha> fo_lib scripts data/h200/gemm_sm90_tiles.*`),
-# A B A B processes, autotuning off; FO_AB_ARGS e.g. "--pairs 2 --rounds 10". ~25 s a process.
+# A B A B processes, autotuning off; FO_AB_ARGS e.g. "--pairs 2 --rounds 10 --b-options=-DNAME=1" (split at
+# spaces: one -D per --b-options). ~25 s a process.
 step sm90_ab 560 python3 scripts/bench/ab_sm90_llm.py --a .baseline --b . ${FO_AB_ARGS:-} --out-dir "$OUT/data/sm90_ab"
 step sm90_llm 150 python3 scripts/bench/bench_gemm_sm90_llm.py "${tiles_arg[@]}" ${FO_SM90_LLM_ARGS:-} --out "$OUT/data/gemm_sm90_llm.csv"
 step bench_postops 120 python3 scripts/bench/bench_postops.py ${FO_POSTOPS_ARGS:-} --out "$OUT/data/postops.csv"

@@ -100,12 +100,18 @@ def test_ab_compare_takes_each_trees_median_and_their_ratio():
     assert shapes.iloc[1].b_over_a == pytest.approx(1.01 / 0.99, abs=1e-4)
 
 
+def test_ab_compare_shows_a_tree_whose_runs_picked_differently():
+    runs = [("a", _bench_csv([1.0])), ("b", _bench_csv([1.0])), ("a", _bench_csv([1.0], "128x192x64/row8"))]
+    _, shapes = gemm_llm.ab_compare(runs)
+    assert shapes.iloc[0].config_a == "128x256x64/row8|128x192x64/row8"
+
+
 def test_ab_compare_needs_two_trees():
     with pytest.raises(ValueError, match="exactly two trees"):
         gemm_llm.ab_compare([("a", _bench_csv([1.0])), ("a", _bench_csv([1.0]))])
 
 
-def test_the_ab_script_alternates_trees_and_seeds(tmp_path):
+def _ab_script():
     import importlib.util
     from pathlib import Path
 
@@ -113,11 +119,38 @@ def test_the_ab_script_alternates_trees_and_seeds(tmp_path):
     spec = importlib.util.spec_from_file_location("ab_sm90_llm", path)
     ab = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ab)
-    runs = ab.run_commands(Path("old"), Path("."), pairs=2, rounds=7, out_dir=tmp_path, only=[3, 5])
-    assert [(label, str(tree)) for label, tree, _, _ in runs] == [("a", "old"), ("b", "."), ("a", "old"), ("b", ".")]
-    for i, (_, _, cmd, csv) in enumerate(runs):
-        assert cmd[cmd.index("--seed") + 1] == str(i) and cmd[cmd.index("--rounds") + 1] == "7"
+    return ab
+
+
+def test_the_ab_script_alternates_trees_seeds_by_pair_and_options_to_b_only(tmp_path):
+    from pathlib import Path
+
+    ab = _ab_script()
+    runs = ab.run_commands(Path("old"), Path("."), pairs=2, rounds=7, out_dir=tmp_path, only=[3, 5],
+                           b_options="-DX=1")
+    assert [(label, str(tree)) for label, tree, *_ in runs] == [("a", "old"), ("b", "."), ("a", "old"), ("b", ".")]
+    for i, (label, tree, cmd, env, csv) in enumerate(runs):
+        assert cmd[cmd.index("--seed") + 1] == str(i // 2) and cmd[cmd.index("--rounds") + 1] == "7"
         assert "--no-cluster" in cmd and cmd[-3:] == ["--only", "3", "5"]
         assert csv.parent == tmp_path and cmd[cmd.index("--out") + 1] == str(csv.resolve())
+        assert env["FO_NVRTC_OPTIONS"] == ("-DX=1" if label == "b" else "")
+        assert env["FO_SM90_AUTOTUNE"] == "0" and env["PYTHONPATH"] == str(tree.resolve())
+
+
+def test_the_ab_script_refuses_a_missing_tree_and_an_unknown_macro(tmp_path, capsys):
+    from pathlib import Path
+
+    ab = _ab_script()
+    repo = Path(__file__).resolve().parents[1]
     with pytest.raises(SystemExit):
-        ab.main(["--a", str(tmp_path / "missing"), "--out-dir", str(tmp_path)])
+        ab.main(["--a", str(tmp_path / "missing"), "--b", str(repo), "--out-dir", str(tmp_path)])
+    assert f"{tmp_path / 'missing'} has no scripts/bench/bench_gemm_sm90_llm.py" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        ab.main(["--a", str(repo), "--b", str(repo), "--b-options=-DFO_NO_SUCH_SWITCH=1", "--out-dir", str(tmp_path)])
+    assert "mentions FO_NO_SUCH_SWITCH" in capsys.readouterr().err
+    assert ab.unknown_macros("-DFO_SIGNAL_RELEASE_KTILE=2 -DFO_NO_SUCH_SWITCH -O3", repo) == ["FO_NO_SUCH_SWITCH"]
+
+
+def test_ab_compare_refuses_runs_over_different_shapes():
+    with pytest.raises(ValueError, match="different shapes"):
+        gemm_llm.ab_compare([("a", _bench_csv([1.0, 1.0])), ("b", _bench_csv([1.0]))])

@@ -30,3 +30,21 @@ def test_the_kernels_protocol_has_no_violation():
 
 def test_without_the_staging_order_ping_pong_races():
     assert _failing(["500"]) > 0
+
+
+def test_cooperative_mmas_in_flight_freeing_a_stage_early_is_found():
+    """4+ stages: cooperative consumers keep a k-block of MMAs in flight; freeing its stage at issue
+    (not after wgmma.wait_group 1) lets the producer refill it under the MMAs, which the model finds."""
+    sim = _sim()
+    args = [dict(P=P, tiles=2 * P + seed % 5, KT=2 + seed % 6, STAGES=4 + seed % 2, cluster=cluster,
+                 pingpong=False, seed=seed, order_fix=True)
+            for seed in range(100) for cluster, P in ((1, 3), (2, 4))]
+    for a in args:
+        sim.run(**a)  # the kernel's protocol: no violation
+    found = 0
+    for a in args:
+        try:
+            sim.run(**a, bug="early_release")
+        except sim.Viol:
+            found += 1
+    assert found > len(args) // 2, found

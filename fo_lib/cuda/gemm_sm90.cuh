@@ -56,13 +56,13 @@
 // alternate on the tensor cores and one's epilogue (and stream-K fixup) runs under the other's MMAs;
 // each keeps one k-block of MMAs in flight (wgmma.wait_group 1). The producer and the store warps
 // walk the units as before. Cooperative consumers keep one in flight too where the ring has 4+
-// stages (kMmaInFlight); with 3 they wait for each k-block's MMAs (wgmma.wait_group 0).
+// stages (kMmaInFlight); with fewer they wait for each k-block's MMAs (wgmma.wait_group 0).
 //
 // Handshakes (all mbarriers, phase parity tracked by counters, never re-initialised):
 //   full[s]   : 1 arrival (producer's expect_tx) + the TMA bytes     -> consumers may read stage s
-//   empty[s]  : 2 arrivals (one thread per consumer WG, once the stage's MMAs are done; ping-pong: 1, the WG
-//               of the stage's unit; CLUSTER 2: twice as many, the
-//               other CTA's consumers too)                               -> producer may refill
+//   empty[s]  : 2 arrivals (one thread per consumer WG, once the stage's MMAs are done; ping-pong:
+//               1, the WG of the stage's unit; CLUSTER 2: twice as many, the other CTA's
+//               consumers too)                                      -> producer may refill
 //   c_full    : 256 arrivals (every consumer thread after its st.shared of C; ping-pong: 128, the
 //               tile's warpgroup)                                   -> store warps may read C
 //   c_empty   : 96 arrivals (every store thread after its ld.shared of C)     -> consumers may write C
@@ -130,7 +130,7 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
     while (!mbar_try_wait(bar, parity)) {
     }
 }
-// NOTES: while a warpgroup's wgmma is in flight (ping-pong keeps one k-block's), a C++ branch that
+// NOTES: while a warpgroup's wgmma is in flight (kMmaInFlight keeps one k-block's), a C++ branch that
 // ptxas cannot prove uniform (a spin loop, `if (tid == 0)`) makes it serialize every wgmma (C7518).
 // These keep the loop and the predicate inside one asm statement each (labels are scoped to the
 // braces, so the statement may be inlined many times).
@@ -217,16 +217,23 @@ __device__ __forceinline__ void mbar_arrive_remote(u32 bar, u32 rank) {
 // applies the swizzle to the absolute address, so base offset stays 0.
 // The low word (start address, leading byte offset) of desc_sw128(smem_addr); the high word is the
 // same for every operand and stage.
-__device__ __forceinline__ u32 desc_sw128_lo(u32 smem_addr) { return ((smem_addr & 0x3FFFF) >> 4) | (u32(16 >> 4) << 16); }
+__host__ __device__ constexpr u32 desc_sw128_lo(u32 smem_addr) {
+    return ((smem_addr & 0x3FFFF) >> 4) | (u32(16 >> 4) << 16);
+}
 constexpr u32 kDescSw128Hi = (1024 >> 4) | (1u << 30);
-__device__ __forceinline__ u64 desc_sw128(u32 smem_addr) {
+__host__ __device__ constexpr u64 desc_sw128(u32 smem_addr) {
     return u64(desc_sw128_lo(smem_addr)) | (u64(kDescSw128Hi) << 32);
 }
 // desc_sw128(addr + bytes) from desc_sw128_lo(addr) = lo: an add on the start-address field, which
-// cannot carry out of its 14 bits (a CTA's shared window is below 256 KB). The kernel keeps one low
-// word for its operands (a register, where two 64-bit descriptors would spill) and steps it per
-// stage and k16 step with this.
-__device__ __forceinline__ u64 desc_sw128_at(u32 lo, u32 bytes) { return u64(lo + (bytes >> 4)) | (u64(kDescSw128Hi) << 32); }
+// cannot carry out of its 14 bits while addr + bytes < 256 KB (a CTA's shared window is smaller).
+// The kernel keeps one low word for its operands (a register, where two 64-bit descriptors would
+// spill) and steps it per stage and k16 step with this.
+__host__ __device__ constexpr u64 desc_sw128_at(u32 lo, u32 bytes) {
+    return u64(lo + (bytes >> 4)) | (u64(kDescSw128Hi) << 32);
+}
+static_assert(desc_sw128_at(desc_sw128_lo(1024), 4 * 49152 + 96) == desc_sw128(1024 + 4 * 49152 + 96) &&
+                  desc_sw128_at(desc_sw128_lo(0x38000), 0x3FF0) == desc_sw128(0x3BFF0),
+              "a descriptor stepped by adds is the descriptor of the stepped address");
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
@@ -474,9 +481,6 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
     const int tiles = tiles_m * tiles_n;
     const TileRaster raster(tiles_m, tiles_n, order, swizzle);  // schedule index -> tile
     const int KT = (K + BK - 1) / BK;  // the last k-block's columns past K are zero-filled by TMA
-    // NOTES: a value ptxas cannot prove warp-uniform lives in vector registers; the warpgroup index
-    // from a shuffle is provably uniform, so the descriptors built from it stay in uniform
-    // registers instead of being rebuilt per thread and moved over (R2UR) before every wgmma.
     const int wg = threadIdx.x / 128;
     const int tid = threadIdx.x % 128;
 
@@ -651,7 +655,9 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
         const int warp = tid / 32;
         const int lane = tid % 32;
         const u32 desc_lo = desc_sw128_lo(base);  // stage 0's A; B is A_BYTES on
-        // This warpgroup's rows of A in a stage (ping-pong: the first half; the second is 64 rows on).
+        // This warpgroup's rows of A in a stage (ping-pong: the first half; the second is 64 rows on),
+        // shuffled so ptxas sees it warp-uniform. (Shuffling the warpgroup index itself, as CUTLASS
+        // does, made ptxas spill; the descriptors still reach the wgmma through R2UR.)
         const u32 a_rows = PINGPONG ? 0 : __shfl_sync(0xffffffffu, c, 0) * (64 * BK * 2);
         float acc[H][S::ACC];
 #pragma unroll
@@ -744,7 +750,8 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                         for (int kk = 0; kk < BK / 16; ++kk) {
                             // scale_d = 0 on the part's first k16 step: D = A B^T, no zeroing pass needed.
                             Wgmma<BN>::mma(acc[0], desc_sw128_at(desc_lo, at + a_rows + kk * 32),
-                                           desc_sw128_at(desc_lo, at + S::A_BYTES + kk * 32), ((kb - k0) | kk) != 0, T{});
+                                           desc_sw128_at(desc_lo, at + S::A_BYTES + kk * 32),
+                                           ((kb - k0) | kk) != 0, T{});
                         }
                         wgmma_commit();
                         wgmma_wait<0>();

@@ -262,9 +262,10 @@ def ratios(df: pd.DataFrame) -> pd.DataFrame:
 def ab_compare(runs: list[tuple[str, pd.DataFrame]]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Two trees' kernels compared through runs of this benchmark in alternating processes (A, B,
     A, B, ...): each run's own cuBLAS / ours is measured side by side, so the trees compare through
-    it. ``runs``: (tree label, the run's CSV) in run order. Returns one row per run (its
-    :func:`summary` numbers) and one per shape and tree pair: the median over a tree's runs of
-    cuBLAS / ours, and ``b_over_a`` (the second tree's over the first's)."""
+    it. ``runs``: (tree label, the run's CSV) in run order, both trees over the same shapes. Returns
+    one row per run (its :func:`summary` numbers) and one per shape: each tree's config (several
+    joined by ``|`` where its runs picked differently), the median over its runs of cuBLAS / ours, and
+    ``b_over_a`` (the second tree's over the first's)."""
     per_run, per_shape = [], []
     for i, (tree, df) in enumerate(runs):
         s = summary(df)
@@ -275,10 +276,15 @@ def ab_compare(runs: list[tuple[str, pd.DataFrame]]) -> tuple[pd.DataFrame, pd.D
     trees = list(dict.fromkeys(t for t, _ in runs))
     if len(trees) != 2:
         raise ValueError(f"ab_compare needs runs of exactly two trees, got {trees}")
-    shapes = (pd.concat(per_shape).groupby(["M", "N", "K", "tree"], sort=False)
-              .agg(ratio=("ratio", "median"), config=("config", "first")).unstack("tree"))
     a, b = trees
+    long = pd.concat(per_shape)
+    shape_sets = [set(map(tuple, long[long.tree == t][["M", "N", "K"]].to_numpy())) for t in trees]
+    if shape_sets[0] != shape_sets[1]:
+        raise ValueError(f"the trees' runs cover different shapes: {sorted(shape_sets[0] ^ shape_sets[1])}")
+    shapes = (long.groupby(["M", "N", "K", "tree"], sort=False)
+              .agg(ratio=("ratio", "median"), config=("config", lambda c: "|".join(dict.fromkeys(c))))
+              .unstack("tree"))
     out = pd.DataFrame({"config_a": shapes["config"][a], "config_b": shapes["config"][b],
-                        "a": shapes["ratio"][a].round(4), "b": shapes["ratio"][b].round(4)})
-    out["b_over_a"] = (out.b / out.a).round(4)
+                        "a": shapes["ratio"][a].round(4), "b": shapes["ratio"][b].round(4),
+                        "b_over_a": (shapes["ratio"][b] / shapes["ratio"][a]).round(4)})
     return pd.DataFrame(per_run), out.reset_index()

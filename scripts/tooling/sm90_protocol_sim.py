@@ -91,7 +91,11 @@ def W(cond):  # a wait: yield a predicate
     return cond
 
 
-def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0, order_fix=False, trace=False):
+def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0, order_fix=False, trace=False,
+        bug=None):
+    """One random interleaving; raises Viol on a protocol violation or a deadlock. ``bug``:
+    ``"early_release"`` makes the in-flight consumers free a stage as soon as its MMAs are issued
+    (the model must find it)."""
     rng = random.Random(seed)
     G = {"flag": {}, "slot": {}}
     ctas = []
@@ -232,13 +236,20 @@ def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0,
                     check_full("")
                     C["readers"][stage] += 1
                     yield None
-                    if i > 0:  # wait_group 1: the previous k-block's reads are done
+                    if bug == "early_release":  # arrive on the stage just issued, before its MMAs are done
+                        release(stage, gk, reading=False)
+                        if i > 0:
+                            C["readers"][prev] -= 1
+                    elif i > 0:  # wait_group 1: the previous k-block's reads are done
                         release(prev, prevg)
                     prev, prevg = stage, gk
                     step()
                     yield None
                 if nk > 0:
-                    release(prev, prevg)
+                    if bug == "early_release":
+                        C["readers"][prev] -= 1
+                    else:
+                        release(prev, prevg)
                 if phantom:
                     for kb in range(k0, k1):
                         yield W(lambda st=stage, p=phase: C["full"][st].ok(p))
