@@ -3,7 +3,7 @@
 # each under its own time limit, logging everything to $OUT/run.log and writing CSV + provenance
 # sidecars under $OUT/data/. Run from the repo root:
 #   FO_GIT_SHA=<sha of HEAD> FO_STEPS=build,tests,sanitize,bench_gemm,bench_postops scripts/gpu_run.sh
-# Steps: build tests sanitize sanitize_sm90 bench_gemm exp_gemm signal_cost stall_sites bench_sm90 sm90_tiles sm90_ncu sm90_sass cluster_probe sm90_ab sm90_llm bench_postops launch profile record host_path
+# Steps: build sm90_tiles tests sanitize sanitize_sm90 bench_gemm exp_gemm signal_cost stall_sites bench_sm90 sm90_ncu sm90_sass cluster_probe sm90_ab sm90_llm bench_postops launch profile record host_path
 # timeline engine engine_host multi_gpu bench_overlap run_all_quick heatmap ablation e2e; arguments through FO_TEST_ARGS, FO_GEMM_ARGS, FO_EXP_OPTIONS/FO_EXP_ARGS, FO_STALL_ARGS, FO_SM90_ARGS, FO_POSTOPS_ARGS,
 # FO_MULTI_ARGS, FO_OVERLAP_ARGS, FO_FIGURES_ARGS (default --quick). (tests runs every file in tests/gpu, the sm90 GEMM's included.)
 # (the GPU machine gets a copy without .git: FO_GIT_SHA is what the provenance sidecars record)
@@ -28,6 +28,16 @@ step() {  # step NAME LIMIT_S CMD...
 python3 -m fo_lib info >>"$log" 2>&1
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv >>"$log" 2>&1
 step build 120 python3 -m fo_lib build
+# Issue 23: record the Hopper tile table (full-wave time per tile x raster x K) before anything that
+# picks a config: the tests and benchmarks after it in this call read THAT table (FO_SM90_TILES; a
+# config change makes the committed one stale, which the GPU autotune tests refuse), and sm90_llm
+# benchmarks the LLM shapes with its picks. To make the table the GPU's default, commit
+# $OUT/data/gemm_sm90_tiles.{csv,meta.json} as data/<gpu>/. ~40 s on an H200.
+step sm90_tiles 300 python3 scripts/bench/record_sm90_tiles.py ${FO_SM90_TILES_ARGS:-} --out "$OUT/data/gemm_sm90_tiles.csv"
+# (without sm90_tiles in the same call, and no FO_SM90_TILES: the table committed under data/<gpu>/)
+[ -z "${FO_SM90_TILES:-}" ] && [ -f "$OUT/data/gemm_sm90_tiles.csv" ] && export FO_SM90_TILES="$OUT/data/gemm_sm90_tiles.csv"
+tiles_arg=()
+[ -n "${FO_SM90_TILES:-}" ] && tiles_arg=(--tiles "$FO_SM90_TILES")
 step tests 420 python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/gpu ${FO_TEST_ARGS:-}
 step sanitize 150 bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/profile/sanitize_kernels.py && compute-sanitizer --tool racecheck --error-exitcode 9 python3 scripts/profile/sanitize_kernels.py"
 # cuda-bindings probes the driver with cuGetProcAddress calls that fail by design: not kernel errors.
@@ -46,15 +56,6 @@ fi
 step signal_cost 200 python3 scripts/profile/profile_signal_cost.py ${FO_SIGNAL_COST_ARGS:---repeat 5} --out "$OUT/data/gemm_portable_signal_cost.csv"
 step stall_sites 300 python3 scripts/profile/profile_stall_sites.py ${FO_STALL_ARGS:-} --out-dir "$OUT/data/stall_sites"
 step bench_sm90 300 python3 scripts/bench/bench_gemm_sm90.py ${FO_SM90_ARGS:-} --out "$OUT/data/gemm_sm90.csv"
-# Issue 23: record the Hopper tile table (full-wave time per tile x raster x K), then benchmark the LLM
-# shapes with the config the picker takes from THAT table (--tiles sets FO_SM90_TILES for the run; a
-# missing table is an error there, not a silent guess). To make the table the GPU's default, commit
-# $OUT/data/gemm_sm90_tiles.{csv,meta.json} as data/<gpu>/. ~2-3 min and ~50-90 s on an H200.
-step sm90_tiles 300 python3 scripts/bench/record_sm90_tiles.py ${FO_SM90_TILES_ARGS:-} --out "$OUT/data/gemm_sm90_tiles.csv"
-# (without sm90_tiles in the same call, and no FO_SM90_TILES: the table committed under data/<gpu>/)
-tiles_arg=()
-[ -f "$OUT/data/gemm_sm90_tiles.csv" ] && tiles_arg=(--tiles "$OUT/data/gemm_sm90_tiles.csv")
-[ -n "${FO_SM90_TILES:-}" ] && tiles_arg=(--tiles "$FO_SM90_TILES")
 # Ours against cuBLAS under Nsight Compute on the slowest LLM shapes (cycles, L2 bytes, pipes, stalls).
 step sm90_ncu 240 python3 scripts/profile/profile_sm90_vs_cublas.py ${FO_SM90_NCU_ARGS:-} --out "$OUT/data/sm90_ncu.csv"
 # The same, opcode by opcode: warp instructions per 128 x 128 x 64 block of work, ours against cuBLAS.
@@ -63,7 +64,8 @@ step sm90_sass 240 python3 scripts/profile/profile_sm90_sass.py ${FO_SM90_SASS_A
 step cluster_probe 90 python3 scripts/profile/sm90_cluster_probe.py ${FO_CLUSTER_PROBE_ARGS:-}
 # Two trees' kernels on the LLM shapes (.baseline/: `git archive <sha> fo_lib scripts data/h200/gemm_sm90_tiles.*`),
 # A B A B processes, autotuning off; FO_AB_ARGS e.g. "--pairs 2 --rounds 10 --b-options=-DNAME=1" (split at
-# spaces: one -D per --b-options). ~25 s a process.
+# spaces: one -D per --b-options). Each tree reads its own committed table, or both the one sm90_tiles
+# recorded earlier in the call (FO_SM90_TILES). ~25 s a process.
 step sm90_ab 560 python3 scripts/bench/ab_sm90_llm.py --a .baseline --b . ${FO_AB_ARGS:-} --out-dir "$OUT/data/sm90_ab"
 step sm90_llm 150 python3 scripts/bench/bench_gemm_sm90_llm.py "${tiles_arg[@]}" ${FO_SM90_LLM_ARGS:-} --out "$OUT/data/gemm_sm90_llm.csv"
 step bench_postops 120 python3 scripts/bench/bench_postops.py ${FO_POSTOPS_ARGS:-} --out "$OUT/data/postops.csv"
