@@ -1,8 +1,24 @@
 import os
 
+import pytest
+
 # Hypothesis: deterministic-enough and bounded for the 2-core CI machine.
 from hypothesis import settings
 
 settings.register_profile("ci", max_examples=60, deadline=None, derandomize=False)
 settings.register_profile("dev", max_examples=30, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+@pytest.fixture
+def nvrtc():
+    """NVRTC for a compile check: where it is missing, a skip on a development machine and a failure
+    in CI (which installs it, so its absence there is a broken setup)."""
+    from fo_lib import jit
+
+    try:
+        jit.nvrtc_version()
+    except jit.CudaUnavailableError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("NVRTC (cupy) not installed")

@@ -1,7 +1,6 @@
 """CPU checks of the sm_90a GEMM's host logic: configs, heuristic, source generation, tensor-map
 geometry, and ptxas' report for every specialization (no spills, setmaxnreg honoured, wgmma not
 serialized). Plain compile checks of the same sources run in tests/test_jit.py (sm_90a only)."""
-import os
 import re
 from dataclasses import replace
 
@@ -17,14 +16,6 @@ from fo_lib.tiling import TileGrid
 SOURCES = list(gemm_sm90.compile_check_sources())
 
 
-def _nvrtc_or_skip():
-    try:
-        jit.nvrtc_version()
-    except jit.CudaUnavailableError:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip("NVRTC (cupy) not installed")
-
 
 def test_compile_check_covers_every_config_dtype_epilogue():
     labels = {label for label, _ in SOURCES}
@@ -38,9 +29,8 @@ def test_compile_check_covers_every_config_dtype_epilogue():
 
 
 @pytest.mark.parametrize("label,source", SOURCES, ids=[label for label, _ in SOURCES])
-def test_ptxas_report(label, source):
+def test_ptxas_report(label, source, nvrtc):
     """No local memory, and neither C7508 (setmaxnreg ignored) nor C7510 (wgmma serialized)."""
-    _nvrtc_or_skip()
     cubin, log = jit.compile_with_log(source, "sm_90a", f"{label}.cu", ("--ptxas-options=-v",))
     assert cubin[:4] == b"\x7fELF"
     assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in log, log
@@ -50,9 +40,8 @@ def test_ptxas_report(label, source):
 
 
 @pytest.mark.parametrize("cname", list(gemm_sm90.CONFIGS))
-def test_smem_bytes_matches_device_code(cname):
+def test_smem_bytes_matches_device_code(cname, nvrtc):
     """Sm90Config.smem_bytes is the same sum as Sm90Shape::SMEM_BYTES (checked by the compiler)."""
-    _nvrtc_or_skip()
     cfg = gemm_sm90.CONFIGS[cname]
     shape = f"fo::Sm90Shape<{cfg.BN}, {cfg.stages}, {str(cfg.pingpong).lower()}>"
     src = (f'#include "gemm_sm90.cuh"\n'

@@ -7,8 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from fo_lib import jit
 from fo_lib import kernel_catalog as catalog
 
@@ -22,13 +20,7 @@ def _run(*args):
                           env=dict(os.environ, PYTHONPATH=""))
 
 
-def test_one_line_per_kernel_with_the_cubins_hash():
-    try:
-        jit.nvrtc_version()
-    except jit.CudaUnavailableError:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip("NVRTC (cupy) not installed")
+def test_one_line_per_kernel_with_the_cubins_hash(nvrtc):
     out = _run("--root", str(ROOT), "--only", LABEL)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()

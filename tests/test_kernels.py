@@ -1,6 +1,5 @@
 """The JIT layer: every cataloged kernel source compiles for every target (CPU only, no GPU),
 the cache key covers every header, and compile errors carry the log."""
-import os
 
 import pytest
 
@@ -13,28 +12,18 @@ SOURCES = list(catalog.compile_check_sources())
 CASES = list(catalog.compile_check_cases())
 
 
-def _nvrtc_or_skip():
-    try:
-        jit.nvrtc_version()
-    except jit.CudaUnavailableError:
-        if os.environ.get("CI"):  # CI installs NVRTC: its absence is a failure there, not a skip
-            raise
-        pytest.skip("NVRTC (cupy) not installed")
-
 
 @pytest.mark.parametrize("label,source,arch", CASES, ids=[f"{label}-{arch}" for label, _, arch in CASES])
-def test_every_kernel_compiles(label, source, arch):
-    _nvrtc_or_skip()
+def test_every_kernel_compiles(label, source, arch, nvrtc):
     cubin = jit.compile_cubin(source, arch, name=f"{label}.cu")
     assert cubin[:4] == b"\x7fELF"
 
 
-def test_cubin_is_a_whole_elf_image():
+def test_cubin_is_a_whole_elf_image(nvrtc):
     """The image reaches the end of its ELF header tables (CuPy's getCUBIN returns one byte short;
     cuobjdump and nvdisasm reject such a file)."""
     import struct
 
-    _nvrtc_or_skip()
     label, source, arch = CASES[0]
     cubin = jit.compile_cubin(source, arch)
     ph_off, sh_off = struct.unpack_from("<QQ", cubin, 0x20)
@@ -43,8 +32,7 @@ def test_cubin_is_a_whole_elf_image():
     assert compiler._whole_elf(b"not an elf") == b"not an elf"
 
 
-def test_extra_nvrtc_options_enter_the_cache_key(monkeypatch):
-    _nvrtc_or_skip()
+def test_extra_nvrtc_options_enter_the_cache_key(monkeypatch, nvrtc):
     monkeypatch.delenv("FO_NVRTC_OPTIONS", raising=False)
     plain_key = jit.source_key("x", "sm_80")
     monkeypatch.setenv("FO_NVRTC_OPTIONS", "-DFO_SOME_SWITCH=1")
@@ -82,8 +70,7 @@ def test_options_per_arch():
         jit.nvrtc_options("sm_70")
 
 
-def test_cache_key_covers_headers(tmp_path, monkeypatch):
-    _nvrtc_or_skip()
+def test_cache_key_covers_headers(tmp_path, monkeypatch, nvrtc):
     src = '#include "common.cuh"\nextern "C" __global__ void k(int* x) { x[0] = 1; }\n'
     key = jit.source_key(src, "sm_80")
     assert jit.source_key(src, "sm_86") != key
@@ -101,8 +88,7 @@ def test_cache_key_covers_headers(tmp_path, monkeypatch):
         jit.reload_headers()
 
 
-def test_compile_error_carries_log():
-    _nvrtc_or_skip()
+def test_compile_error_carries_log(nvrtc):
     with pytest.raises(jit.KernelCompileError, match="undefined_symbol_xyz") as info:
         jit.compile_cubin('extern "C" __global__ void k() { undefined_symbol_xyz(); }', "sm_80")
     assert "sm_80" in str(info.value)

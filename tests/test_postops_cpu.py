@@ -6,17 +6,11 @@ import math
 import numpy as np
 import pytest
 
-from fo_lib import jit, postops
+from fo_lib import postops
 from fo_lib import kernel_catalog as catalog
 from fo_lib.postops import PostOps
 from fo_lib.testing import random_tile_layout
 
-
-def _nvrtc_or_skip():
-    try:
-        jit.nvrtc_version()
-    except jit.CudaUnavailableError as exc:  # pragma: no cover - depends on the install
-        pytest.skip(str(exc))
 
 
 # --- compile checks ----------------------------------------------------------------------------
