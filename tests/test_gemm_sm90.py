@@ -43,12 +43,12 @@ def test_ptxas_report(label, source, nvrtc):
 def test_smem_bytes_matches_device_code(cname, nvrtc):
     """Sm90Config.smem_bytes is the same sum as Sm90Shape::SMEM_BYTES (checked by the compiler)."""
     cfg = gemm_sm90.CONFIGS[cname]
-    shape = f"fo::Sm90Shape<{cfg.BN}, {cfg.stages}, {str(cfg.pingpong).lower()}>"
+    shape = f"fo::Sm90Shape<{cfg.BN}, {cfg.stages}, {str(cfg.pingpong).lower()}, {str(cfg.direct_c).lower()}>"
     src = (f'#include "gemm_sm90.cuh"\n'
            f"static_assert({shape}::SMEM_BYTES == {cfg.smem_bytes}, \"smem\");\n"
-           f"static_assert(fo::Sm90Shape<{cfg.BN}, {cfg.stages}>::BM == {cfg.BM}, \"BM\");\n"
-           f"static_assert(fo::Sm90Shape<{cfg.BN}, {cfg.stages}>::BK == {cfg.BK}, \"BK\");\n"
-           f"static_assert(fo::Sm90Shape<{cfg.BN}, {cfg.stages}>::THREADS == {cfg.threads}, \"threads\");\n"
+           f"static_assert({shape}::BM == {cfg.BM}, \"BM\");\n"
+           f"static_assert({shape}::BK == {cfg.BK}, \"BK\");\n"
+           f"static_assert({shape}::THREADS == {cfg.threads}, \"threads\");\n"
            'extern "C" __global__ void k(int* x) { x[0] = 1; }\n')
     jit.compile_cubin(src, "sm_90a")
 

@@ -405,7 +405,7 @@ struct Sm90Work {
     }
 };
 
-template <int BN, int STAGES, bool PINGPONG = false>
+template <int BN, int STAGES, bool PINGPONG = false, bool DIRECT_C = false>
 struct Sm90Shape {
     static constexpr int BM = 128;
     static constexpr int BK = 64;  // one 128-byte swizzle span of 16-bit elements
@@ -423,7 +423,10 @@ struct Sm90Shape {
     // consumers' path).
     static constexpr bool C_SWIZZLED = C_CHUNKS % 8 == 0;
     static constexpr int C_ROW_BYTES = 16 * (C_SWIZZLED ? C_CHUNKS : (C_CHUNKS | 1));
-    static constexpr int C_BYTES = BM * C_ROW_BYTES;
+    // DIRECT_C: no C tile; each consumer warp stages its 16 rows through two 16 x 64 buffers of its
+    // own (2 KB each, chunks XOR-swizzled by row & 7) on their way to global memory.
+    static constexpr int WARP_C_BYTES = 16 * 128;
+    static constexpr int C_BYTES = DIRECT_C ? 8 * 2 * WARP_C_BYTES : BM * C_ROW_BYTES;
     static constexpr int RO_BYTES = BM * 8;
     static constexpr int BAR_BYTES = (2 * STAGES + 2 + (PINGPONG ? 4 : 0)) * 8;  // + ping-pong's two order pairs
     // + 1024: the dynamic shared memory is aligned up to the 1024-byte swizzle atom in the kernel.
@@ -438,22 +441,45 @@ struct Sm90Shape {
     static_assert(STAGE_BYTES % 1024 == 0 && A_BYTES % 1024 == 0, "stages must keep 1024-byte alignment");
     static_assert(SMEM_BYTES <= 232448, "more shared memory than an sm_90 block can have");
     static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 256 <= 65536, "register file overcommitted");
+    static_assert(!(PINGPONG && DIRECT_C), "DIRECT_C is a cooperative-consumer epilogue");
 
     // Shared address of 16-byte chunk ch of row r of the C staging tile at smem_c.
     static __device__ __forceinline__ u32 c_chunk(u32 smem_c, int r, int ch) {
         return smem_c + r * C_ROW_BYTES + ((C_SWIZZLED ? (ch ^ (r & 7)) : ch) << 4);
     }
+    // DIRECT_C: chunk ch (0-7) of row r (0-15) of a warp's buffer at buf.
+    static __device__ __forceinline__ u32 warp_c_chunk(u32 buf, int r, int ch) {
+        return buf + r * 128 + ((ch ^ (r & 7)) << 4);
+    }
 };
 
+// One 16-byte chunk v of a C row to dst, of which n elements lie inside the tile (a partial or
+// unaligned chunk goes element by element).
+__device__ __forceinline__ void store_c_chunk(bits16* dst, const u32 (&v)[4], int n) {
+    if (n >= 8 && (reinterpret_cast<unsigned long long>(dst) & 15) == 0) {
+        sm90::st_global_v4(dst, v);
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+            if (e < n) dst[e] = bits16(v[e >> 1] >> ((e & 1) * 16));
+    }
+}
+
+// Element offset of row r of a tile placed at (base, sub_stride, shift) with `cols` columns
+// (EPILOGUE 5; the portable kernel's layout).
+__device__ __forceinline__ i64 placed_row(i64 base, i64 sub_stride, int shift, int r, int cols) {
+    return base + i64(r >> shift) * sub_stride + i64(u32(r) & ((1u << shift) - 1u)) * cols;
+}
+
 // Pointers an epilogue does not use may be null.
-template <int BN, int STAGES, int CLUSTER, bool PINGPONG, class T, int EPILOGUE>
+template <int BN, int STAGES, int CLUSTER, bool PINGPONG, class T, int EPILOGUE, bool DIRECT_C = false>
 __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDesc& tma_b, bits16* __restrict__ C,
                                                int M, int N, int K, i64 ldc, int order, int swizzle,
                                                bits16* __restrict__ comm_buf, const i64* __restrict__ row_offset,
                                                const int* __restrict__ tile_group, u32* group_counter,
                                                u64* __restrict__ probe, int sk_tiles, int sk_split, float* sk_partial,
                                                u32* sk_flag) {
-    using S = Sm90Shape<BN, STAGES, PINGPONG>;
+    using S = Sm90Shape<BN, STAGES, PINGPONG, DIRECT_C>;
     using namespace sm90;
     static_assert(CLUSTER == 1 || CLUSTER == 2, "CLUSTER is 1 or 2 CTAs along M");
     static_assert(EPILOGUE >= 0 && EPILOGUE <= 5,
@@ -573,23 +599,23 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 raster.tile(w.s, tm, tn);
                 const int rows = min(BM, M - tm * BM);
                 const int cols = min(BN, N - tn * BN);
-                if (kTableStore) {
+                if (kTableStore && !DIRECT_C) {
                     // The tile's row offsets, fetched while the consumers still compute it.
                     for (int r = st; r < rows; r += S::STORE_THREADS)
                         st_shared_s64(smem_ro + r * 8, row_offset[i64(tm * BM + r) * tiles_n + tn]);
                 }
                 i64 place_base = 0, place_sub_stride = 0;
                 int place_shift = 0;
-                if (kPlaced) {  // the tile's place, in registers (the store warps have them to spare)
+                if (kPlaced && !DIRECT_C) {  // the tile's place, in registers (the store warps have them to spare)
                     const i64* place = row_offset + i64(tm * tiles_n + tn) * 4;
                     place_base = place[0];
                     place_sub_stride = place[1];
                     place_shift = int(place[2]);
                 }
                 mbar_wait(bar_c_full, parity);
-                if (kTableStore) bar_sync(1, S::STORE_THREADS);  // row offsets visible to all store warps
+                if (kTableStore && !DIRECT_C) bar_sync(1, S::STORE_THREADS);  // row offsets visible to all store warps
 #pragma unroll 2
-                for (int g = sw; g * 32 < rows * S::C_CHUNKS; g += 3) {
+                for (int g = sw; !DIRECT_C && g * 32 < rows * S::C_CHUNKS; g += 3) {
                     const int r = (g * 32 + lane) / S::C_CHUNKS;
                     const int ch = g * 32 + lane - r * S::C_CHUNKS;
                     if (r < rows && ch * 8 < cols) {
@@ -599,32 +625,27 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                         if (kTableStore) {
                             dst = comm_buf + ld_shared_s64(smem_ro + r * 8) + ch * 8;
                         } else if (kPlaced) {
-                            dst = comm_buf + place_base + i64(r >> place_shift) * place_sub_stride +
-                                  i64(u32(r) & ((1u << place_shift) - 1u)) * cols + ch * 8;
+                            dst = comm_buf + placed_row(place_base, place_sub_stride, place_shift, r, cols) + ch * 8;
                         } else {
                             dst = C + i64(tm * BM + r) * ldc + tn * BN + ch * 8;
                         }
-                        const int n = cols - ch * 8;
-                        if (n >= 8 && (reinterpret_cast<unsigned long long>(dst) & 15) == 0) {
-                            st_global_v4(dst, v);
-                        } else {
-#pragma unroll
-                            for (int e = 0; e < 8; ++e)
-                                if (e < n) dst[e] = bits16(v[e >> 1] >> ((e & 1) * 16));
-                        }
+                        store_c_chunk(dst, v, cols - ch * 8);
                     }
                 }
-                // This thread's reads of smem C are done (their values are in the stores above).
+                // This thread's reads of smem C are done (their values are in the stores above);
+                // DIRECT_C: it has seen the consumers' hand-over of the tile, stored by themselves.
                 mbar_arrive(bar_c_empty);
                 // Every store warp's global stores (and reads of smem_ro) precede the publication
                 // below and the next tile's row-offset fetch.
-                bar_sync(1, S::STORE_THREADS);
+                if (!DIRECT_C) bar_sync(1, S::STORE_THREADS);
                 if ((kSignal || EPILOGUE == 2) && st == 0) {
                     const int tile_id = tm * tiles_n + tn;
                     if (kSignal) {
                         // bar.sync orders the other store threads' stores before this thread at CTA
-                        // scope; red.release.gpu is cumulative, so a waiter that acquires the counter
-                        // sees the whole tile (the same protocol as gemm_mma.cuh).
+                        // scope (DIRECT_C: the consumers' stores precede their release arrivals on
+                        // c_full, which this thread acquired); red.release.gpu is cumulative, so a
+                        // waiter that acquires the counter sees the whole tile (the same protocol as
+                        // gemm_mma.cuh).
                         red_release_gpu_add(group_counter + tile_group[tile_id], 1u);
                     } else {
                         probe[tile_id * 4 + 1] = globaltimer_ns();
@@ -691,6 +712,30 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             const bool phantom = w.s >= tiles;
             int tm = 0, tn = 0;
             if (!phantom) raster.tile(w.s, tm, tn);
+            // DIRECT_C with a row table or tile places: where this lane's four rows of the tile go (rows
+            // 16 warp + lane / 8 + 4 i of its half; null past M), fetched before the main loop so their
+            // latency hides under it. C's rows are computed at each store (four 64-bit pointers made
+            // the 256-wide tile spill).
+            bits16* row_dst[4] = {nullptr, nullptr, nullptr, nullptr};
+            if (DIRECT_C && (kTableStore || kPlaced) && stages_c) {
+                const int rows = min(BM, M - tm * BM);
+                const int cols = min(BN, N - tn * BN);
+                i64 place_base = 0, place_sub_stride = 0;
+                int place_shift = 0;
+                if (kPlaced) {
+                    const i64* place = row_offset + i64(tm * tiles_n + tn) * 4;
+                    place_base = place[0];
+                    place_sub_stride = place[1];
+                    place_shift = int(place[2]);
+                }
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int r = c * 64 + warp * 16 + (lane >> 3) + 4 * i;
+                    if (r < rows)
+                        row_dst[i] = comm_buf + (kTableStore ? row_offset[i64(tm * BM + r) * tiles_n + tn]
+                                                             : placed_row(place_base, place_sub_stride, place_shift, r, cols));
+                }
+            }
             if (EPILOGUE == 2 && stages_c && lead) probe[(tm * tiles_n + tn) * 4 + 0] = globaltimer_ns();
             if (kMmaInFlight) {
                 // One k-block of MMAs in flight: k-block kb's stage is freed once kb + 1's are issued
@@ -851,20 +896,55 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             // Fragment of wgmma m64nNk16: acc[h][4 j + 2 g + e] is row 16 warp + lane / 4 + 8 g,
             // column 8 j + 2 (lane % 4) + e of the half's 64 x BN block.
             mbar_wait(bar_c_empty, c_parity ^ 1u);  // the store warps are done with the previous tile
+            if (DIRECT_C) {
+                // Each warp its own 16 rows, 64 columns at a time: stmatrix into one of its two
+                // buffers, then every lane stores 4 chunks (a warp store: 4 rows x 128 bytes).
+                const int cols = min(BN, N - tn * BN);
+                const u32 wbuf = smem_c + (c * 4 + warp) * (2 * S::WARP_C_BYTES);
+                const int lr = ((lane >> 3) & 1) * 8 + (lane & 7);  // the buffer row this lane addresses
 #pragma unroll
-            for (int h = 0; h < H; ++h) {
-                // stmatrix x4 stores the 8 x 8 blocks (j, g = 0), (j, 1), (j + 1, 0), (j + 1, 1): lane l
-                // addresses row l % 8 of block l / 8, chunk j + l / 16.
-                const int st_row = (PINGPONG ? h : c) * 64 + warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+                for (int cb = 0; cb < (BN + 63) / 64; ++cb) {
+                    const u32 buf = wbuf + (cb & 1) * S::WARP_C_BYTES;
+                    __syncwarp();  // every lane's reads of this buffer (two blocks ago) are done
 #pragma unroll
-                for (int j = 0; j < BN / 8; j += 2) {
-                    stmatrix_x4(S::c_chunk(smem_c, st_row, j + (lane >> 4)),
-                                pack2(T{}, acc[h][4 * j], acc[h][4 * j + 1]),
-                                pack2(T{}, acc[h][4 * j + 2], acc[h][4 * j + 3]),
-                                pack2(T{}, acc[h][4 * j + 4], acc[h][4 * j + 5]),
-                                pack2(T{}, acc[h][4 * j + 6], acc[h][4 * j + 7]));
+                    for (int j = 8 * cb; j < min(8 * cb + 8, BN / 8); j += 2)
+                        stmatrix_x4(S::warp_c_chunk(buf, lr, j - 8 * cb + (lane >> 4)),
+                                    pack2(T{}, acc[0][4 * j], acc[0][4 * j + 1]),
+                                    pack2(T{}, acc[0][4 * j + 2], acc[0][4 * j + 3]),
+                                    pack2(T{}, acc[0][4 * j + 4], acc[0][4 * j + 5]),
+                                    pack2(T{}, acc[0][4 * j + 6], acc[0][4 * j + 7]));
+                    __syncwarp();
+                    const int ch = 8 * cb + (lane & 7);
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        const int r = c * 64 + warp * 16 + (lane >> 3) + 4 * i;
+                        const bool row_in = (kTableStore || kPlaced) ? row_dst[i] != nullptr : r < M - tm * BM;
+                        if (row_in && ch * 8 < cols) {  // (ch * 8 < cols <= BN: a chunk of the tile)
+                            u32 v[4];
+                            ld_shared_v4(S::warp_c_chunk(buf, (lane >> 3) + 4 * i, lane & 7), v);
+                            bits16* row = (kTableStore || kPlaced) ? row_dst[i]
+                                                                   : C + i64(tm * BM + r) * ldc + tn * BN;
+                            store_c_chunk(row + ch * 8, v, cols - ch * 8);
+                        }
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int h = 0; h < H; ++h) {
+                    // stmatrix x4 stores the 8 x 8 blocks (j, g = 0), (j, 1), (j + 1, 0), (j + 1, 1): lane l
+                    // addresses row l % 8 of block l / 8, chunk j + l / 16.
+                    const int st_row = (PINGPONG ? h : c) * 64 + warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+                    for (int j = 0; j < BN / 8; j += 2) {
+                        stmatrix_x4(S::c_chunk(smem_c, st_row, j + (lane >> 4)),
+                                    pack2(T{}, acc[h][4 * j], acc[h][4 * j + 1]),
+                                    pack2(T{}, acc[h][4 * j + 2], acc[h][4 * j + 3]),
+                                    pack2(T{}, acc[h][4 * j + 4], acc[h][4 * j + 5]),
+                                    pack2(T{}, acc[h][4 * j + 6], acc[h][4 * j + 7]));
+                    }
                 }
             }
+            // Release (CTA scope): the store warps read C (DIRECT_C: signal) after this.
             mbar_arrive(bar_c_full);
             c_parity ^= 1u;
             pass_epilogue();

@@ -54,20 +54,20 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import lru_cache
-from typing import ClassVar
 
 from .._util import DTYPE_TAG, ceil_div, sm_count
 from ..tiling import STREAM_K_MIN_IDLE, stream_k_plan, stream_k_tiles
 from . import autotune, tile_table
 from .checks import check_operands
-from .config import DTYPES, EPILOGUE_ID, EPILOGUES, MAX_SMEM, GemmError, RasterMixin, pick_by_waves
+from .config import DTYPES, EPILOGUE_ID, EPILOGUES, MAX_SMEM, GemmError, pick_by_waves
 from .family import GemmFamily
 from .tma import driver, operand_desc, tma_desc_fields
+from .sm90_configs import CONFIGS, MID_WIDTHS, Sm90Config, c_row_bytes
 from .wgmma import wgmma_source
 
-__all__ = ["Sm90Config", "CONFIGS", "default_config", "config_for", "config_label", "stream_k_tiles", "stream_k_plan", "STREAM_K_MIN_IDLE",
+__all__ = ["Sm90Config", "CONFIGS", "MID_WIDTHS", "c_row_bytes", "default_config", "config_for", "config_label", "stream_k_tiles", "stream_k_plan", "STREAM_K_MIN_IDLE",
            "guess_config",
            "predict_ms", "gemm_nt", "gemm_nt_signal",
            "gemm_nt_scatter", "gemm_nt_probe", "generate_source", "kernel_name", "tma_desc_fields", "is_supported",
@@ -76,99 +76,6 @@ __all__ = ["Sm90Config", "CONFIGS", "default_config", "config_for", "config_labe
 ARCH = "sm_90a"
 
 
-@dataclass(frozen=True)
-class Sm90Config(RasterMixin):
-    """One sm_90a tile configuration: ``128 x BN x 64`` tiles, ``stages`` operand buffers.
-    ``order``/``swizzle`` are run-time arguments (no recompile), and so is ``stream_k`` (split the
-    partial last wave over every CTA where :func:`stream_k_tiles` says it pays)."""
-
-    BN: int = 256
-    stages: int = 3
-    order: str = "row"
-    swizzle: int = 1
-    stream_k: bool = False
-    cluster: int = 1
-    pingpong: bool = False
-
-    # ``cluster`` (compiled in: 1 or 2 CTAs along M sharing B, see the module's notes) and
-    # ``pingpong`` (compiled in: each consumer warpgroup its own tiles, see gemm_sm90.cuh).
-    BM: ClassVar[int] = 128  # two consumer warpgroups x wgmma m64
-    BK: ClassVar[int] = 64   # one 128-byte swizzle span of 16-bit elements
-    threads: ClassVar[int] = 384
-
-    @property
-    def smem_bytes(self) -> int:
-        """1024 (alignment slack) + operand ring + C staging tile + BM int64 row offsets + mbarriers;
-        the same sum as ``Sm90Shape::SMEM_BYTES`` in gemm_sm90.cuh."""
-        return (1024 + self.stages * (self.BM + self.BN) * self.BK * 2 + self.BM * c_row_bytes(self.BN)
-                + 8 * self.BM + 8 * (2 * self.stages + 2 + 4 * self.pingpong))
-
-    @property
-    def tile_name(self) -> str:
-        """Identifies the compiled specialization (everything but the run-time raster)."""
-        return (f"m{self.BM}n{self.BN}k{self.BK}_s{self.stages}" + (f"_c{self.cluster}" if self.cluster > 1 else "")
-                + ("_pp" if self.pingpong else ""))
-
-    def validate(self) -> "Sm90Config":
-        def bad(msg: str):
-            raise GemmError(f"Sm90Config {self.tile_name}: {msg}")
-
-        self._check_fields(("BN", "stages", "swizzle"), bad)
-        for flag in ("stream_k", "pingpong"):
-            if not isinstance(getattr(self, flag), bool):
-                bad(f"{flag} must be a bool, got {getattr(self, flag)!r}")
-        if isinstance(self.cluster, bool) or self.cluster not in (1, 2):
-            bad(f"cluster must be 1 or 2 CTAs, got {self.cluster!r}")
-        if self.pingpong and self.BN > PINGPONG_MAX_BN:  # a whole tile's BN accumulators per consumer thread
-            bad(f"ping-pong keeps BN accumulators per thread: BN <= {PINGPONG_MAX_BN}, got {self.BN}")
-        if self.cluster > 1 and self.stream_k:
-            bad("clusters run whole waves: stream_k must be False")
-        if self.BN % 16 or not 128 <= self.BN <= 256:
-            bad(f"BN must be a multiple of 16 in [128, 256] (wgmma m64nBN, stmatrix pairs, cluster halves of B), "
-                f"got {self.BN}")
-        if not 2 <= self.stages <= 8:
-            bad(f"stages must be in [2, 8], got {self.stages}")
-        if self.smem_bytes > MAX_SMEM:
-            bad(f"needs {self.smem_bytes} B of shared memory, more than {MAX_SMEM}")
-        return self
-
-
-def c_row_bytes(BN: int) -> int:
-    """Bytes per row of the C staging tile (``Sm90Shape::C_ROW_BYTES``): 16-byte chunks, swizzled
-    where a row holds a multiple of 8 of them, else padded to an odd count (bank-conflict free)."""
-    chunks = BN // 8
-    return 16 * (chunks if chunks % 8 == 0 else chunks | 1)
-
-
-def max_stages(BN: int, cap: int = 5) -> int:
-    """The deepest operand ring (up to ``cap``) a ``128 x BN x 64`` tile fits in shared memory."""
-    return max(s for s in range(2, cap + 1) if Sm90Config(BN, s).smem_bytes <= MAX_SMEM)
-
-
-# Tile widths between 128 and 256: a grid whose 128 x 256 tiles leave a partial last wave often fills
-# its waves with another width (2048 x 7168: 448 tiles of 128 x 256 are 3.4 waves on 132 SMs, 656 of
-# 128 x 176 are 4.97), as cuBLAS does with its 176-, 192- and 208-wide tiles.
-MID_WIDTHS = (160, 176, 192, 208, 224, 240)
-PINGPONG_MAX_BN = 192  # ping-pong: a whole tile's BN fp32 accumulators per thread, of 232 registers
-
-CONFIGS: dict[str, Sm90Config] = {
-    # 3 x 48 KB operand stages + the 64 KB C tile: the most that fits 227 KB.
-    "128x256x64": Sm90Config(256, 3),
-    # Small N / many tiles: 5 x 32 KB stages + the 32 KB C tile.
-    "128x128x64": Sm90Config(128, 5),
-    # The same tiles in clusters of 2 along M sharing B (TMA multicast).
-    "128x256x64c2": Sm90Config(256, 3, cluster=2),
-    "128x128x64c2": Sm90Config(128, 5, cluster=2),
-    # The widths in between, each with the deepest ring that fits (5 stages at 160, 4 at 176-208,
-    # 3 at 224-240), alone and in clusters of 2.
-    **{f"128x{bn}x64{c}": Sm90Config(bn, max_stages(bn), cluster=2 if c else 1)
-       for bn in MID_WIDTHS for c in ("", "c2")},
-    # Ping-pong consumers (cuBLAS's non-cooperative kernels on few-wave shapes), alone and in clusters.
-    **{f"128x{bn}x64{c}p": Sm90Config(bn, max_stages(bn), cluster=2 if c else 1, pingpong=True)
-       for bn in (128, 176, 192) for c in ("", "c2")},
-}
-for _c in CONFIGS.values():
-    _c.validate()
 
 # The table-free fallback (no measured table for this GPU): relative full-tile throughput per unit
 # area, a GUESS (the bigger tile reuses each A/B byte twice as often), fed to pick_by_waves. With a
@@ -250,7 +157,7 @@ def generate_source(cfg: Sm90Config, dtype: str, epilogue: str) -> tuple[str, st
         raise GemmError(f"epilogue must be one of {EPILOGUES}, got {epilogue!r}")
     name = kernel_name(cfg, dtype, epilogue)
     targs = (f"{cfg.BN}, {cfg.stages}, {cfg.cluster}, {str(cfg.pingpong).lower()}, {DTYPE_TAG[dtype]}, "
-             f"{EPILOGUE_ID[epilogue]}")
+             f"{EPILOGUE_ID[epilogue]}, {str(cfg.direct_c).lower()}")
     # NOTES: __launch_bounds__(384, 1) gives the kernel a register cap at entry, without which
     # setmaxnreg is ignored (ptxas warning C7508). A compiled-in cluster size lets a plain
     # cuLaunchKernel (CuPy's launch) start clusters.

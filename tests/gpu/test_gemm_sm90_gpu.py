@@ -90,10 +90,11 @@ CLUSTER_SHAPES = [(1100, 1792, 520), (300, 130, 72), (129, 100, 8), (2048, 4096,
 @pytest.mark.parametrize("tile,twin", [("128x256x64", "128x256x64c2"), ("128x128x64", "128x128x64c2"),
                                        ("128x176x64", "128x176x64c2"), ("128x208x64", "128x208x64c2"),
                                        ("128x176x64", "128x176x64p"), ("128x176x64", "128x176x64c2p"),
-                                       ("128x128x64", "128x128x64c2p")])
+                                       ("128x128x64", "128x128x64c2p"), ("128x256x64", "128x256x64d"),
+                                       ("128x224x64", "128x224x64c2d")])
 @pytest.mark.parametrize("M,N,K", CLUSTER_SHAPES)
 def test_cluster_equals_single_cta_bitwise(M, N, K, tile, twin, dtype):
-    """The same tiles with and without clusters (or ping-pong consumers) sum the same k-blocks in the
+    """The same tiles with and without clusters (or ping-pong consumers, or direct C) sum the same k-blocks in the
     same order: equal bit for bit, over rasters that pair tiles down a tile column (row 2; row 3 all but across bands) or
     only on a one-column grid (col 4, row 1), and CTA counts down to one cluster; and within
     tolerance of float64."""
@@ -219,7 +220,10 @@ STREAM_K_CASES = [(200, 300, 72, "128x256x64", 3, 1), (1000, 2000, 4104, "128x25
                   (777, 1000, 520, "128x176x64", 5, 2),
                   # ping-pong: runs (heads, tails, parked tails on alternating warpgroups) and splits
                   (500, 3000, 1000, "128x176x64p", 13, 1), (129, 4100, 2000, "128x192x64p", 12, 1),
-                  (2600, 4096, 14336, "128x192x64p", 132, 2), (777, 1000, 520, "128x176x64p", 5, 2)]
+                  (2600, 4096, 14336, "128x192x64p", 132, 2), (777, 1000, 520, "128x176x64p", 5, 2),
+                  # consumers that store C themselves (direct_c): runs and splits
+                  (500, 3000, 1000, "128x256x64d", 13, 1), (300, 1000, 4104, "128x240x64d", 7, 4),
+                  (1536, 3584, 18944, "128x224x64d", 132, 3)]
 
 
 def _stream_k_config(cname, M, N, K, ctas, split):

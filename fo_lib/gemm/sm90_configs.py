@@ -1,0 +1,115 @@
+"""The Hopper GEMM's tile configurations: :class:`Sm90Config` (one compiled specialization plus its
+run-time raster) and :data:`CONFIGS`, the named ones the tile table records and the picker weighs.
+The sums here are ``Sm90Shape``'s in ``fo_lib/cuda/gemm_sm90.cuh`` (a test compiles both).
+
+Pure: no torch, no CuPy.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from .config import MAX_SMEM, GemmError, RasterMixin
+
+@dataclass(frozen=True)
+class Sm90Config(RasterMixin):
+    """One sm_90a tile configuration: ``128 x BN x 64`` tiles, ``stages`` operand buffers.
+    ``order``/``swizzle`` are run-time arguments (no recompile), and so is ``stream_k`` (split the
+    partial last wave over every CTA where :func:`fo_lib.tiling.stream_k_tiles` says it pays)."""
+
+    BN: int = 256
+    stages: int = 3
+    order: str = "row"
+    swizzle: int = 1
+    stream_k: bool = False
+    cluster: int = 1
+    pingpong: bool = False
+    direct_c: bool = False
+
+    # Compiled in: ``cluster`` (1 or 2 CTAs along M sharing B, see fo_lib.gemm.sm90), ``pingpong``
+    # (each consumer warpgroup its own tiles) and ``direct_c`` (the consumers store C themselves
+    # through small per-warp buffers instead of a whole C tile: room for a 4th stage at BN 224-256).
+    BM: ClassVar[int] = 128  # two consumer warpgroups x wgmma m64
+    BK: ClassVar[int] = 64   # one 128-byte swizzle span of 16-bit elements
+    threads: ClassVar[int] = 384
+
+    @property
+    def smem_bytes(self) -> int:
+        """1024 (alignment slack) + operand ring + C staging tile + BM int64 row offsets + mbarriers;
+        the same sum as ``Sm90Shape::SMEM_BYTES`` in gemm_sm90.cuh."""
+        c_bytes = DIRECT_C_BYTES if self.direct_c else self.BM * c_row_bytes(self.BN)
+        return (1024 + self.stages * (self.BM + self.BN) * self.BK * 2 + c_bytes
+                + 8 * self.BM + 8 * (2 * self.stages + 2 + 4 * self.pingpong))
+
+    @property
+    def tile_name(self) -> str:
+        """Identifies the compiled specialization (everything but the run-time raster)."""
+        return (f"m{self.BM}n{self.BN}k{self.BK}_s{self.stages}" + (f"_c{self.cluster}" if self.cluster > 1 else "")
+                + ("_pp" if self.pingpong else "") + ("_dc" if self.direct_c else ""))
+
+    def validate(self) -> "Sm90Config":
+        def bad(msg: str):
+            raise GemmError(f"Sm90Config {self.tile_name}: {msg}")
+
+        self._check_fields(("BN", "stages", "swizzle"), bad)
+        for flag in ("stream_k", "pingpong", "direct_c"):
+            if not isinstance(getattr(self, flag), bool):
+                bad(f"{flag} must be a bool, got {getattr(self, flag)!r}")
+        if isinstance(self.cluster, bool) or self.cluster not in (1, 2):
+            bad(f"cluster must be 1 or 2 CTAs, got {self.cluster!r}")
+        if self.pingpong and self.BN > PINGPONG_MAX_BN:  # a whole tile's BN accumulators per consumer thread
+            bad(f"ping-pong keeps BN accumulators per thread: BN <= {PINGPONG_MAX_BN}, got {self.BN}")
+        if self.pingpong and self.direct_c:
+            bad("direct_c is an epilogue of cooperative consumers: pingpong must be False")
+        if self.cluster > 1 and self.stream_k:
+            bad("clusters run whole waves: stream_k must be False")
+        if self.BN % 16 or not 128 <= self.BN <= 256:
+            bad(f"BN must be a multiple of 16 in [128, 256] (wgmma m64nBN, stmatrix pairs, cluster halves of B), "
+                f"got {self.BN}")
+        if not 2 <= self.stages <= 8:
+            bad(f"stages must be in [2, 8], got {self.stages}")
+        if self.smem_bytes > MAX_SMEM:
+            bad(f"needs {self.smem_bytes} B of shared memory, more than {MAX_SMEM}")
+        return self
+
+
+def c_row_bytes(BN: int) -> int:
+    """Bytes per row of the C staging tile (``Sm90Shape::C_ROW_BYTES``): 16-byte chunks, swizzled
+    where a row holds a multiple of 8 of them, else padded to an odd count (bank-conflict free)."""
+    chunks = BN // 8
+    return 16 * (chunks if chunks % 8 == 0 else chunks | 1)
+
+
+def max_stages(BN: int, cap: int = 5, direct_c: bool = False) -> int:
+    """The deepest operand ring (up to ``cap``) a ``128 x BN x 64`` tile fits in shared memory."""
+    return max(s for s in range(2, cap + 1) if Sm90Config(BN, s, direct_c=direct_c).smem_bytes <= MAX_SMEM)
+
+
+# Tile widths between 128 and 256: a grid whose 128 x 256 tiles leave a partial last wave often fills
+# its waves with another width (2048 x 7168: 448 tiles of 128 x 256 are 3.4 waves on 132 SMs, 656 of
+# 128 x 176 are 4.97), as cuBLAS does with its 176-, 192- and 208-wide tiles.
+MID_WIDTHS = (160, 176, 192, 208, 224, 240)
+PINGPONG_MAX_BN = 192  # ping-pong: a whole tile's BN fp32 accumulators per thread, of 232 registers
+DIRECT_C_BYTES = 8 * 2 * 16 * 128  # direct_c: two 16 x 64 16-bit buffers per consumer warp
+
+CONFIGS: dict[str, Sm90Config] = {
+    # 3 x 48 KB operand stages + the 64 KB C tile: the most that fits 227 KB.
+    "128x256x64": Sm90Config(256, 3),
+    # Small N / many tiles: 5 x 32 KB stages + the 32 KB C tile.
+    "128x128x64": Sm90Config(128, 5),
+    # The same tiles in clusters of 2 along M sharing B (TMA multicast).
+    "128x256x64c2": Sm90Config(256, 3, cluster=2),
+    "128x128x64c2": Sm90Config(128, 5, cluster=2),
+    # The widths in between, each with the deepest ring that fits (5 stages at 160, 4 at 176-208,
+    # 3 at 224-240), alone and in clusters of 2.
+    **{f"128x{bn}x64{c}": Sm90Config(bn, max_stages(bn), cluster=2 if c else 1)
+       for bn in MID_WIDTHS for c in ("", "c2")},
+    # Ping-pong consumers (cuBLAS's non-cooperative kernels on few-wave shapes), alone and in clusters.
+    **{f"128x{bn}x64{c}p": Sm90Config(bn, max_stages(bn), cluster=2 if c else 1, pingpong=True)
+       for bn in (128, 176, 192) for c in ("", "c2")},
+    # The widest tiles with a 4-stage ring (and MMAs in flight): C stored by the consumers themselves.
+    **{f"128x{bn}x64{c}d": Sm90Config(bn, max_stages(bn, direct_c=True), cluster=2 if c else 1, direct_c=True)
+       for bn in (224, 240, 256) for c in ("", "c2")},
+}
+for _c in CONFIGS.values():
+    _c.validate()
