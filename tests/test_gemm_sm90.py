@@ -86,6 +86,9 @@ def test_generate_source_ignores_raster_and_checks_inputs():
     (dict(swizzle=0), "swizzle"),
     (dict(BN=True), "BN"),
     (dict(stages=2.0), "stages"),
+    (dict(BN=128, stages=5, pingpong=True, direct_c=True), "direct_c"),
+    (dict(direct_c=1), "direct_c"),
+    (dict(BN=256, stages=5, direct_c=True), "shared memory"),
 ])
 def test_config_validate_rejects(kw, match):
     with pytest.raises(gemm.GemmError, match=match):
@@ -205,3 +208,31 @@ def test_mid_width_configs_take_the_deepest_ring_that_fits():
     # C rows: 22 chunks (176) padded to 23, 24 chunks (192) swizzled as they are.
     assert gemm_sm90.c_row_bytes(176) == 16 * 23 and gemm_sm90.c_row_bytes(192) == 16 * 24
     assert gemm_sm90.c_row_bytes(256) == 512 and gemm_sm90.c_row_bytes(208) == 16 * 27
+
+
+def test_direct_c_configs_take_a_fourth_stage_in_less_shared_memory():
+    from fo_lib.gemm.sm90_configs import DIRECT_C_BYTES
+    assert DIRECT_C_BYTES == 8 * 2 * 16 * 64 * 2  # 8 consumer warps x 2 buffers x 16 rows x 64 16-bit columns
+    for bn in (224, 240, 256):
+        for c in ("", "c2"):
+            d, plain = gemm_sm90.CONFIGS[f"128x{bn}x64{c}d"], gemm_sm90.CONFIGS[f"128x{bn}x64{c}"]
+            assert d.direct_c and (d.BN, d.cluster) == (plain.BN, plain.cluster) and not d.pingpong
+            assert (plain.stages, d.stages) == (3, 4) and d.smem_bytes <= MAX_SMEM
+            # one more stage and its two barriers, the per-warp buffers instead of the C tile
+            assert d.smem_bytes - plain.smem_bytes == (128 + bn) * 64 * 2 + 16 + DIRECT_C_BYTES - 128 * gemm_sm90.c_row_bytes(bn)
+            assert d.tile_name == plain.tile_name.replace("_s3", "_s4") + "_dc"
+
+
+def test_direct_c_twin_and_the_tuning_shortlist():
+    from fo_lib.gemm.sm90_configs import direct_c_twin
+    C = gemm_sm90.CONFIGS
+    wide = replace(C["128x256x64"].with_raster("col", 4), stream_k=True)
+    assert direct_c_twin(wide) == replace(C["128x256x64d"].with_raster("col", 4), stream_k=True)
+    assert direct_c_twin(C["128x240x64c2"].with_raster("row", 8)) == C["128x240x64c2d"].with_raster("row", 8)
+    for none in ("128x192x64", "128x176x64p", "128x256x64d", "128x128x64c2"):
+        assert direct_c_twin(C[none]) is None
+    narrow, guess = C["128x176x64"].with_raster("row", 8), C["128x128x64"].with_raster("row", 8)
+    ranked = [(1.0, wide), (1.01, narrow), (1.02, wide.with_raster("row", 8))]
+    got = gemm_sm90.tuning_shortlist(ranked, wide, guess)
+    # the autotune shortlist (best raster per tile and tail, the model's pick, the guess), then the twin
+    assert got == [wide, narrow, guess, direct_c_twin(wide)]

@@ -15,6 +15,11 @@
 //     wgmma.m64n{BN}k16 with A and B from shared-memory descriptors, fp32 accumulators in registers.
 //     After a tile's last k-block they write the accumulators (16-bit) to the C staging tile and go
 //     straight on to the next tile: the global stores, the fence and the atomic are off their path.
+//   * DIRECT_C: no C staging tile. Each consumer warp takes its 16 rows through two 16 x 64 buffers
+//     of its own (stmatrix, then 16-byte stores of 4 rows x 128 bytes per warp instruction) to global
+//     memory itself; the store warps only publish the tile. The 64 KB this frees give BN 224-256 a
+//     fourth stage (and so MMAs in flight), which pays on grids of few waves, whose operands stream
+//     from DRAM; on many waves the stores on the consumers' path cost more than the stage brings.
 //   * Tile schedule: CTA b of P runs s = b, b + P, ... through fo::raster_tile (tile_schedule.cuh),
 //     the same function as the portable kernel, so fo_lib.tiling's wave model holds.
 //   * Clusters (CLUSTER 2, along M): P is even, so cluster ranks 0 and 1 run schedule indices 2 i and
@@ -64,8 +69,10 @@
 //               1, the WG of the stage's unit; CLUSTER 2: twice as many, the other CTA's
 //               consumers too)                                      -> producer may refill
 //   c_full    : 256 arrivals (every consumer thread after its st.shared of C; ping-pong: 128, the
-//               tile's warpgroup)                                   -> store warps may read C
-//   c_empty   : 96 arrivals (every store thread after its ld.shared of C)     -> consumers may write C
+//               tile's warpgroup; DIRECT_C: after its global stores) -> store warps may read C
+//               (DIRECT_C: publish the tile)
+//   c_empty   : 96 arrivals (every store thread after its ld.shared of C; DIRECT_C: after its wait
+//               on c_full, so c_full never completes a phase unseen) -> consumers may write C
 //   order[c]  : ping-pong, 1 arrival (the other consumer WG, after its unit's main loop)
 //   epi[c]    : ping-pong, 1 arrival (the other consumer WG, after staging its unit's C tile, or
 //               passing a unit without one)

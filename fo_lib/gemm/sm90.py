@@ -21,7 +21,8 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
   ``signal_tiles`` each tile at its place (fo_lib.gemm.portable), both signalling the same way;
   ``probe`` stores ``C`` and records per tile ``(start ns, end ns, smid, cta)``; ``scatter`` is
   ``signal`` without the counter. The stores, the release and the probe's end stamp are done by the
-  store warps after the consumers hand the tile over in shared memory, so a tile's probe interval
+  store warps after the consumers hand the tile over in shared memory (``direct_c`` configs: the
+  consumers store the tile themselves, the store warps publish it), so a tile's probe interval
   may overlap the next tile's start on the same CTA (start = the consumers begin the tile's main
   loop, end = the tile is in global memory: the moment the signal is sent).
 * Clusters (``Sm90Config.cluster = 2``, the ``...c2`` configs): CTA pairs along M run schedule
@@ -44,8 +45,8 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
   :func:`fo_lib.gemm.auto_config` picks in whole waves, :func:`default_config` (a plain ``gemm_nt``)
   takes the tail where the tile table predicts it pays.
 * Autotuning (:mod:`fo_lib.gemm.autotune`): a plain ``gemm_nt`` without a config, on the SM count's
-  CTAs, runs the fastest of the tile table's shortlist for its shape (the model's pick among them),
-  timed on its operands on the shape's first call and remembered on disk for later calls and
+  CTAs, runs the fastest of the tile table's shortlist for its shape (the model's pick among them,
+  and the direct-C twin of each: :func:`tuning_shortlist`), timed on its operands on the shape's first call and remembered on disk for later calls and
   processes; :func:`config_for` says which. ``FO_SM90_AUTOTUNE=0``: the table's pick, untimed.
 
 ``import fo_lib.gemm.sm90`` needs neither torch, CuPy nor cuda-bindings; they are imported at launch.
@@ -64,7 +65,7 @@ from .checks import check_operands
 from .config import DTYPES, EPILOGUE_ID, EPILOGUES, MAX_SMEM, GemmError, pick_by_waves
 from .family import GemmFamily
 from .tma import driver, operand_desc, tma_desc_fields
-from .sm90_configs import CONFIGS, MID_WIDTHS, Sm90Config, c_row_bytes
+from .sm90_configs import CONFIGS, MID_WIDTHS, Sm90Config, c_row_bytes, direct_c_twin
 from .wgmma import wgmma_source
 
 __all__ = ["Sm90Config", "CONFIGS", "MID_WIDTHS", "c_row_bytes", "default_config", "config_for", "config_label", "stream_k_tiles", "stream_k_plan", "STREAM_K_MIN_IDLE",
@@ -268,6 +269,14 @@ def _kernel_digest(dtype: str, options: tuple) -> str:
                            for n in CANDIDATES)
 
 
+def tuning_shortlist(ranked: list, model: Sm90Config, guess: Sm90Config) -> list:
+    """What autotuning times: :func:`fo_lib.gemm.autotune.shortlist` of the table's ranking (with the
+    model's pick and the table-free guess), then the direct-C twin of each (the table's full waves,
+    where a direct-C ring gains nothing, cannot rank it; on few waves it can win)."""
+    out = autotune.shortlist(ranked, model, also=(guess,))
+    return out + [t for t in map(direct_c_twin, out) if t is not None and t not in out]
+
+
 def _tuned(a, b, dtype, M, N, K, ctas, model: Sm90Config) -> Sm90Config:
     """The config a plain call runs: the tile table's pick ``model``, or where autotuning applies
     (:mod:`fo_lib.gemm.autotune`: on, a tile table, the SM count's CTAs) the fastest of the model's
@@ -289,7 +298,7 @@ def _tuned(a, b, dtype, M, N, K, ctas, model: Sm90Config) -> Sm90Config:
             return model
         try:
             ranked = tile_table.ranked(tile_table.load(path, CONFIGS), candidate_pool(), M, N, K, ctas, MAX_SMEM)
-            shortlist = autotune.shortlist(ranked, model, also=(guess_config(M, N, K, ctas),))
+            shortlist = tuning_shortlist(ranked, model, guess_config(M, N, K, ctas))
             torch.cuda.synchronize(dev)  # the operands may still be written on another stream
             out = torch.empty(M, N, dtype=a.dtype, device=a.device)  # the caller's output is not touched
             launches = {config_label(c): SM90.prepare(c, dtype, "plain", a, b, out.data_ptr(), N, ctas)
