@@ -206,10 +206,11 @@ def table_path() -> str | None:
 def predict_ms(table: TileTable, name: str, cfg, M: int, N: int, K: int, sm_count: int) -> float:
     """Predicted ms of ``cfg`` (named ``name`` in the table, with its own order and swizzle) on
     ``M x N x K`` with ``sm_count`` CTAs. One wave: every raster runs the same tiles at once, so
-    the best recorded raster's wave time."""
+    the best recorded raster's wave time; so too for a raster the table lacks (autotuning times a
+    direct-C twin in its twin's raster, which the table may not have recorded)."""
     tm, tn = ceil_div(M, cfg.BM), ceil_div(N, cfg.BN)
     aspect = math.log(tm / tn)
-    if tm * tn <= sm_count:
+    if tm * tn <= sm_count or (name, cfg.order, cfg.swizzle) not in table.entries:
         return min(table.ms_per_wave(name, o, s, aspect, K) for o, s in table.rasters(name))
     return waves(tm * tn, sm_count, cfg.stream_k, ceil_div(K, cfg.BK)) * table.ms_per_wave(
         name, cfg.order, cfg.swizzle, aspect, K)
