@@ -210,10 +210,12 @@ def predict_ms(table: TileTable, name: str, cfg, M: int, N: int, K: int, sm_coun
     direct-C twin in its twin's raster, which the table may not have recorded)."""
     tm, tn = ceil_div(M, cfg.BM), ceil_div(N, cfg.BN)
     aspect = math.log(tm / tn)
-    if tm * tn <= sm_count or (name, cfg.order, cfg.swizzle) not in table.entries:
-        return min(table.ms_per_wave(name, o, s, aspect, K) for o, s in table.rasters(name))
-    return waves(tm * tn, sm_count, cfg.stream_k, ceil_div(K, cfg.BK)) * table.ms_per_wave(
-        name, cfg.order, cfg.swizzle, aspect, K)
+    best = min(table.ms_per_wave(name, o, s, aspect, K) for o, s in table.rasters(name))
+    if tm * tn <= sm_count:
+        return best
+    if (name, cfg.order, cfg.swizzle) in table.entries:
+        best = table.ms_per_wave(name, cfg.order, cfg.swizzle, aspect, K)
+    return waves(tm * tn, sm_count, cfg.stream_k, ceil_div(K, cfg.BK)) * best
 
 
 def waves(tiles: int, sm_count: int, stream_k: bool, k_blocks: int) -> float:
