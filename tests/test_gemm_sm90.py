@@ -232,7 +232,15 @@ def test_direct_c_twin_and_the_tuning_shortlist():
     for none in ("128x192x64", "128x176x64p", "128x256x64d", "128x128x64c2"):
         assert direct_c_twin(C[none]) is None
     narrow, guess = C["128x176x64"].with_raster("row", 8), C["128x128x64"].with_raster("row", 8)
-    ranked = [(1.0, wide), (1.01, narrow), (1.02, wide.with_raster("row", 8))]
+    ranked = [(1.0, wide), (1.001, C["128x256x64d"]), (1.002, C["128x240x64c2d"]), (1.01, narrow),
+              (1.02, wide.with_raster("row", 8))]
     got = gemm_sm90.tuning_shortlist(ranked, wide, guess)
-    # the autotune shortlist (best raster per tile and tail, the model's pick, the guess), then the twin
+    # the autotune shortlist (best raster per tile and tail, the model's pick, the guess) of the
+    # ranking without the direct-C configs, then the twins
     assert got == [wide, narrow, guess, direct_c_twin(wide)]
+    # the best TUNE_TOP tiles, however close the direct-C ones rank
+    ranked = [(1.0 + i / 1000, c) for i, c in enumerate(C.values())]
+    got = gemm_sm90.tuning_shortlist(ranked, wide, guess)
+    firsts = [c for c in C.values() if not c.direct_c][:gemm_sm90.TUNE_TOP]
+    assert got[:gemm_sm90.TUNE_TOP] == firsts and not any(c.direct_c for c in got[:gemm_sm90.TUNE_TOP + 2])
+    assert [c for c in got if c.direct_c] == [t for t in map(direct_c_twin, got) if t is not None]

@@ -269,11 +269,18 @@ def _kernel_digest(dtype: str, options: tuple) -> str:
                            for n in CANDIDATES)
 
 
+# Configs autotuning takes from the top of the table's ranking: the model's predictions of the best
+# few lie within ~1 % of each other, inside its error on the LLM shapes (a few %).
+TUNE_TOP = 6
+
+
 def tuning_shortlist(ranked: list, model: Sm90Config, guess: Sm90Config) -> list:
-    """What autotuning times: :func:`fo_lib.gemm.autotune.shortlist` of the table's ranking (with the
-    model's pick and the table-free guess), then the direct-C twin of each (the table's full waves,
-    where a direct-C ring gains nothing, cannot rank it; on few waves it can win)."""
-    out = autotune.shortlist(ranked, model, also=(guess,))
+    """What autotuning times: :func:`fo_lib.gemm.autotune.shortlist` of the table's ranking without
+    the direct-C configs (the best :data:`TUNE_TOP` tiles, the model's pick, the table-free guess),
+    then the direct-C twin of each. The table's full waves, where a direct-C ring gains nothing,
+    cannot rank those (on few waves they can win), and near-ties must not crowd the others out."""
+    plain = [(score, c) for score, c in ranked if not c.direct_c]
+    out = autotune.shortlist(plain, model, also=(guess,), top=TUNE_TOP)
     return out + [t for t in map(direct_c_twin, out) if t is not None and t not in out]
 
 
