@@ -223,24 +223,12 @@ def test_direct_c_configs_take_a_fourth_stage_in_less_shared_memory():
             assert d.tile_name == plain.tile_name.replace("_s3", "_s4") + "_dc"
 
 
-def test_direct_c_twin_and_the_tuning_shortlist():
-    from fo_lib.gemm.sm90_configs import direct_c_twin
+def test_direct_c_configs_are_recorded_not_picked():
     C = gemm_sm90.CONFIGS
-    wide = replace(C["128x256x64"].with_raster("col", 4), stream_k=True)
-    assert direct_c_twin(wide) == replace(C["128x256x64d"].with_raster("col", 4), stream_k=True)
-    assert direct_c_twin(C["128x240x64c2"].with_raster("row", 8)) == C["128x240x64c2d"].with_raster("row", 8)
-    for none in ("128x192x64", "128x176x64p", "128x256x64d", "128x128x64c2"):
-        assert direct_c_twin(C[none]) is None
+    # not picked (a run's config): neither the model's pool nor so autotuning's shortlist has them
+    assert not any(c.direct_c for c in gemm_sm90.candidate_pool().values())
+    assert {n for n, c in C.items() if c.direct_c} <= set(gemm_sm90.CANDIDATES)  # recorded in the table
     narrow, guess = C["128x176x64"].with_raster("row", 8), C["128x128x64"].with_raster("row", 8)
-    ranked = [(1.0, wide), (1.001, C["128x256x64d"]), (1.002, C["128x240x64c2d"]), (1.01, narrow),
-              (1.02, wide.with_raster("row", 8))]
-    got = gemm_sm90.tuning_shortlist(ranked, wide, guess)
-    # the autotune shortlist (best raster per tile and tail, the model's pick, the guess) of the
-    # ranking without the direct-C configs, then the twins
-    assert got == [wide, narrow, guess, direct_c_twin(wide)]
-    # the best TUNE_TOP tiles, however close the direct-C ones rank
-    ranked = [(1.0 + i / 1000, c) for i, c in enumerate(C.values())]
-    got = gemm_sm90.tuning_shortlist(ranked, wide, guess)
-    firsts = [c for c in C.values() if not c.direct_c][:gemm_sm90.TUNE_TOP]
-    assert got[:gemm_sm90.TUNE_TOP] == firsts and not any(c.direct_c for c in got[:gemm_sm90.TUNE_TOP + 2])
-    assert [c for c in got if c.direct_c] == [t for t in map(direct_c_twin, got) if t is not None]
+    ranked = [(1.0 + i / 1000, c) for i, c in enumerate(C.values()) if not c.direct_c]
+    got = gemm_sm90.tuning_shortlist(ranked, narrow, guess)
+    assert got[:gemm_sm90.TUNE_TOP] == [c for _, c in ranked[:gemm_sm90.TUNE_TOP]] and narrow in got and guess in got

@@ -45,8 +45,8 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
   :func:`fo_lib.gemm.auto_config` picks in whole waves, :func:`default_config` (a plain ``gemm_nt``)
   takes the tail where the tile table predicts it pays.
 * Autotuning (:mod:`fo_lib.gemm.autotune`): a plain ``gemm_nt`` without a config, on the SM count's
-  CTAs, runs the fastest of the tile table's shortlist for its shape (the model's pick among them,
-  and the direct-C twin of each: :func:`tuning_shortlist`), timed on its operands on the shape's first call and remembered on disk for later calls and
+  CTAs, runs the fastest of the tile table's shortlist for its shape (the model's pick among them:
+  :func:`tuning_shortlist`), timed on its operands on the shape's first call and remembered on disk for later calls and
   processes; :func:`config_for` says which. ``FO_SM90_AUTOTUNE=0``: the table's pick, untimed.
 
 ``import fo_lib.gemm.sm90`` needs neither torch, CuPy nor cuda-bindings; they are imported at launch.
@@ -65,7 +65,7 @@ from .checks import check_operands
 from .config import DTYPES, EPILOGUE_ID, EPILOGUES, MAX_SMEM, GemmError, pick_by_waves
 from .family import GemmFamily
 from .tma import driver, operand_desc, tma_desc_fields
-from .sm90_configs import CONFIGS, MID_WIDTHS, Sm90Config, c_row_bytes, direct_c_twin
+from .sm90_configs import CONFIGS, MID_WIDTHS, Sm90Config, c_row_bytes
 from .wgmma import wgmma_source
 
 __all__ = ["Sm90Config", "CONFIGS", "MID_WIDTHS", "c_row_bytes", "default_config", "config_for", "config_label", "stream_k_tiles", "stream_k_plan", "STREAM_K_MIN_IDLE",
@@ -89,8 +89,12 @@ CANDIDATES = tuple(CONFIGS)
 
 def candidate_pool(stream_k: bool = True) -> dict:
     """The :data:`CANDIDATES` as the picker weighs them: with a stream-K tail where ``stream_k``
-    (clusters run whole waves)."""
-    return {n: replace(CONFIGS[n], stream_k=stream_k and CONFIGS[n].cluster == 1) for n in CANDIDATES}
+    (clusters run whole waves). The direct-C configs are recorded but not picked: a run's config
+    for them (their deeper ring pays on few waves, their epilogue costs on many). Autotuning's
+    timings (each call alone after an L2 flush) took them on shapes where the LLM benchmark's
+    back-to-back calls ran them slower than the others (docs/perf-log.md)."""
+    return {n: replace(CONFIGS[n], stream_k=stream_k and CONFIGS[n].cluster == 1) for n in CANDIDATES
+            if not CONFIGS[n].direct_c}
 
 
 def default_config(M: int, N: int, K: int, sm_count: int = 132, smem_limit: int = MAX_SMEM,
@@ -275,13 +279,9 @@ TUNE_TOP = 6
 
 
 def tuning_shortlist(ranked: list, model: Sm90Config, guess: Sm90Config) -> list:
-    """What autotuning times: :func:`fo_lib.gemm.autotune.shortlist` of the table's ranking without
-    the direct-C configs (the best :data:`TUNE_TOP` tiles, the model's pick, the table-free guess),
-    then the direct-C twin of each. The table's full waves, where a direct-C ring gains nothing,
-    cannot rank those (on few waves they can win), and near-ties must not crowd the others out."""
-    plain = [(score, c) for score, c in ranked if not c.direct_c]
-    out = autotune.shortlist(plain, model, also=(guess,), top=TUNE_TOP)
-    return out + [t for t in map(direct_c_twin, out) if t is not None and t not in out]
+    """What autotuning times: :func:`fo_lib.gemm.autotune.shortlist` of the table's ranking (the
+    best :data:`TUNE_TOP` tiles, the model's pick, the table-free guess)."""
+    return autotune.shortlist(ranked, model, also=(guess,), top=TUNE_TOP)
 
 
 def _tuned(a, b, dtype, M, N, K, ctas, model: Sm90Config) -> Sm90Config:

@@ -6,7 +6,7 @@ Pure: no torch, no CuPy.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar
 
 from .config import MAX_SMEM, GemmError, RasterMixin
@@ -113,13 +113,3 @@ CONFIGS: dict[str, Sm90Config] = {
 }
 for _c in CONFIGS.values():
     _c.validate()
-
-
-def direct_c_twin(cfg: Sm90Config) -> Sm90Config | None:
-    """The direct-C config of ``cfg``'s width and cluster (its raster and stream-K tail), or None
-    (``cfg`` is one, runs ping-pong, or has no twin). Its deeper ring pays on grids of few waves,
-    where the operands stream from DRAM; its epilogue costs the consumers time on every tile."""
-    if cfg.direct_c or cfg.pingpong:
-        return None
-    twin = next((c for c in CONFIGS.values() if c.direct_c and (c.BN, c.cluster) == (cfg.BN, cfg.cluster)), None)
-    return None if twin is None else replace(cfg, stages=twin.stages, direct_c=True)
