@@ -1,0 +1,98 @@
+"""Does autotuning pick what the LLM benchmark measures as fastest? (issue 23)
+
+Each shape of :data:`fo_lib.experiments.gemm_llm.SHAPES` gets its tuning shortlist
+(:func:`fo_lib.gemm.sm90.tuning_shortlist`) plus the direct-C configs of its widths, timed two ways
+in one process:
+
+* ``iso_ms``: as autotuning times them (:func:`fo_lib.gemm.autotune.time_launches`: each call alone
+  after an L2 flush, a random order per round);
+* ``graph_ms``: as the benchmark does (:func:`fo_lib.experiments.kernel_bench.check_and_time`:
+  CUDA-graph replays of back-to-back calls, inputs rotated beyond the L2, interleaved rounds).
+
+:func:`summary` says per shape what the isolated pick costs in the benchmark's regime against the
+benchmark's own best, and what the direct-C configs would add there. Why: the direct-C configs won
+autotuning on shapes where the benchmark ran them slower (docs/perf-log.md), so the two regimes
+disagree by up to a few percent, which is the size of the bar's remaining gap.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pandas as pd
+
+from ..gemm import autotune, sm90, tile_table
+from ..gemm.config import MAX_SMEM
+from .gemm_llm import SHAPES
+
+COLUMNS = ("M", "N", "K", "config", "direct_c", "shortlisted", "iso_ms", "graph_ms")
+
+
+def candidates(M: int, N: int, K: int, sms: int) -> tuple[list, list]:
+    """``(shortlist, direct)``: what autotuning times for ``M x N x K`` on ``sms`` CTAs with the
+    current tile table, and the direct-C config of each of its tiles that has one (same raster)."""
+    path = tile_table.table_path()
+    if path is None:
+        raise sm90.GemmError("no tile table for this GPU (FO_SM90_TILES or data/<gpu>/gemm_sm90_tiles.csv)")
+    ranked = tile_table.ranked(tile_table.load(path, sm90.CONFIGS), sm90.candidate_pool(), M, N, K, sms, MAX_SMEM)
+    shortlist = sm90.tuning_shortlist(ranked, sm90.default_config(M, N, K, sms), sm90.guess_config(M, N, K, sms))
+    direct = []
+    for c in shortlist:
+        d = next((x for x in sm90.CONFIGS.values() if x.direct_c and (x.BN, x.cluster) == (c.BN, c.cluster)), None)
+        if d is not None and not c.pingpong:
+            twin = replace(c, stages=d.stages, direct_c=True)
+            if twin not in direct:
+                direct.append(twin)
+    return shortlist, direct
+
+
+def measure(rounds: int = 10, inner: int = 3, seed: int = 0, only=None, on_shape=None) -> list[dict]:
+    """One row per (shape, candidate) on this GPU, bf16 (``only``: indices into SHAPES);
+    ``on_shape(rows)`` after each shape."""
+    import torch
+
+    from .kernel_bench import check_and_time, input_sets
+
+    sms = sm90.sm_count()
+    out_rows = []
+    for i, (_, M, N, K) in enumerate(SHAPES):
+        if only and i not in only:
+            continue
+        shortlist, direct = candidates(M, N, K, sms)
+        cfgs = {sm90.config_label(c): c for c in shortlist + direct}
+        sets = input_sets(M, N, K, torch.bfloat16)
+        n = len(sets)
+        a, b, _ = sets[0]
+        out = torch.empty(M, N, dtype=a.dtype, device=a.device)
+        launches = {lbl: sm90.SM90.prepare(c, "bf16", "plain", a, b, out.data_ptr(), N, sms) for lbl, c in cfgs.items()}
+        iso = autotune.time_launches({lbl: (lambda f=f: f(None)) for lbl, f in launches.items()}, rounds=rounds,
+                                     seed=seed)
+        del launches, out
+        fns = {lbl: (lambda c: lambda j: sm90.gemm_nt(*sets[j % n], config=c))(c) for lbl, c in cfgs.items()}
+        _, _, res = check_and_time(fns, sm90.SM90, shortlist[0], sets, M, N, K, rounds, inner, graph=True, seed=seed)
+        rows = [dict(M=M, N=N, K=K, config=lbl, direct_c=c.direct_c, shortlisted=not c.direct_c,
+                     iso_ms=round(iso[lbl], 5), graph_ms=round(res[lbl][0], 5)) for lbl, c in cfgs.items()]
+        out_rows += rows
+        fns = sets = None  # the shapes' operands reach ~1.5 GB per input set
+        torch.cuda.empty_cache()
+        if on_shape is not None:
+            on_shape(rows)
+    return out_rows
+
+
+def summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Per shape: ``iso_pick`` (the fastest shortlisted config in isolated timing: autotuning's
+    choice, ties aside), ``graph_pick`` (the fastest shortlisted one in the benchmark's regime),
+    ``pick_loss`` = graph time of ``iso_pick`` / graph time of ``graph_pick`` (1.0: the regimes
+    agree), and ``direct_gain`` = graph time of ``graph_pick`` / the fastest direct-C config's
+    (above 1.0: a direct config would have beaten the shortlist in the benchmark's regime)."""
+    out = []
+    for (M, N, K), g in df.groupby(["M", "N", "K"], sort=False):
+        s = g[g.shortlisted]
+        iso_pick = s.loc[s.iso_ms.idxmin()]
+        graph_pick = s.loc[s.graph_ms.idxmin()]
+        d = g[g.direct_c]
+        out.append(dict(M=M, N=N, K=K, iso_pick=iso_pick.config, graph_pick=graph_pick.config,
+                        pick_loss=iso_pick.graph_ms / graph_pick.graph_ms,
+                        direct_gain=graph_pick.graph_ms / d.graph_ms.min() if len(d) else math.nan))
+    return pd.DataFrame(out)

@@ -1,0 +1,44 @@
+"""CPU checks of fo_lib.experiments.tuning_agreement: the candidates it times and its summary."""
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from fo_lib.experiments import tuning_agreement as ta
+from fo_lib.gemm import sm90
+
+TABLE = Path(__file__).resolve().parents[1] / "data" / "h200" / "gemm_sm90_tiles.csv"
+
+
+def test_candidates_are_the_tuning_shortlist_and_its_direct_c_twins(monkeypatch):
+    monkeypatch.setenv("FO_SM90_TILES", str(TABLE))
+    shortlist, direct = ta.candidates(2048, 4096, 7168, 132)
+    assert shortlist and not any(c.direct_c for c in shortlist)
+    assert len(shortlist) >= sm90.TUNE_TOP
+    assert direct and all(c.direct_c and c.stages == 4 for c in direct)
+    # each twin has a shortlisted cooperative tile of its width, cluster and raster
+    for d in direct:
+        assert any((c.BN, c.cluster, c.order, c.swizzle, c.stream_k) == (d.BN, d.cluster, d.order, d.swizzle, d.stream_k)
+                   and not c.pingpong for c in shortlist)
+    monkeypatch.setenv("FO_SM90_TILES", "guess")
+    with pytest.raises(sm90.GemmError, match="no tile table"):
+        ta.candidates(2048, 4096, 7168, 132)
+
+
+def _rows(shape, entries):
+    return [dict(M=shape[0], N=shape[1], K=shape[2], config=c, direct_c=d, shortlisted=not d, iso_ms=i, graph_ms=g)
+            for c, d, i, g in entries]
+
+
+def test_summary_says_what_the_isolated_pick_costs_in_the_benchmark_regime():
+    df = pd.DataFrame(_rows((1, 2, 3), [("a", False, 1.00, 1.10), ("b", False, 1.05, 1.00), ("a_d", True, 0.90, 1.20)])
+                      + _rows((4, 5, 6), [("a", False, 1.00, 1.00), ("b", False, 1.10, 1.05), ("b_d", True, 0.95, 0.98)])
+                      + _rows((7, 8, 9), [("c", False, 2.0, 2.0)]))
+    s = ta.summary(df).set_index(["M", "N", "K"])
+    # the regimes disagree: isolated takes a (the direct config, fastest in isolation, is not shortlisted)
+    assert s.loc[(1, 2, 3), ["iso_pick", "graph_pick"]].tolist() == ["a", "b"]
+    assert s.loc[(1, 2, 3), "pick_loss"] == pytest.approx(1.10) and s.loc[(1, 2, 3), "direct_gain"] == pytest.approx(1 / 1.2)
+    # they agree, and a direct config beats the shortlist in the benchmark's regime
+    assert s.loc[(4, 5, 6), "pick_loss"] == 1.0 and s.loc[(4, 5, 6), "direct_gain"] == pytest.approx(1.0 / 0.98)
+    assert math.isnan(s.loc[(7, 8, 9), "direct_gain"])
