@@ -119,6 +119,8 @@ def test_the_fastest_recorded_raster_comes_with_the_tile(data_dir):
     # A raster the table lacks (a direct-C twin is timed in its twin's raster): the best recorded one.
     assert sm90.predict_ms(cfg.with_raster("row", 8), 8192, 8192, 4096, 132) == pytest.approx(16 * 0.9)
     assert sm90.predict_ms(cfg.with_raster("row", 4), 8192, 8192, 4096, 132) == pytest.approx(16 * 1.0)
+    with pytest.raises(GemmError, match="no rows for 128x256x64d"):  # a config the table lacks
+        sm90.predict_ms(sm90.CONFIGS["128x256x64d"], 8192, 8192, 4096, 132)
 
 
 def test_a_swizzle_wider_than_the_grid_is_not_a_candidate(data_dir):

@@ -273,9 +273,9 @@ def _kernel_digest(dtype: str, options: tuple) -> str:
                            for n in CANDIDATES)
 
 
-# Configs autotuning takes from the top of the table's ranking: the model's predictions of the best
-# few lie within ~1 % of each other, inside its error on the LLM shapes (a few %).
-TUNE_TOP = 6
+# Configs autotuning takes from the top of the table's ranking (the LLM record's number; 6 was tried
+# only together with direct-C twins, docs/perf-log.md).
+TUNE_TOP = autotune.TOP
 
 
 def tuning_shortlist(ranked: list, model: Sm90Config, guess: Sm90Config) -> list:

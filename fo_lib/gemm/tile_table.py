@@ -208,6 +208,8 @@ def predict_ms(table: TileTable, name: str, cfg, M: int, N: int, K: int, sm_coun
     ``M x N x K`` with ``sm_count`` CTAs. One wave: every raster runs the same tiles at once, so
     the best recorded raster's wave time; so too for a raster the table lacks (autotuning times a
     direct-C twin in its twin's raster, which the table may not have recorded)."""
+    if not table.has(name):
+        raise GemmError(f"{table.path} has no rows for {name}: re-record the table to predict it")
     tm, tn = ceil_div(M, cfg.BM), ceil_div(N, cfg.BN)
     aspect = math.log(tm / tn)
     best = min(table.ms_per_wave(name, o, s, aspect, K) for o, s in table.rasters(name))
