@@ -212,7 +212,6 @@ def test_mid_width_configs_take_the_deepest_ring_that_fits():
 
 def test_direct_c_configs_take_a_fourth_stage_in_less_shared_memory():
     from fo_lib.gemm.sm90_configs import DIRECT_C_BYTES
-    assert DIRECT_C_BYTES == 8 * 2 * 16 * 64 * 2  # 8 consumer warps x 2 buffers x 16 rows x 64 16-bit columns
     for bn in (224, 240, 256):
         for c in ("", "c2"):
             d, plain = gemm_sm90.CONFIGS[f"128x{bn}x64{c}d"], gemm_sm90.CONFIGS[f"128x{bn}x64{c}"]
@@ -223,12 +222,21 @@ def test_direct_c_configs_take_a_fourth_stage_in_less_shared_memory():
             assert d.tile_name == plain.tile_name.replace("_s3", "_s4") + "_dc"
 
 
-def test_direct_c_configs_are_recorded_not_picked():
+def test_direct_c_configs_are_recorded_not_picked(monkeypatch):
+    """The picker never returns a direct-C config, even from a table whose direct rows would win."""
+    from pathlib import Path
+
+    from fo_lib.gemm import tile_table
     C = gemm_sm90.CONFIGS
-    # not picked (a run's config): neither the model's pool nor so autotuning's shortlist has them
-    assert not any(c.direct_c for c in gemm_sm90.candidate_pool().values())
     assert {n for n, c in C.items() if c.direct_c} <= set(gemm_sm90.CANDIDATES)  # recorded in the table
-    narrow, guess = C["128x176x64"].with_raster("row", 8), C["128x128x64"].with_raster("row", 8)
-    ranked = [(1.0 + i / 1000, c) for i, c in enumerate(C.values()) if not c.direct_c]
-    got = gemm_sm90.tuning_shortlist(ranked, narrow, guess)
-    assert got[:gemm_sm90.TUNE_TOP] == [c for _, c in ranked[:gemm_sm90.TUNE_TOP]] and narrow in got and guess in got
+    assert not any(c.direct_c for c in gemm_sm90.candidate_pool().values())
+    table = Path(__file__).resolve().parents[1] / "data/h200/runs/gemm_sm90_llm_9d1654a_direct_c/gemm_sm90_tiles.csv"
+    monkeypatch.setenv("FO_SM90_TILES", str(table))
+    loaded = tile_table.load(table, C)
+    everything = dict(C)
+    for M, N, K in ((512, 8448, 16384), (2048, 4096, 7168), (4096, 6144, 4096), (1100, 1792, 5120)):
+        # weighed with every config, a direct one ranks among the first; the picker's pool has none
+        assert any(c.direct_c for _, c in tile_table.ranked(loaded, everything, M, N, K, 132, MAX_SMEM)[:40])
+        assert not any(c.direct_c for _, c in tile_table.ranked(loaded, gemm_sm90.candidate_pool(), M, N, K, 132,
+                                                                  MAX_SMEM))
+        assert not gemm_sm90.default_config(M, N, K, 132).direct_c

@@ -116,7 +116,7 @@ def test_the_fastest_recorded_raster_comes_with_the_tile(data_dir):
     cfg = sm90.default_config(8192, 8192, 4096, 132)  # 2048 big tiles: 16 waves; small 32 x 0.6
     assert (cfg.BN, cfg.order, cfg.swizzle) == (256, "col", 2)
     assert sm90.predict_ms(cfg, 8192, 8192, 4096, 132) == pytest.approx(16 * 0.9)
-    # A raster the table lacks (a direct-C twin is timed in its twin's raster): the best recorded one.
+    # A raster the table lacks (a caller's own): the best recorded one.
     assert sm90.predict_ms(cfg.with_raster("row", 8), 8192, 8192, 4096, 132) == pytest.approx(16 * 0.9)
     assert sm90.predict_ms(cfg.with_raster("row", 4), 8192, 8192, 4096, 132) == pytest.approx(16 * 1.0)
     with pytest.raises(GemmError, match="no rows for 128x256x64d"):  # a config the table lacks

@@ -17,9 +17,10 @@
 //     straight on to the next tile: the global stores, the fence and the atomic are off their path.
 //   * DIRECT_C: no C staging tile. Each consumer warp takes its 16 rows through two 16 x 64 buffers
 //     of its own (stmatrix, then 16-byte stores of 4 rows x 128 bytes per warp instruction) to global
-//     memory itself; the store warps only publish the tile. The 64 KB this frees give BN 224-256 a
-//     fourth stage (and so MMAs in flight), which pays on grids of few waves, whose operands stream
-//     from DRAM; on many waves the stores on the consumers' path cost more than the stage brings.
+//     memory itself; the store warps only publish the tile. The 32 KB of buffers in place of the
+//     58-64 KB tile give BN 224-256 a fourth stage (and so MMAs in flight), which pays on grids of
+//     few waves, whose operands stream from DRAM; on many waves the stores on the consumers' path
+//     cost more than the stage brings. (The row-offset area stays reserved, unused.)
 //   * Tile schedule: CTA b of P runs s = b, b + P, ... through fo::raster_tile (tile_schedule.cuh),
 //     the same function as the portable kernel, so fo_lib.tiling's wave model holds.
 //   * Clusters (CLUSTER 2, along M): P is even, so cluster ranks 0 and 1 run schedule indices 2 i and
@@ -912,7 +913,10 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
 #pragma unroll
                 for (int cb = 0; cb < (BN + 63) / 64; ++cb) {
                     const u32 buf = wbuf + (cb & 1) * S::WARP_C_BYTES;
-                    __syncwarp();  // every lane's reads of this buffer (two blocks ago) are done
+                    // Every lane's reads of this buffer are done. (The syncs of the block between
+                    // already order them; this one keeps that from resting on the block count's parity
+                    // across tiles.)
+                    __syncwarp();
 #pragma unroll
                     for (int j = 8 * cb; j < min(8 * cb + 8, BN / 8); j += 2)
                         stmatrix_x4(S::warp_c_chunk(buf, lr, j - 8 * cb + (lane >> 4)),

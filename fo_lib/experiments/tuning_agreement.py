@@ -25,17 +25,19 @@ from ..gemm import autotune, sm90, tile_table
 from ..gemm.config import MAX_SMEM
 from .gemm_llm import SHAPES
 
-COLUMNS = ("M", "N", "K", "config", "direct_c", "shortlisted", "iso_ms", "graph_ms")
+COLUMNS = ("M", "N", "K", "config", "direct_c", "shortlisted", "model", "iso_ms", "graph_ms")
 
 
-def candidates(M: int, N: int, K: int, sms: int) -> tuple[list, list]:
-    """``(shortlist, direct)``: what autotuning times for ``M x N x K`` on ``sms`` CTAs with the
-    current tile table, and the direct-C config of each of its tiles that has one (same raster)."""
+def candidates(M: int, N: int, K: int, sms: int) -> tuple[list, list, object]:
+    """``(shortlist, direct, model)``: what autotuning times for ``M x N x K`` on ``sms`` CTAs with
+    the current tile table, the direct-C config of each of its tiles that has one (same raster), and
+    the table's own pick (which autotuning keeps unless another beats it by ``autotune.WIN``)."""
     path = tile_table.table_path()
     if path is None:
         raise sm90.GemmError("no tile table for this GPU (FO_SM90_TILES or data/<gpu>/gemm_sm90_tiles.csv)")
     ranked = tile_table.ranked(tile_table.load(path, sm90.CONFIGS), sm90.candidate_pool(), M, N, K, sms, MAX_SMEM)
-    shortlist = sm90.tuning_shortlist(ranked, sm90.default_config(M, N, K, sms), sm90.guess_config(M, N, K, sms))
+    model = sm90.default_config(M, N, K, sms)
+    shortlist = sm90.tuning_shortlist(ranked, model, sm90.guess_config(M, N, K, sms))
     direct = []
     for c in shortlist:
         d = next((x for x in sm90.CONFIGS.values() if x.direct_c and (x.BN, x.cluster) == (c.BN, c.cluster)), None)
@@ -43,11 +45,12 @@ def candidates(M: int, N: int, K: int, sms: int) -> tuple[list, list]:
             twin = replace(c, stages=d.stages, direct_c=True)
             if twin not in direct:
                 direct.append(twin)
-    return shortlist, direct
+    return shortlist, direct, model
 
 
 def measure(rounds: int = 10, inner: int = 3, seed: int = 0, only=None, on_shape=None) -> list[dict]:
-    """One row per (shape, candidate) on this GPU, bf16 (``only``: indices into SHAPES);
+    """One row per (shape, candidate) on this GPU, bf16 (``only``: indices into SHAPES): ``iso_ms``
+    with autotuning's own rounds (``autotune.ROUNDS``), ``graph_ms`` with ``rounds`` x ``inner``;
     ``on_shape(rows)`` after each shape."""
     import torch
 
@@ -58,19 +61,18 @@ def measure(rounds: int = 10, inner: int = 3, seed: int = 0, only=None, on_shape
     for i, (_, M, N, K) in enumerate(SHAPES):
         if only and i not in only:
             continue
-        shortlist, direct = candidates(M, N, K, sms)
+        shortlist, direct, model = candidates(M, N, K, sms)
         cfgs = {sm90.config_label(c): c for c in shortlist + direct}
         sets = input_sets(M, N, K, torch.bfloat16)
         n = len(sets)
         a, b, _ = sets[0]
         out = torch.empty(M, N, dtype=a.dtype, device=a.device)
         launches = {lbl: sm90.SM90.prepare(c, "bf16", "plain", a, b, out.data_ptr(), N, sms) for lbl, c in cfgs.items()}
-        iso = autotune.time_launches({lbl: (lambda f=f: f(None)) for lbl, f in launches.items()}, rounds=rounds,
-                                     seed=seed)
-        del launches, out
+        iso = autotune.time_launches({lbl: (lambda f=f: f(None)) for lbl, f in launches.items()}, seed=seed)
+        del launches, out, a, b
         fns = {lbl: (lambda c: lambda j: sm90.gemm_nt(*sets[j % n], config=c))(c) for lbl, c in cfgs.items()}
         _, _, res = check_and_time(fns, sm90.SM90, shortlist[0], sets, M, N, K, rounds, inner, graph=True, seed=seed)
-        rows = [dict(M=M, N=N, K=K, config=lbl, direct_c=c.direct_c, shortlisted=not c.direct_c,
+        rows = [dict(M=M, N=N, K=K, config=lbl, direct_c=c.direct_c, shortlisted=not c.direct_c, model=c == model,
                      iso_ms=round(iso[lbl], 5), graph_ms=round(res[lbl][0], 5)) for lbl, c in cfgs.items()]
         out_rows += rows
         fns = sets = None  # the shapes' operands reach ~1.5 GB per input set
@@ -81,18 +83,18 @@ def measure(rounds: int = 10, inner: int = 3, seed: int = 0, only=None, on_shape
 
 
 def summary(df: pd.DataFrame) -> pd.DataFrame:
-    """Per shape: ``iso_pick`` (the fastest shortlisted config in isolated timing: autotuning's
-    choice, ties aside), ``graph_pick`` (the fastest shortlisted one in the benchmark's regime),
+    """Per shape: ``iso_pick`` (autotuning's choice from the isolated timings of the shortlist: the
+    model's pick unless another is faster by ``autotune.WIN``), ``graph_pick`` (the fastest shortlisted one in the benchmark's regime),
     ``pick_loss`` = graph time of ``iso_pick`` / graph time of ``graph_pick`` (1.0: the regimes
     agree), and ``direct_gain`` = graph time of ``graph_pick`` / the fastest direct-C config's
     (above 1.0: a direct config would have beaten the shortlist in the benchmark's regime)."""
     out = []
     for (M, N, K), g in df.groupby(["M", "N", "K"], sort=False):
-        s = g[g.shortlisted]
-        iso_pick = s.loc[s.iso_ms.idxmin()]
+        s = g[g.shortlisted].set_index("config")
+        iso_pick = s.loc[autotune.choose(s.iso_ms.to_dict(), s.index[s.model.astype(bool)][0])]
         graph_pick = s.loc[s.graph_ms.idxmin()]
         d = g[g.direct_c]
-        out.append(dict(M=M, N=N, K=K, iso_pick=iso_pick.config, graph_pick=graph_pick.config,
+        out.append(dict(M=M, N=N, K=K, iso_pick=iso_pick.name, graph_pick=graph_pick.name,
                         pick_loss=iso_pick.graph_ms / graph_pick.graph_ms,
                         direct_gain=graph_pick.graph_ms / d.graph_ms.min() if len(d) else math.nan))
     return pd.DataFrame(out)

@@ -260,7 +260,8 @@ def config_label(cfg: Sm90Config) -> str:
 def kernel_digest(dtype: str) -> str:
     """The digest under which tunings of ``dtype`` GEMMs are remembered: the compiler's cache keys of
     every candidate's plain kernel (a change to a source, a header, the NVRTC options or version, or
-    the configs makes them tune again). Needs NVRTC (its version is part of the key)."""
+    the configs or of what autotuning weighs makes them tune again). Needs NVRTC (its version is
+    part of the key)."""
     from ..jit.compiler import nvrtc_options
     return _kernel_digest(dtype, nvrtc_options(ARCH))
 
@@ -269,8 +270,10 @@ def kernel_digest(dtype: str) -> str:
 def _kernel_digest(dtype: str, options: tuple) -> str:
     # Once per (dtype, options) and process, like the compiler's header snapshot (~0.1 s).
     from ..jit.compiler import source_key
-    return autotune.digest(f"{n} {source_key(generate_source(CONFIGS[n], dtype, 'plain')[0], ARCH)}"
-                           for n in CANDIDATES)
+    # The pool's configs and the shortlist's length: a tuning that weighed others (the direct-C
+    # configs, another top) does not apply.
+    return autotune.digest([f"top {TUNE_TOP}"] + [
+        f"{n} {source_key(generate_source(CONFIGS[n], dtype, 'plain')[0], ARCH)}" for n in candidate_pool()])
 
 
 # Configs autotuning takes from the top of the table's ranking (the LLM record's number; 6 was tried

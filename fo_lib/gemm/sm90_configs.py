@@ -35,7 +35,8 @@ class Sm90Config(RasterMixin):
 
     @property
     def smem_bytes(self) -> int:
-        """1024 (alignment slack) + operand ring + C staging tile + BM int64 row offsets + mbarriers;
+        """1024 (alignment slack) + operand ring + C staging tile (``direct_c``: the consumer warps'
+        buffers) + BM int64 row offsets + mbarriers;
         the same sum as ``Sm90Shape::SMEM_BYTES`` in gemm_sm90.cuh."""
         c_bytes = DIRECT_C_BYTES if self.direct_c else self.BM * c_row_bytes(self.BN)
         return (1024 + self.stages * (self.BM + self.BN) * self.BK * 2 + c_bytes

@@ -206,8 +206,9 @@ def table_path() -> str | None:
 def predict_ms(table: TileTable, name: str, cfg, M: int, N: int, K: int, sm_count: int) -> float:
     """Predicted ms of ``cfg`` (named ``name`` in the table, with its own order and swizzle) on
     ``M x N x K`` with ``sm_count`` CTAs. One wave: every raster runs the same tiles at once, so
-    the best recorded raster's wave time; so too for a raster the table lacks (autotuning times a
-    direct-C twin in its twin's raster, which the table may not have recorded)."""
+    the best recorded raster's wave time. A raster the table lacks (a caller's own, or the
+    recorder's shorter raster lists for some configs) is predicted with the best recorded one: an
+    optimistic estimate on grids of several waves."""
     if not table.has(name):
         raise GemmError(f"{table.path} has no rows for {name}: re-record the table to predict it")
     tm, tn = ceil_div(M, cfg.BM), ceil_div(N, cfg.BN)

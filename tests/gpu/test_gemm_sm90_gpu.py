@@ -270,7 +270,8 @@ def _stream_k_flags():
     return [launch._keep[1] for launch in gemm_sm90.SM90._memo._launches.values() if launch._keep]
 
 
-@pytest.mark.parametrize("M,N,K,cname,ctas,split", STREAM_K_CASES[:4])
+@pytest.mark.parametrize("M,N,K,cname,ctas,split",
+                         STREAM_K_CASES[:4] + [c for c in STREAM_K_CASES if c[3].endswith("d")])
 def test_stream_k_tail_signals_each_tile_once(M, N, K, cname, ctas, split):
     cfg = _stream_k_config(cname, M, N, K, ctas, split)
     groups = 3
@@ -496,6 +497,9 @@ def test_gemm_signal_rejects_bad_tables():
     ("128x256x64", 1024, 8192, 512, 100, "col", 8),
     ("128x256x64c2", 1100, 1792, 256, 12, "row", 4),  # 63 tiles: a phantom unit (on CTA 63 % 12)
     ("128x128x64c2", 2000, 3000, 512, 64, "row", 3),
+    # direct C: the consumers store, the store warps stamp the end (a partial last 64-column block)
+    ("128x240x64d", 2000, 3000, 512, 64, "row", 5),
+    ("128x256x64c2d", 1100, 1792, 256, 12, "row", 4),
 ])
 def test_gemm_probe_waves_and_raster(cname, M, N, K, ctas, order, swizzle):
     cfg = gemm_sm90.CONFIGS[cname].with_raster(order, swizzle)
