@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from fo_lib.experiments import tuning_agreement as ta
-from fo_lib.gemm import sm90
+from fo_lib.gemm import autotune, sm90
 
 TABLE = Path(__file__).resolve().parents[1] / "data" / "h200" / "gemm_sm90_tiles.csv"
 
@@ -15,7 +15,7 @@ def test_candidates_are_the_tuning_shortlist_and_its_direct_c_twins(monkeypatch)
     monkeypatch.setenv("FO_SM90_TILES", str(TABLE))
     shortlist, direct, model = ta.candidates(2048, 4096, 7168, 132)
     assert model in shortlist and not any(c.direct_c for c in shortlist)
-    assert len(shortlist) >= sm90.TUNE_TOP
+    assert len(shortlist) >= autotune.TOP
     assert direct and all(c.direct_c and c.stages == 4 for c in direct)
     # each twin has a shortlisted cooperative tile of its width, cluster and raster
     for d in direct:

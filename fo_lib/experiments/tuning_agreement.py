@@ -1,7 +1,7 @@
 """Does autotuning pick what the LLM benchmark measures as fastest? (issue 23)
 
 Each shape of :data:`fo_lib.experiments.gemm_llm.SHAPES` gets its tuning shortlist
-(:func:`fo_lib.gemm.sm90.tuning_shortlist`) plus the direct-C configs of its widths, timed two ways
+(:func:`fo_lib.gemm.sm90.tuning_candidates`) plus the direct-C configs of its widths, timed two ways
 in one process:
 
 * ``iso_ms``: as autotuning times them (:func:`fo_lib.gemm.autotune.time_launches`: each call alone
@@ -22,7 +22,6 @@ from dataclasses import replace
 import pandas as pd
 
 from ..gemm import autotune, sm90, tile_table
-from ..gemm.config import MAX_SMEM
 from .gemm_llm import SHAPES
 
 COLUMNS = ("M", "N", "K", "config", "direct_c", "shortlisted", "model", "iso_ms", "graph_ms")
@@ -35,17 +34,12 @@ def candidates(M: int, N: int, K: int, sms: int) -> tuple[list, list, object]:
     path = tile_table.table_path()
     if path is None:
         raise sm90.GemmError("no tile table for this GPU (FO_SM90_TILES or data/<gpu>/gemm_sm90_tiles.csv)")
-    ranked = tile_table.ranked(tile_table.load(path, sm90.CONFIGS), sm90.candidate_pool(), M, N, K, sms, MAX_SMEM)
     model = sm90.default_config(M, N, K, sms)
-    shortlist = sm90.tuning_shortlist(ranked, model, sm90.guess_config(M, N, K, sms))
-    direct = []
-    for c in shortlist:
-        d = next((x for x in sm90.CONFIGS.values() if x.direct_c and (x.BN, x.cluster) == (c.BN, c.cluster)), None)
-        if d is not None and not c.pingpong:
-            twin = replace(c, stages=d.stages, direct_c=True)
-            if twin not in direct:
-                direct.append(twin)
-    return shortlist, direct, model
+    shortlist = sm90.tuning_candidates(path, M, N, K, sms, model)
+    stages = {(c.BN, c.cluster): c.stages for c in sm90.CONFIGS.values() if c.direct_c}
+    twins = (replace(c, stages=stages[c.BN, c.cluster], direct_c=True) for c in shortlist
+             if (c.BN, c.cluster) in stages)  # (ping-pong tiles are narrower)
+    return shortlist, list(dict.fromkeys(twins)), model
 
 
 def measure(rounds: int = 10, inner: int = 3, seed: int = 0, only=None, on_shape=None) -> list[dict]:

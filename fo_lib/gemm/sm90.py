@@ -46,7 +46,7 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
   takes the tail where the tile table predicts it pays.
 * Autotuning (:mod:`fo_lib.gemm.autotune`): a plain ``gemm_nt`` without a config, on the SM count's
   CTAs, runs the fastest of the tile table's shortlist for its shape (the model's pick among them:
-  :func:`tuning_shortlist`), timed on its operands on the shape's first call and remembered on disk for later calls and
+  :func:`tuning_candidates`), timed on its operands on the shape's first call and remembered on disk for later calls and
   processes; :func:`config_for` says which. ``FO_SM90_AUTOTUNE=0``: the table's pick, untimed.
 
 ``import fo_lib.gemm.sm90`` needs neither torch, CuPy nor cuda-bindings; they are imported at launch.
@@ -270,21 +270,17 @@ def kernel_digest(dtype: str) -> str:
 def _kernel_digest(dtype: str, options: tuple) -> str:
     # Once per (dtype, options) and process, like the compiler's header snapshot (~0.1 s).
     from ..jit.compiler import source_key
-    # The pool's configs and the shortlist's length: a tuning that weighed others (the direct-C
-    # configs, another top) does not apply.
-    return autotune.digest([f"top {TUNE_TOP}"] + [
-        f"{n} {source_key(generate_source(CONFIGS[n], dtype, 'plain')[0], ARCH)}" for n in candidate_pool()])
+    # Over the picker's pool: a tuning that weighed other configs (the direct-C ones) does not apply.
+    return autotune.digest(f"{n} {source_key(generate_source(CONFIGS[n], dtype, 'plain')[0], ARCH)}"
+                           for n in candidate_pool())
 
 
-# Configs autotuning takes from the top of the table's ranking (the LLM record's number; 6 was tried
-# only together with direct-C twins, docs/perf-log.md).
-TUNE_TOP = autotune.TOP
-
-
-def tuning_shortlist(ranked: list, model: Sm90Config, guess: Sm90Config) -> list:
-    """What autotuning times: :func:`fo_lib.gemm.autotune.shortlist` of the table's ranking (the
-    best :data:`TUNE_TOP` tiles, the model's pick, the table-free guess)."""
-    return autotune.shortlist(ranked, model, also=(guess,), top=TUNE_TOP)
+def tuning_candidates(path, M: int, N: int, K: int, ctas: int, model: Sm90Config) -> list:
+    """What autotuning times for ``M x N x K`` on ``ctas`` CTAs: :func:`fo_lib.gemm.autotune.shortlist`
+    of the tile table at ``path``'s ranking of the picker's pool, with the model's pick ``model`` and
+    the table-free guess."""
+    ranked = tile_table.ranked(tile_table.load(path, CONFIGS), candidate_pool(), M, N, K, ctas, MAX_SMEM)
+    return autotune.shortlist(ranked, model, also=(guess_config(M, N, K, ctas),))
 
 
 def _tuned(a, b, dtype, M, N, K, ctas, model: Sm90Config) -> Sm90Config:
@@ -307,8 +303,7 @@ def _tuned(a, b, dtype, M, N, K, ctas, model: Sm90Config) -> Sm90Config:
         if torch.cuda.is_current_stream_capturing():  # nothing may be timed (or synchronized) here
             return model
         try:
-            ranked = tile_table.ranked(tile_table.load(path, CONFIGS), candidate_pool(), M, N, K, ctas, MAX_SMEM)
-            shortlist = tuning_shortlist(ranked, model, guess_config(M, N, K, ctas))
+            shortlist = tuning_candidates(path, M, N, K, ctas, model)
             torch.cuda.synchronize(dev)  # the operands may still be written on another stream
             out = torch.empty(M, N, dtype=a.dtype, device=a.device)  # the caller's output is not touched
             launches = {config_label(c): SM90.prepare(c, dtype, "plain", a, b, out.data_ptr(), N, ctas)

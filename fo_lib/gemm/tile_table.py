@@ -213,12 +213,13 @@ def predict_ms(table: TileTable, name: str, cfg, M: int, N: int, K: int, sm_coun
         raise GemmError(f"{table.path} has no rows for {name}: re-record the table to predict it")
     tm, tn = ceil_div(M, cfg.BM), ceil_div(N, cfg.BN)
     aspect = math.log(tm / tn)
-    best = min(table.ms_per_wave(name, o, s, aspect, K) for o, s in table.rasters(name))
+    if tm * tn <= sm_count or (name, cfg.order, cfg.swizzle) not in table.entries:
+        per_wave = min(table.ms_per_wave(name, o, s, aspect, K) for o, s in table.rasters(name))
+    else:
+        per_wave = table.ms_per_wave(name, cfg.order, cfg.swizzle, aspect, K)
     if tm * tn <= sm_count:
-        return best
-    if (name, cfg.order, cfg.swizzle) in table.entries:
-        best = table.ms_per_wave(name, cfg.order, cfg.swizzle, aspect, K)
-    return waves(tm * tn, sm_count, cfg.stream_k, ceil_div(K, cfg.BK)) * best
+        return per_wave
+    return waves(tm * tn, sm_count, cfg.stream_k, ceil_div(K, cfg.BK)) * per_wave
 
 
 def waves(tiles: int, sm_count: int, stream_k: bool, k_blocks: int) -> float:
