@@ -461,6 +461,14 @@ struct Sm90Shape {
     }
 };
 
+// The accumulator blocks j and j + 1 of a wgmma m64nNk16 fragment (both row halves), 16-bit, by one
+// stmatrix x4 at this lane's address (see the epilogues for the lane-to-row mapping).
+template <class T, int N>
+__device__ __forceinline__ void stmatrix_acc(u32 addr, const float (&acc)[N], int j) {
+    sm90::stmatrix_x4(addr, pack2(T{}, acc[4 * j], acc[4 * j + 1]), pack2(T{}, acc[4 * j + 2], acc[4 * j + 3]),
+                      pack2(T{}, acc[4 * j + 4], acc[4 * j + 5]), pack2(T{}, acc[4 * j + 6], acc[4 * j + 7]));
+}
+
 // One 16-byte chunk v of a C row to dst, of which n elements lie inside the tile (a partial or
 // unaligned chunk goes element by element).
 __device__ __forceinline__ void store_c_chunk(bits16* dst, const u32 (&v)[4], int n) {
@@ -919,11 +927,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                     __syncwarp();
 #pragma unroll
                     for (int j = 8 * cb; j < min(8 * cb + 8, BN / 8); j += 2)
-                        stmatrix_x4(S::warp_c_chunk(buf, lr, j - 8 * cb + (lane >> 4)),
-                                    pack2(T{}, acc[0][4 * j], acc[0][4 * j + 1]),
-                                    pack2(T{}, acc[0][4 * j + 2], acc[0][4 * j + 3]),
-                                    pack2(T{}, acc[0][4 * j + 4], acc[0][4 * j + 5]),
-                                    pack2(T{}, acc[0][4 * j + 6], acc[0][4 * j + 7]));
+                        stmatrix_acc<T>(S::warp_c_chunk(buf, lr, j - 8 * cb + (lane >> 4)), acc[0], j);
                     __syncwarp();
                     const int ch = 8 * cb + (lane & 7);
 #pragma unroll
@@ -947,11 +951,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                     const int st_row = (PINGPONG ? h : c) * 64 + warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
 #pragma unroll
                     for (int j = 0; j < BN / 8; j += 2) {
-                        stmatrix_x4(S::c_chunk(smem_c, st_row, j + (lane >> 4)),
-                                    pack2(T{}, acc[h][4 * j], acc[h][4 * j + 1]),
-                                    pack2(T{}, acc[h][4 * j + 2], acc[h][4 * j + 3]),
-                                    pack2(T{}, acc[h][4 * j + 4], acc[h][4 * j + 5]),
-                                    pack2(T{}, acc[h][4 * j + 6], acc[h][4 * j + 7]));
+                        stmatrix_acc<T>(S::c_chunk(smem_c, st_row, j + (lane >> 4)), acc[h], j);
                     }
                 }
             }
