@@ -165,3 +165,11 @@ def test_atomic_write_replaces_whole_or_not_at_all(tmp_path, monkeypatch):
     with pytest.raises(PermissionError):
         atomic_write(target, b"three")
     assert target.read_bytes() == b"two" and sorted(p.name for p in tmp_path.iterdir()) == ["f.bin"]
+
+
+def test_rotation_sets_reach_three_l2s_between_two_and_sixteen_sets():
+    l2 = 60 * 2**20
+    assert autotune.rotation_sets(10 * l2, l2) == 2  # a big shape: its own copy breaks the reuse
+    assert autotune.rotation_sets(l2, l2) == 3
+    assert autotune.rotation_sets(l2 // 2 + 1, l2) == 6
+    assert autotune.rotation_sets(1, l2) == 16

@@ -135,6 +135,8 @@ def test_the_ab_script_alternates_trees_seeds_by_pair_and_options_to_b_only(tmp_
         assert csv.parent == tmp_path and cmd[cmd.index("--out") + 1] == str(csv.resolve())
         assert env["FO_NVRTC_OPTIONS"] == ("-DX=1" if label == "b" else "")
         assert env["FO_SM90_AUTOTUNE"] == "0" and env["PYTHONPATH"] == str(tree.resolve())
+    tuned = ab.run_commands(Path("old"), Path("."), pairs=1, rounds=7, out_dir=tmp_path, autotune=True)
+    assert [env["FO_SM90_AUTOTUNE"] for *_, env, _ in tuned] == ["1", "1"]
 
 
 def test_the_ab_script_refuses_a_missing_tree_and_an_unknown_macro(tmp_path, capsys):

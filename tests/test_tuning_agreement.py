@@ -29,20 +29,20 @@ def test_candidates_are_the_tuning_shortlist_and_its_direct_c_twins(monkeypatch)
 def _rows(shape, entries):
     """The first entry is the model's pick."""
     return [dict(M=shape[0], N=shape[1], K=shape[2], config=c, direct_c=d, shortlisted=not d, model=j == 0,
-                 iso_ms=i, graph_ms=g) for j, (c, d, i, g) in enumerate(entries)]
+                 tune_ms=i, graph_ms=g) for j, (c, d, i, g) in enumerate(entries)]
 
 
-def test_summary_says_what_the_isolated_pick_costs_in_the_benchmark_regime():
+def test_summary_says_what_the_tuned_pick_costs_in_the_benchmark_regime():
     df = pd.DataFrame(_rows((1, 2, 3), [("a", False, 1.00, 1.10), ("b", False, 1.05, 1.00), ("a_d", True, 0.90, 1.20)])
                       + _rows((4, 5, 6), [("a", False, 1.00, 1.00), ("b", False, 1.10, 1.05), ("b_d", True, 0.95, 0.98)])
                       + _rows((7, 8, 9), [("c", False, 2.0, 2.0)])
-                      # isolated: b faster than the model's a, but by less than autotune.WIN: a stays
+                      # tuning: b faster than the model's a, but by less than autotune.WIN: a stays
                       + _rows((1, 1, 1), [("a", False, 1.000, 1.0), ("b", False, 0.998, 1.1)]))
     s = ta.summary(df).set_index(["M", "N", "K"])
-    # the regimes disagree: isolated takes a (the direct config, fastest in isolation, is not shortlisted)
-    assert s.loc[(1, 2, 3), ["iso_pick", "graph_pick"]].tolist() == ["a", "b"]
+    # the regimes disagree: tuning takes a (the direct config, fastest when tuned, is not shortlisted)
+    assert s.loc[(1, 2, 3), ["tune_pick", "graph_pick"]].tolist() == ["a", "b"]
     assert s.loc[(1, 2, 3), "pick_loss"] == pytest.approx(1.10) and s.loc[(1, 2, 3), "direct_gain"] == pytest.approx(1 / 1.2)
     # they agree, and a direct config beats the shortlist in the benchmark's regime
     assert s.loc[(4, 5, 6), "pick_loss"] == 1.0 and s.loc[(4, 5, 6), "direct_gain"] == pytest.approx(1.0 / 0.98)
     assert math.isnan(s.loc[(7, 8, 9), "direct_gain"])
-    assert s.loc[(1, 1, 1), ["iso_pick", "pick_loss"]].tolist() == ["a", 1.0]
+    assert s.loc[(1, 1, 1), ["tune_pick", "pick_loss"]].tolist() == ["a", 1.0]

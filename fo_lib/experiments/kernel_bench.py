@@ -16,6 +16,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from ..gemm import autotune
+
 L2_BYTES = 60 * 2**20
 # Variants in a random order per round (fo_lib.testing.round_orders). NOTES: in the alternating order
 # each variant keeps its place and its neighbours, and on this power-capped GPU the plain kernel timed
@@ -74,7 +76,7 @@ def input_sets(M, N, K, dtype):
 
     elem = torch.finfo(dtype).bits // 8
     set_bytes = (M * K + N * K + M * N) * elem
-    n_sets = max(2, min(16, math.ceil(3 * L2_BYTES / set_bytes)))
+    n_sets = autotune.rotation_sets(set_bytes, L2_BYTES)
     return [(torch.randn(M, K, device="cuda").to(dtype), torch.randn(N, K, device="cuda").to(dtype),
              torch.empty(M, N, dtype=dtype, device="cuda")) for _ in range(n_sets)]
 

@@ -4,15 +4,16 @@ Each shape of :data:`fo_lib.experiments.gemm_llm.SHAPES` gets its tuning shortli
 (:func:`fo_lib.gemm.sm90.tuning_candidates`) plus the direct-C configs of its widths, timed two ways
 in one process:
 
-* ``iso_ms``: as autotuning times them (:func:`fo_lib.gemm.autotune.time_launches`: each call alone
-  after an L2 flush, a random order per round);
+* ``tune_ms``: as autotuning times them (:func:`fo_lib.gemm.autotune.time_launches` of
+  :func:`fo_lib.gemm.sm90.tuning_runs`: back-to-back calls queued behind a GPU spin, on copies of
+  the operands rotated beyond the L2, a random order per round);
 * ``graph_ms``: as the benchmark does (:func:`fo_lib.experiments.kernel_bench.check_and_time`:
   CUDA-graph replays of back-to-back calls, inputs rotated beyond the L2, interleaved rounds).
 
-:func:`summary` says per shape what the isolated pick costs in the benchmark's regime against the
-benchmark's own best, and what the direct-C configs would add there. Why: the direct-C configs won
-autotuning on shapes where the benchmark ran them slower (docs/perf-log.md), so the two regimes
-disagree by up to a few percent, which is the size of the bar's remaining gap.
+:func:`summary` says per shape what autotuning's pick costs in the benchmark's regime against the
+benchmark's own best, and what the direct-C configs would add there. Why: when autotuning timed
+each call alone after an L2 flush, its picks cost up to 5 % in the benchmark (docs/perf-log.md),
+which is the size of the bar's remaining gap.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import pandas as pd
 from ..gemm import autotune, sm90, tile_table
 from .gemm_llm import SHAPES
 
-COLUMNS = ("M", "N", "K", "config", "direct_c", "shortlisted", "model", "iso_ms", "graph_ms")
+COLUMNS = ("M", "N", "K", "config", "direct_c", "shortlisted", "model", "tune_ms", "graph_ms")
 
 
 def candidates(M: int, N: int, K: int, sms: int) -> tuple[list, list, object]:
@@ -43,7 +44,7 @@ def candidates(M: int, N: int, K: int, sms: int) -> tuple[list, list, object]:
 
 
 def measure(rounds: int = 10, inner: int = 3, seed: int = 0, only=None, on_shape=None) -> list[dict]:
-    """One row per (shape, candidate) on this GPU, bf16 (``only``: indices into SHAPES): ``iso_ms``
+    """One row per (shape, candidate) on this GPU, bf16 (``only``: indices into SHAPES): ``tune_ms``
     with autotuning's own rounds (``autotune.ROUNDS``), ``graph_ms`` with ``rounds`` x ``inner``;
     ``on_shape(rows)`` after each shape."""
     import torch
@@ -59,15 +60,13 @@ def measure(rounds: int = 10, inner: int = 3, seed: int = 0, only=None, on_shape
         cfgs = {sm90.config_label(c): c for c in shortlist + direct}
         sets = input_sets(M, N, K, torch.bfloat16)
         n = len(sets)
-        a, b, _ = sets[0]
-        out = torch.empty(M, N, dtype=a.dtype, device=a.device)
-        launches = {lbl: sm90.SM90.prepare(c, "bf16", "plain", a, b, out.data_ptr(), N, sms) for lbl, c in cfgs.items()}
-        iso = autotune.time_launches({lbl: (lambda f=f: f(None)) for lbl, f in launches.items()}, seed=seed)
-        del launches, out, a, b
+        runs = sm90.tuning_runs(cfgs.values(), "bf16", sets[0][0], sets[0][1], sms)
+        tune = autotune.time_launches(runs, seed=seed)
+        runs = None
         fns = {lbl: (lambda c: lambda j: sm90.gemm_nt(*sets[j % n], config=c))(c) for lbl, c in cfgs.items()}
         _, _, res = check_and_time(fns, sm90.SM90, shortlist[0], sets, M, N, K, rounds, inner, graph=True, seed=seed)
         rows = [dict(M=M, N=N, K=K, config=lbl, direct_c=c.direct_c, shortlisted=not c.direct_c, model=c == model,
-                     iso_ms=round(iso[lbl], 5), graph_ms=round(res[lbl][0], 5)) for lbl, c in cfgs.items()]
+                     tune_ms=round(tune[lbl], 5), graph_ms=round(res[lbl][0], 5)) for lbl, c in cfgs.items()]
         out_rows += rows
         fns = sets = None  # the shapes' operands reach ~1.5 GB per input set
         torch.cuda.empty_cache()
@@ -77,18 +76,18 @@ def measure(rounds: int = 10, inner: int = 3, seed: int = 0, only=None, on_shape
 
 
 def summary(df: pd.DataFrame) -> pd.DataFrame:
-    """Per shape: ``iso_pick`` (autotuning's choice from the isolated timings of the shortlist: the
-    model's pick unless another is faster by ``autotune.WIN``), ``graph_pick`` (the fastest shortlisted one in the benchmark's regime),
-    ``pick_loss`` = graph time of ``iso_pick`` / graph time of ``graph_pick`` (1.0: the regimes
+    """Per shape: ``tune_pick`` (autotuning's choice from its timings of the shortlist: the model's
+    pick unless another is faster by ``autotune.WIN``), ``graph_pick`` (the fastest shortlisted one
+    in the benchmark's regime), ``pick_loss`` = graph time of ``tune_pick`` / graph time of ``graph_pick`` (1.0: the regimes
     agree), and ``direct_gain`` = graph time of ``graph_pick`` / the fastest direct-C config's
     (above 1.0: a direct config would have beaten the shortlist in the benchmark's regime)."""
     out = []
     for (M, N, K), g in df.groupby(["M", "N", "K"], sort=False):
         s = g[g.shortlisted].set_index("config")
-        iso_pick = s.loc[autotune.choose(s.iso_ms.to_dict(), s.index[s.model.astype(bool)][0])]
+        tune_pick = s.loc[autotune.choose(s.tune_ms.to_dict(), s.index[s.model.astype(bool)][0])]
         graph_pick = s.loc[s.graph_ms.idxmin()]
         d = g[g.direct_c]
-        out.append(dict(M=M, N=N, K=K, iso_pick=iso_pick.name, graph_pick=graph_pick.name,
-                        pick_loss=iso_pick.graph_ms / graph_pick.graph_ms,
+        out.append(dict(M=M, N=N, K=K, tune_pick=tune_pick.name, graph_pick=graph_pick.name,
+                        pick_loss=tune_pick.graph_ms / graph_pick.graph_ms,
                         direct_gain=graph_pick.graph_ms / d.graph_ms.min() if len(d) else math.nan))
     return pd.DataFrame(out)

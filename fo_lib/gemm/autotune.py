@@ -10,11 +10,14 @@ candidates differ. So the model proposes (:func:`shortlist`) and the GPU decides
 * Candidates: the best-ranked config of each (tile, stream-K) pair, the first :data:`TOP` of them,
   plus the model's pick, the table-free guess and the best 128- or 256-wide tile if they are not
   among those.
-* Timing: each call between its own pair of CUDA events, after the L2 is flushed (a weight matrix
-  is read from memory once per forward pass; operands left in L2 by the previous call would favour
-  rasters that need no reuse), the calls of a round queued behind a short GPU spin (the host's
-  launch time is not timed); :data:`ROUNDS` rounds in a shuffled order, the median per candidate.
-  The model's pick stays unless another is faster by more than :data:`WIN` (noise).
+* Timing: as the LLM benchmark times a GEMM against cuBLAS (CUDA-graph replays of back-to-back calls
+  on operands rotated beyond the L2, ``fo_lib.experiments.kernel_bench``): per round, :data:`REPS`
+  calls back to back between two CUDA events, each on the next of :func:`rotation_sets` copies of
+  the caller's operands, queued behind a short GPU spin (the host's launch time is not timed);
+  :data:`ROUNDS` rounds in a shuffled order, the median per candidate. (Each call timed alone after
+  an L2 flush ran faster than back to back and ranked the candidates otherwise, so its pick lost in
+  the benchmark: docs/perf-log.md.) The model's pick stays unless another is faster by more than
+  :data:`WIN` (noise).
 * Cache: ``sm90_autotune.json`` in the kernel cache folder (:func:`fo_lib.jit.compiler.cache_dir`),
   keyed by GPU name, CTA count, ``M x N x K``, dtype and a digest of the candidates' kernel cache
   keys (a changed source, header, NVRTC option or version tunes again); merged and replaced atomically, so concurrent processes lose nothing worse
@@ -45,8 +48,11 @@ from .._util import atomic_write, gpu_sleep
 ENV_VAR = "FO_SM90_AUTOTUNE"
 FILE_NAME = "sm90_autotune.json"
 TOP = 4
-ROUNDS = 5
-# NOTES: medians of 5 rounds repeat to a few tenths of a percent on an H200; a smaller win is noise
+ROUNDS = 10
+REPS = 3  # calls per candidate and round, back to back
+# What time_launches measures, in the cache digest: tunings timed another way tune again.
+TIMING = "back-to-back, rotated beyond L2"
+# NOTES: medians of 10 rounds repeat to a few tenths of a percent on an H200; a smaller win is noise
 # and would make the pick flip between runs.
 WIN = 0.005
 
@@ -209,28 +215,33 @@ def choose(timed_ms: dict, model_label: str) -> str:
     return model_label
 
 
-def time_launches(runs: dict, rounds: int = ROUNDS, seed: int = 0) -> dict:
-    """Median device ms of each ``runs[label]()`` (a launch on the current stream), each call timed
-    alone after an L2 flush."""
+def rotation_sets(set_bytes: int, l2_bytes: int) -> int:
+    """How many operand sets of ``set_bytes`` (A, B and C) rotating calls go through so that no call
+    finds its operands in an L2 of ``l2_bytes``: three L2s' worth, at least 2, at most 16."""
+    return max(2, min(16, -(-3 * l2_bytes // set_bytes)))
+
+
+def time_launches(runs: dict, rounds: int = ROUNDS, seed: int = 0, reps: int = REPS) -> dict:
+    """Median device ms per call of each ``runs[label](i)`` (a launch on the current stream; ``i``
+    counts the calls, for rotating operand sets): per round ``reps`` calls back to back between two
+    events, queued behind a GPU spin."""
     import torch
 
-    dev = torch.cuda.current_device()
-    flush = torch.empty(2 * torch.cuda.get_device_properties(dev).L2_cache_size // 4 + 1, dtype=torch.int32,
-                        device=dev)
-    reps = 3  # calls per candidate and round
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    calls = 0
 
-    def timed(fn) -> list:
+    def timed(fn) -> float:
+        nonlocal calls
         gpu_sleep(0.5)  # the round's launches queue up behind it
-        for start, end in events:
-            flush.zero_()
-            start.record()
-            fn()
-            end.record()
-        events[-1][1].synchronize()
-        return [start.elapsed_time(end) for start, end in events]
+        start.record()
+        for _ in range(reps):
+            fn(calls)
+            calls += 1
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / reps
 
-    for fn in runs.values():  # the first launch of each (a stream-K workspace, a cold instruction cache)
+    for fn in runs.values():  # the first launches of each (a stream-K workspace, a cold instruction cache)
         timed(fn)
     times: dict = {lbl: [] for lbl in runs}
     order = list(runs)
@@ -238,5 +249,5 @@ def time_launches(runs: dict, rounds: int = ROUNDS, seed: int = 0) -> dict:
     for _ in range(rounds):
         rng.shuffle(order)
         for lbl in order:
-            times[lbl] += timed(runs[lbl])
+            times[lbl].append(timed(runs[lbl]))
     return {lbl: statistics.median(v) for lbl, v in times.items()}

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from .._util import DTYPE_TAG, ceil_div, sm_count
@@ -271,8 +271,8 @@ def _kernel_digest(dtype: str, options: tuple) -> str:
     # Once per (dtype, options) and process, like the compiler's header snapshot (~0.1 s).
     from ..jit.compiler import source_key
     # Over the picker's pool: a tuning that weighed other configs (the direct-C ones) does not apply.
-    return autotune.digest(f"{n} {source_key(generate_source(CONFIGS[n], dtype, 'plain')[0], ARCH)}"
-                           for n in candidate_pool())
+    return autotune.digest([autotune.TIMING] + [f"{n} {source_key(generate_source(CONFIGS[n], dtype, 'plain')[0], ARCH)}"
+                                                for n in candidate_pool()])
 
 
 def tuning_candidates(path, M: int, N: int, K: int, ctas: int, model: Sm90Config) -> list:
@@ -305,11 +305,7 @@ def _tuned(a, b, dtype, M, N, K, ctas, model: Sm90Config) -> Sm90Config:
         try:
             shortlist = tuning_candidates(path, M, N, K, ctas, model)
             torch.cuda.synchronize(dev)  # the operands may still be written on another stream
-            out = torch.empty(M, N, dtype=a.dtype, device=a.device)  # the caller's output is not touched
-            launches = {config_label(c): SM90.prepare(c, dtype, "plain", a, b, out.data_ptr(), N, ctas)
-                        for c in shortlist}
-            ms = autotune.time_launches({lbl: (lambda f=f: f(None)) for lbl, f in launches.items()})
-            del launches, out
+            ms = autotune.time_launches(tuning_runs(shortlist, dtype, a, b, ctas))
         except Exception as exc:  # noqa: BLE001 - the call itself can still run the model's pick
             autotune.mark_failed(k)
             warnings.warn(f"fo_lib.gemm.sm90: autotuning {M} x {N} x {K} failed ({type(exc).__name__}: {exc}); "
@@ -319,6 +315,33 @@ def _tuned(a, b, dtype, M, N, K, ctas, model: Sm90Config) -> Sm90Config:
     cfg = next(c for c in shortlist if config_label(c) == winner)
     autotune.remember(k, cfg, ms, config_label(model))
     return cfg
+
+
+@dataclass(frozen=True, eq=False)
+class TuningRun:
+    """One config's timed calls: call ``i`` runs on operand set ``i % len(sets)`` into ``outs[i %
+    len(sets)]`` (holding the sets and outputs keeps them alive: the launches hold raw pointers)."""
+    launches: tuple
+    sets: tuple
+    outs: tuple
+
+    def __call__(self, i: int) -> None:
+        self.launches[i % len(self.launches)](None)
+
+
+def tuning_runs(configs, dtype: str, a, b, ctas: int) -> dict:
+    """``{config_label: TuningRun}`` for :func:`fo_lib.gemm.autotune.time_launches`: the operand sets
+    are the caller's ``a`` and ``b``, then copies of them, :func:`~fo_lib.gemm.autotune.rotation_sets`
+    in all, each with its own output (the caller's is not touched)."""
+    import torch
+    M, N = a.shape[0], b.shape[0]
+    l2 = torch.cuda.get_device_properties(a.device).L2_cache_size
+    n = autotune.rotation_sets((a.numel() + b.numel() + M * N) * a.element_size(), l2)
+    sets = ((a, b),) + tuple((a.clone(), b.clone()) for _ in range(n - 1))
+    outs = tuple(torch.empty(M, N, dtype=a.dtype, device=a.device) for _ in sets)
+    return {config_label(c): TuningRun(tuple(SM90.prepare(c, dtype, "plain", x, y, o.data_ptr(), N, ctas)
+                                             for (x, y), o in zip(sets, outs)), sets, outs)
+            for c in configs}
 
 
 def config_for(a, b, ctas: int | None = None) -> Sm90Config:

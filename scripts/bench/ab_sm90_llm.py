@@ -3,7 +3,9 @@
 cuBLAS in its own interleaved rounds; the trees compare through those ratios
 (:func:`fo_lib.experiments.gemm_llm.ab_compare`). Autotuning is off (``FO_SM90_AUTOTUNE=0``): each
 tree runs its own tile table's picks (the same picks where both carry the same table, so that a kernel
-change is what differs). The two runs of pair ``i`` use seed ``i``.
+change is what differs); with ``--autotune`` it is on, to compare two ways of tuning (each tree's
+first run tunes, its later runs read the tunings from the disk cache, as a second process would).
+The two runs of pair ``i`` use seed ``i``.
 
 Tree A is typically an export of an earlier commit (``git archive <sha> | tar -x -C .baseline``), B this
 one; or both this tree, B with an NVRTC option (``--b-options=-DNAME=1``: with ``=``, as the value
@@ -29,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 BENCH = Path("scripts/bench/bench_gemm_sm90_llm.py")
 
 
-def run_commands(a: Path, b: Path, pairs: int, rounds: int, out_dir: Path, only=None, b_options: str = ""):
+def run_commands(a: Path, b: Path, pairs: int, rounds: int, out_dir: Path, only=None, b_options: str = "",
+                 autotune: bool = False):
     """(tree label, working directory, command, environment overrides, CSV) per run, in run order
     A, B, A, B, ...: the two runs of pair i take seed i; only tree B's runs get ``b_options`` as
     ``FO_NVRTC_OPTIONS`` (tree A's run without any)."""
@@ -41,7 +44,7 @@ def run_commands(a: Path, b: Path, pairs: int, rounds: int, out_dir: Path, only=
                "--no-cluster", "--seed", str(i // 2)]
         if only:
             cmd += ["--only", *map(str, only)]
-        env = dict(FO_SM90_AUTOTUNE="0", PYTHONPATH=str(tree.resolve()),
+        env = dict(FO_SM90_AUTOTUNE="1" if autotune else "0", PYTHONPATH=str(tree.resolve()),
                    FO_NVRTC_OPTIONS=b_options if label == "b" else "")
         runs.append((label, tree, cmd, env, csv))
     return runs
@@ -64,6 +67,7 @@ def main(argv=None) -> None:
     p.add_argument("--pairs", type=int, default=2, help="A-B pairs of processes")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--only", type=int, nargs="*", help="indices into the benchmark's shapes")
+    p.add_argument("--autotune", action="store_true", help="autotuning on in both trees (default off)")
     p.add_argument("--out-dir", type=Path, required=True)
     args = p.parse_args(argv)
     for tree in (args.a, args.b):
@@ -82,7 +86,7 @@ def main(argv=None) -> None:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     done = []
     for label, tree, cmd, env, csv in run_commands(args.a, args.b, args.pairs, args.rounds, args.out_dir,
-                                                   args.only, args.b_options):
+                                                   args.only, args.b_options, args.autotune):
         print(f"--- run {len(done)}: tree {label} ({tree})", flush=True)
         if subprocess.run(cmd, cwd=tree, env=dict(os.environ, **env)).returncode != 0:
             print(f"run {len(done)} (tree {label}) failed: comparing the runs before it", flush=True)
@@ -92,7 +96,7 @@ def main(argv=None) -> None:
         sys.exit("ab_sm90_llm: no complete run of both trees")
     per_run, shapes = ab_compare(done)
     meta = dict(a=str(args.a), b=str(args.b), b_options=args.b_options, pairs=args.pairs, rounds=args.rounds,
-                runs_done=len(done), autotune=False)
+                runs_done=len(done), autotune=args.autotune)
     write_result(per_run, args.out_dir / "runs.csv", **meta)
     write_result(shapes, args.out_dir / "shapes.csv", **meta)
     with pd.option_context("display.width", 160, "display.max_rows", 100):

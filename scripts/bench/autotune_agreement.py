@@ -1,7 +1,8 @@
 """Does autotuning pick what the LLM benchmark measures as fastest? Each LLM shape's tuning shortlist
-(and the direct-C configs of its widths) timed as autotuning times it (each call alone after an L2
-flush) and as the benchmark does (CUDA-graph replays, back to back), in one process
-(:mod:`fo_lib.experiments.tuning_agreement`). Prints per shape the isolated pick, the benchmark
+(and the direct-C configs of its widths) timed as autotuning times it (back-to-back calls behind a
+GPU spin, operands rotated beyond the L2) and as the benchmark does (CUDA-graph replays of
+back-to-back calls, the same rotation), in one process
+(:mod:`fo_lib.experiments.tuning_agreement`). Prints per shape autotuning's pick, the benchmark
 regime's pick, what the first costs in the second regime and what a direct-C config would add.
 ~2-4 min on an H200 (10 rounds).
 
@@ -37,7 +38,7 @@ def main(argv=None):
 
     def show(rows):
         s = tuning_agreement.summary(pd.DataFrame(rows)).iloc[0]
-        print(f"{s.M:6d} {s.N:6d} {s.K:6d}  isolated {s.iso_pick:>22}  graph {s.graph_pick:>22}  "
+        print(f"{s.M:6d} {s.N:6d} {s.K:6d}  tuned {s.tune_pick:>22}  graph {s.graph_pick:>22}  "
               f"loss {s.pick_loss:.3f}  direct {s.direct_gain:.3f}", flush=True)
 
     rows = tuning_agreement.measure(args.rounds, args.inner, args.seed, args.only, on_shape=show)
@@ -46,8 +47,8 @@ def main(argv=None):
                  kernel="fo_lib.gemm.sm90")
     s = tuning_agreement.summary(df)
     geo = lambda v: math.exp(np.log(v.dropna()).mean()) if v.notna().any() else math.nan  # noqa: E731
-    print(f"isolated pick / benchmark pick, in the benchmark's regime: geomean {geo(s.pick_loss):.4f}, worst "
-          f"{s.pick_loss.max():.3f}, {int((s.iso_pick != s.graph_pick).sum())} of {len(s)} picks differ; "
+    print(f"tuned pick / benchmark pick, in the benchmark's regime: geomean {geo(s.pick_loss):.4f}, worst "
+          f"{s.pick_loss.max():.3f}, {int((s.tune_pick != s.graph_pick).sum())} of {len(s)} picks differ; "
           f"best direct-C config over the shortlist's best: geomean {geo(s.direct_gain):.4f} -> {args.out}")
 
 

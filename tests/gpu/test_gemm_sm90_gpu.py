@@ -205,6 +205,35 @@ def test_autotune_inside_a_graph_capture_and_after_a_failed_tuning(tmp_path, mon
     autotune.forget()
 
 
+def test_tuning_runs_rotate_over_copies_that_outlive_the_callers_operands():
+    """Autotuning's timed calls: call i of a config writes a b^T into output i % n of n operand sets
+    (the caller's, then copies that stay alive after the caller's tensors are gone and their memory
+    is reused), and the caller's operands are only read."""
+    from fo_lib.gemm import autotune
+    M, N, K = 300, 520, 136  # small: the most copies (rotation_sets)
+    a, b = inputs(M, N, K, "bf16", seed=37)
+    want, a0, b0 = ref(a, b), a.clone(), b.clone()
+    cfgs = [gemm_sm90.CONFIGS[n] for n in ("128x256x64", "128x128x64c2p", "128x240x64d")]
+    runs = gemm_sm90.tuning_runs(cfgs, "bf16", a, b, gemm.sm_count() // 2 * 2)  # (clusters of 2)
+    n = autotune.rotation_sets((M * K + N * K + M * N) * 2, torch.cuda.get_device_properties(0).L2_cache_size)
+    assert list(runs) == [gemm_sm90.config_label(c) for c in cfgs] and n > 2
+    assert all(len(r.sets) == len(r.outs) == n and r.sets[0][0] is a for r in runs.values())
+    del a, b
+    torch.cuda.empty_cache()
+    junk = torch.full((n * (M + N) * K,), float("nan"), dtype=torch.bfloat16, device="cuda")  # over freed memory
+    for r in runs.values():
+        for o in r.outs:
+            o.fill_(float("nan"))
+        for i in range(2 * n):
+            r(i)
+        torch.cuda.synchronize()
+        for o in r.outs:
+            assert calc_diff(o, want) < TOL["bf16"]
+    assert torch.equal(runs[gemm_sm90.config_label(cfgs[0])].sets[0][0], a0)
+    assert torch.equal(runs[gemm_sm90.config_label(cfgs[0])].sets[n - 1][1], b0)
+    del junk
+
+
 # --- stream-K tail -------------------------------------------------------------------------------
 # (M, N, K, config, CTAs, split): cut tiles with M/N/K tails, few CTAs, and the LLM shapes the tail
 # is for (132 CTAs), in both modes of fo_lib.tiling.stream_k_plan: runs (split 1; K of two k-blocks:
