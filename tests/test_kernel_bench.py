@@ -131,3 +131,25 @@ def test_bench_postops_script_passes_its_options_to_the_core_and_writes_its_csv(
     assert seen["shapes"] == [(1024, n) for n in kb.POSTOPS_SHAPES["N"]]
     assert (seen["rounds"], seen["graph"], seen["tprs"], seen["BN"]) == (7, False, [256], 128)
     assert pd.read_csv(out).shape[0] == 4
+
+
+def test_config_variants_take_a_stream_k_tail_by_suffix():
+    from dataclasses import replace
+
+    from fo_lib.experiments.kernel_bench import add_config_variants
+    from fo_lib.gemm import sm90
+
+    ran = []
+
+    class Family:
+        @staticmethod
+        def gemm_nt(a, b, out, config):
+            ran.append(config)
+
+    fns = {}
+    add_config_variants(fns, Family, sm90.CONFIGS, ["128x256x64", "128x256x64+sk"], [(1, 2, 3)], 1100)
+    for f in fns.values():
+        f(0)
+    assert list(fns) == ["cfg:128x256x64", "cfg:128x256x64+sk"]
+    assert [c.stream_k for c in ran] == [False, True]
+    assert ran[0] == sm90.CONFIGS["128x256x64"].with_raster("row", 8) and ran[1] == replace(ran[0], stream_k=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -82,9 +83,12 @@ def input_sets(M, N, K, dtype):
 
 
 def add_config_variants(fns, family, configs_by_name, names, sets, M):
-    """Variants ``cfg:<name>``: each named config (row raster, swizzle up to 8) on the same inputs."""
+    """Variants ``cfg:<name>``: each named config (row raster, swizzle up to 8) on the same inputs;
+    ``<name>+sk`` runs it with a stream-K tail (the Hopper configs)."""
     for name in names:
-        base = configs_by_name[name]
+        base = configs_by_name[name.removesuffix("+sk")]
+        if name.endswith("+sk"):
+            base = replace(base, stream_k=True)
         c = base.with_raster("row", min(8, -(-M // base.BM)))
         fns[f"cfg:{name}"] = (lambda c: lambda i: family.gemm_nt(*sets[i % len(sets)], config=c))(c)
 
