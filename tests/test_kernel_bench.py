@@ -153,3 +153,17 @@ def test_config_variants_take_a_stream_k_tail_by_suffix():
     assert list(fns) == ["cfg:128x256x64", "cfg:128x256x64+sk"]
     assert [c.stream_k for c in ran] == [False, True]
     assert ran[0] == sm90.CONFIGS["128x256x64"].with_raster("row", 8) and ran[1] == replace(ran[0], stream_k=True)
+
+
+def test_config_variant_reads_a_config_label_and_refuses_a_bad_one():
+    from fo_lib.gemm import sm90
+
+    for label in ("128x128x64c2/row8", "128x256x64/col4+sk", "128x240x64d/row1+sk"):
+        c = kb.config_variant(sm90.CONFIGS, label, 1100)
+        assert sm90.config_label(c) == label
+    assert kb.config_variant(sm90.CONFIGS, "128x128x64", 300).swizzle == 3  # up to 8 tile rows: M has 3
+    with pytest.raises(KeyError):
+        kb.config_variant(sm90.CONFIGS, "128x999x64", 1)
+    for bad in ("128x128x64/diag2", "128x128x64/row"):
+        with pytest.raises(ValueError, match="row<N> or col<N>"):
+            kb.config_variant(sm90.CONFIGS, bad, 1)

@@ -82,14 +82,28 @@ def input_sets(M, N, K, dtype):
              torch.empty(M, N, dtype=dtype, device="cuda")) for _ in range(n_sets)]
 
 
+def config_variant(configs_by_name, label: str, M: int):
+    """The config a label names: ``NAME[/ORDER SWIZZLE][+sk]`` as ``fo_lib.gemm.sm90.config_label``
+    writes it (``128x128x64c2/row8``, ``128x256x64+sk``); without a raster, row with a swizzle of up
+    to 8 tile rows; ``+sk``: a stream-K tail (the Hopper configs). KeyError for an unknown name,
+    ValueError for a bad raster."""
+    body, sk = (label[:-3], True) if label.endswith("+sk") else (label, False)
+    name, _, raster = body.partition("/")
+    c = configs_by_name[name]
+    if sk:
+        c = replace(c, stream_k=True)
+    if not raster:
+        return c.with_raster("row", min(8, -(-M // c.BM)))
+    order = raster.rstrip("0123456789")
+    if order not in ("row", "col") or order == raster:
+        raise ValueError(f"{label}: the raster is row<N> or col<N>, got {raster!r}")
+    return c.with_raster(order, int(raster[len(order):]))
+
+
 def add_config_variants(fns, family, configs_by_name, names, sets, M):
-    """Variants ``cfg:<name>``: each named config (row raster, swizzle up to 8) on the same inputs;
-    ``<name>+sk`` runs it with a stream-K tail (the Hopper configs)."""
+    """Variants ``cfg:<label>``: each config :func:`config_variant` names, on the same inputs."""
     for name in names:
-        base = configs_by_name[name.removesuffix("+sk")]
-        if name.endswith("+sk"):
-            base = replace(base, stream_k=True)
-        c = base.with_raster("row", min(8, -(-M // base.BM)))
+        c = config_variant(configs_by_name, name, M)
         fns[f"cfg:{name}"] = (lambda c: lambda i: family.gemm_nt(*sets[i % len(sets)], config=c))(c)
 
 

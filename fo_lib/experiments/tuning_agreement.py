@@ -5,15 +5,15 @@ Each shape of :data:`fo_lib.experiments.gemm_llm.SHAPES` gets its tuning shortli
 in one process:
 
 * ``tune_ms``: as autotuning times them (:func:`fo_lib.gemm.autotune.time_launches` of
-  :func:`fo_lib.gemm.sm90.tuning_runs`: back-to-back calls queued behind a GPU spin, on copies of
-  the operands rotated beyond the L2, a random order per round);
+  :func:`fo_lib.gemm.sm90.tuning_runs`: copies of one operand set, its own rounds);
 * ``graph_ms``: as the benchmark does (:func:`fo_lib.experiments.kernel_bench.check_and_time`:
   CUDA-graph replays of back-to-back calls, inputs rotated beyond the L2, interleaved rounds).
 
 :func:`summary` says per shape what autotuning's pick costs in the benchmark's regime against the
 benchmark's own best, and what the direct-C configs would add there. Why: when autotuning timed
-each call alone after an L2 flush, its picks cost up to 5 % in the benchmark (docs/perf-log.md),
-which is the size of the bar's remaining gap.
+each call alone after an L2 flush, or back to back without a graph, its picks cost up to 5 % in the
+benchmark (docs/perf-log.md), the size of the bar's remaining gap. Now that both regimes are graph
+replays, what is left of ``pick_loss`` is the two measurements' noise and their operand data.
 """
 from __future__ import annotations
 

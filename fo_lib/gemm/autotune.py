@@ -10,14 +10,13 @@ candidates differ. So the model proposes (:func:`shortlist`) and the GPU decides
 * Candidates: the best-ranked config of each (tile, stream-K) pair, the first :data:`TOP` of them,
   plus the model's pick, the table-free guess and the best 128- or 256-wide tile if they are not
   among those.
-* Timing: as the LLM benchmark times a GEMM against cuBLAS (CUDA-graph replays of back-to-back calls
-  on operands rotated beyond the L2, ``fo_lib.experiments.kernel_bench``): per round, :data:`REPS`
-  calls back to back between two CUDA events, each on the next of :func:`rotation_sets` copies of
-  the caller's operands, queued behind a short GPU spin (the host's launch time is not timed);
-  :data:`ROUNDS` rounds in a shuffled order, the median per candidate. (Each call timed alone after
-  an L2 flush ran faster than back to back and ranked the candidates otherwise, so its pick lost in
-  the benchmark: docs/perf-log.md.) The model's pick stays unless another is faster by more than
-  :data:`WIN` (noise).
+* Timing: as the LLM benchmark times a GEMM against cuBLAS (``fo_lib.experiments.gemm_llm``), with
+  the same code (:func:`fo_lib.testing.bench_interleaved`): per candidate a CUDA graph of
+  :data:`REPS` back-to-back calls on the next of :func:`rotation_sets` copies of the caller's
+  operands, replayed between two CUDA events once per round, :data:`ROUNDS` rounds in a shuffled
+  order, the median per candidate. (Timed otherwise, each call alone after an L2 flush or back to
+  back without a graph, the candidates ranked differently and the pick lost in the benchmark:
+  docs/perf-log.md.) The model's pick stays unless another is faster by more than :data:`WIN` (noise).
 * Cache: ``sm90_autotune.json`` in the kernel cache folder (:func:`fo_lib.jit.compiler.cache_dir`),
   keyed by GPU name, CTA count, ``M x N x K``, dtype and a digest of the candidates' kernel cache
   keys (a changed source, header, NVRTC option or version tunes again); merged and replaced atomically, so concurrent processes lose nothing worse
@@ -28,7 +27,7 @@ other than the SM count or without a tile table (the model's pick), nor inside a
 on the current stream (a shape tuned before runs its winner there, one not yet tuned the model's
 pick). Tuning synchronizes the device: a capture in progress on another stream (another thread's,
 or a ``stream=`` being captured) would be broken by it, so tune a shape eagerly before capturing it
-there. The timed launches run on the current stream.
+there. The timed graphs are captured on a side stream and replayed on the current one.
 Pure Python apart from :func:`time_launches` (torch, at call time).
 """
 from __future__ import annotations
@@ -36,14 +35,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
-import statistics
 import threading
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .._util import atomic_write, gpu_sleep
+from .._util import atomic_write
 
 ENV_VAR = "FO_SM90_AUTOTUNE"
 FILE_NAME = "sm90_autotune.json"
@@ -51,7 +48,7 @@ TOP = 4
 ROUNDS = 10
 REPS = 3  # calls per candidate and round, back to back
 # What time_launches measures, in the cache digest: tunings timed another way tune again.
-TIMING = "back-to-back, rotated beyond L2"
+TIMING = "graph replays of back-to-back calls, rotated beyond L2"
 # NOTES: medians of 10 rounds repeat to a few tenths of a percent on an H200; a smaller win is noise
 # and would make the pick flip between runs.
 WIN = 0.005
@@ -222,32 +219,9 @@ def rotation_sets(set_bytes: int, l2_bytes: int) -> int:
 
 
 def time_launches(runs: dict, rounds: int = ROUNDS, seed: int = 0, reps: int = REPS) -> dict:
-    """Median device ms per call of each ``runs[label](i)`` (a launch on the current stream; ``i``
-    counts the calls, for rotating operand sets): per round ``reps`` calls back to back between two
-    events, queued behind a GPU spin."""
-    import torch
-
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    calls = 0
-
-    def timed(fn) -> float:
-        nonlocal calls
-        gpu_sleep(0.5)  # the round's launches queue up behind it
-        start.record()
-        for _ in range(reps):
-            fn(calls)
-            calls += 1
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / reps
-
-    for fn in runs.values():  # the first launches of each (a stream-K workspace, a cold instruction cache)
-        timed(fn)
-    times: dict = {lbl: [] for lbl in runs}
-    order = list(runs)
-    rng = random.Random(seed)
-    for _ in range(rounds):
-        rng.shuffle(order)
-        for lbl in order:
-            times[lbl].append(timed(runs[lbl]))
-    return {lbl: statistics.median(v) for lbl, v in times.items()}
+    """Median device ms per call of each ``runs[label](i)`` (a launch on the current stream, capturable;
+    ``i`` counts the calls, for rotating operand sets): ``reps`` calls per CUDA graph, one replay per
+    round, the rounds' orders shuffled."""
+    from ..testing import bench_interleaved, summarize
+    return summarize(bench_interleaved(runs, rounds=rounds, inner=reps, warmup=1, graph=True, order="shuffle",
+                                       seed=seed))

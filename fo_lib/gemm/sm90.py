@@ -331,12 +331,13 @@ class TuningRun:
 
 def tuning_runs(configs, dtype: str, a, b, ctas: int) -> dict:
     """``{config_label: TuningRun}`` for :func:`fo_lib.gemm.autotune.time_launches`: the operand sets
-    are the caller's ``a`` and ``b``, then copies of them, :func:`~fo_lib.gemm.autotune.rotation_sets`
-    in all, each with its own output (the caller's is not touched)."""
+    are the caller's ``a`` and ``b``, then copies of them, each with its own output (the caller's is
+    not touched): :func:`~fo_lib.gemm.autotune.rotation_sets` of them, as the benchmark rotates, but
+    no more than the calls of one graph use (:data:`~fo_lib.gemm.autotune.REPS`)."""
     import torch
     M, N = a.shape[0], b.shape[0]
     l2 = torch.cuda.get_device_properties(a.device).L2_cache_size
-    n = autotune.rotation_sets((a.numel() + b.numel() + M * N) * a.element_size(), l2)
+    n = min(autotune.rotation_sets((a.numel() + b.numel() + M * N) * a.element_size(), l2), autotune.REPS)
     sets = ((a, b),) + tuple((a.clone(), b.clone()) for _ in range(n - 1))
     outs = tuple(torch.empty(M, N, dtype=a.dtype, device=a.device) for _ in sets)
     return {config_label(c): TuningRun(tuple(SM90.prepare(c, dtype, "plain", x, y, o.data_ptr(), N, ctas)

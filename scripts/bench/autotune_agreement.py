@@ -1,10 +1,9 @@
 """Does autotuning pick what the LLM benchmark measures as fastest? Each LLM shape's tuning shortlist
-(and the direct-C configs of its widths) timed as autotuning times it (back-to-back calls behind a
-GPU spin, operands rotated beyond the L2) and as the benchmark does (CUDA-graph replays of
-back-to-back calls, the same rotation), in one process
+(and the direct-C configs of its widths) timed as autotuning times it and as the benchmark does, in
+one process
 (:mod:`fo_lib.experiments.tuning_agreement`). Prints per shape autotuning's pick, the benchmark
 regime's pick, what the first costs in the second regime and what a direct-C config would add.
-~2-4 min on an H200 (10 rounds).
+~20 s on an H200 (10 rounds).
 
     python scripts/bench/autotune_agreement.py --out /tmp/agree.csv
 """

@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from fo_lib.experiments.kernel_bench import add_config_variants, check_and_time, input_sets  # noqa: E402
+from fo_lib.experiments.kernel_bench import add_config_variants, check_and_time, config_variant, input_sets  # noqa: E402
 from fo_lib import gemm  # noqa: E402
 from fo_lib.gemm import sm90 as gemm_sm90  # noqa: E402
 from fo_lib.provenance import write_result  # noqa: E402
@@ -73,7 +73,8 @@ def main(argv=None):
     p.add_argument("--N", type=int, nargs="*", default=[4096, 8192])
     p.add_argument("--K", type=int, nargs="*", default=[4096, 8192])
     p.add_argument("--configs", nargs="*", default=[],
-                   help="also time these sm90 CONFIGS by name, +sk for a stream-K tail ('all' = every config)")
+                   help="also time these sm90 CONFIGS: NAME[/rowN|/colN][+sk] (default raster row, swizzle up to 8; "
+                        "+sk: a stream-K tail; 'all' = every config)")
     p.add_argument("--portable", action="store_true", help="also time the portable fo_lib.gemm kernel")
     p.add_argument("--graph", action="store_true", help="time CUDA-graph replays (no host overhead)")
     p.add_argument("--rounds", type=int, help="interleaved rounds (default 15, quick 6)")
@@ -84,10 +85,11 @@ def main(argv=None):
         sys.exit("bench_gemm_sm90: needs a compute capability 9.0 GPU")
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[args.dtype]
     configs = list(gemm_sm90.CONFIGS) if args.configs == ["all"] else args.configs
-    unknown = [c for c in configs if c.removesuffix("+sk") not in gemm_sm90.CONFIGS]
-    if unknown:
-        p.error(f"--configs: no sm90 config {', '.join(unknown)} (names: {' '.join(gemm_sm90.CONFIGS)}, "
-                f"each optionally +sk)")
+    for c in configs:
+        try:
+            config_variant(gemm_sm90.CONFIGS, c, 1)
+        except (KeyError, ValueError) as exc:
+            p.error(f"--configs {c}: {exc} (NAME[/rowN|/colN][+sk], names: {' '.join(gemm_sm90.CONFIGS)})")
     rounds, inner = (6, 3) if args.quick else (15, 5)
     rounds = args.rounds or rounds
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
