@@ -173,3 +173,28 @@ def test_rotation_sets_reach_three_l2s_between_two_and_sixteen_sets():
     assert autotune.rotation_sets(l2, l2) == 3
     assert autotune.rotation_sets(l2 // 2 + 1, l2) == 6
     assert autotune.rotation_sets(1, l2) == 16
+
+
+def test_a_one_wave_grid_times_each_shortlisted_tile_in_several_rasters(monkeypatch):
+    from pathlib import Path
+    table = Path(__file__).resolve().parents[1] / "data" / "h200" / "gemm_sm90_tiles.csv"
+    monkeypatch.setenv("FO_SM90_TILES", str(table))
+    path = sm90.tile_table.table_path()
+
+    def candidates(M, N, K):
+        model = sm90.default_config(M, N, K, 132)
+        return model, sm90.tuning_candidates(path, M, N, K, 132, model)
+
+    model, one_wave = candidates(1100, 1792, 5120)  # 9 x 14 tiles of 128 x 128
+    assert model.grid(1100, 1792, 132).num_tiles <= 132
+    tiles = {c.tile_name for c in one_wave}
+    for t in tiles:
+        rasters = {(c.order, c.swizzle) for c in one_wave if c.tile_name == t}
+        assert set(sm90.ONE_WAVE_RASTERS) <= rasters, (t, rasters)
+    assert len(one_wave) == len(set(one_wave))
+    # a swizzle wider than the grid's band is left out: 3 tile rows take no band of 8
+    _, short = candidates(300, 1792, 5120)
+    assert ("row", 8) not in {(c.order, c.swizzle) for c in short} and ("col", 8) in {(c.order, c.swizzle) for c in short}
+    # many waves: one raster per (tile, stream-K) pair, as the table ranks them
+    _, many = candidates(8192, 8192, 4096)
+    assert len({(c.tile_name, c.stream_k) for c in many}) == len(many)

@@ -271,16 +271,28 @@ def _kernel_digest(dtype: str, options: tuple) -> str:
     # Once per (dtype, options) and process, like the compiler's header snapshot (~0.1 s).
     from ..jit.compiler import source_key
     # Over the picker's pool: a tuning that weighed other configs (the direct-C ones) does not apply.
-    return autotune.digest([autotune.TIMING] + [f"{n} {source_key(generate_source(CONFIGS[n], dtype, 'plain')[0], ARCH)}"
+    return autotune.digest([autotune.TIMING, repr(ONE_WAVE_RASTERS)] + [f"{n} {source_key(generate_source(CONFIGS[n], dtype, 'plain')[0], ARCH)}"
                                                 for n in candidate_pool()])
+
+
+# The rasters autotuning tries for a one-wave grid: bands of 1, 2 and 8 tile rows, and of 8 columns.
+ONE_WAVE_RASTERS = (("row", 1), ("row", 2), ("row", 8), ("col", 8))
 
 
 def tuning_candidates(path, M: int, N: int, K: int, ctas: int, model: Sm90Config) -> list:
     """What autotuning times for ``M x N x K`` on ``ctas`` CTAs: :func:`fo_lib.gemm.autotune.shortlist`
     of the tile table at ``path``'s ranking of the picker's pool, with the model's pick ``model`` and
-    the table-free guess."""
+    the table-free guess; on a grid of one wave of the model's tiles, each of those in every raster
+    of :data:`ONE_WAVE_RASTERS` too."""
     ranked = tile_table.ranked(tile_table.load(path, CONFIGS), candidate_pool(), M, N, K, ctas, MAX_SMEM)
-    return autotune.shortlist(ranked, model, also=(guess_config(M, N, K, ctas),))
+    out = autotune.shortlist(ranked, model, also=(guess_config(M, N, K, ctas),))
+    # One wave: the table ranks a single raster per tile (it recorded whole waves of many), yet where
+    # the tiles land still moves the time (clusters most): each shortlisted tile in a few rasters.
+    if ceil_div(M, model.BM) * ceil_div(N, model.BN) <= ctas:
+        more = (c.with_raster(o, s) for c in out for o, s in ONE_WAVE_RASTERS
+                if s <= (ceil_div(M, c.BM) if o == "row" else ceil_div(N, c.BN)))  # (wider walks like narrower)
+        out += list(dict.fromkeys(c for c in more if c not in out))
+    return out
 
 
 def _tuned(a, b, dtype, M, N, K, ctas, model: Sm90Config) -> Sm90Config:
