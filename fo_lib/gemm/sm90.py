@@ -90,9 +90,9 @@ CANDIDATES = tuple(CONFIGS)
 def candidate_pool(stream_k: bool = True) -> dict:
     """The :data:`CANDIDATES` as the picker weighs them: with a stream-K tail where ``stream_k``
     (clusters run whole waves). The direct-C configs are recorded but not picked: a run's config
-    for them (their deeper ring pays on few waves, their epilogue costs on many). Autotuning's
-    timings (each call alone after an L2 flush) took them on shapes where the LLM benchmark's
-    back-to-back calls ran them slower than the others (docs/perf-log.md)."""
+    for them (their deeper ring pays on few waves, their epilogue costs on many). Timed as the LLM
+    benchmark times, the best of them beat the shortlist's best by about 1 % on 3 of its 30 shapes
+    (long K) and lost elsewhere (docs/perf-log.md)."""
     return {n: replace(CONFIGS[n], stream_k=stream_k and CONFIGS[n].cluster == 1) for n in CANDIDATES
             if not CONFIGS[n].direct_c}
 
