@@ -3,7 +3,7 @@
 # each under its own time limit, logging everything to $OUT/run.log and writing CSV + provenance
 # sidecars under $OUT/data/. Run from the repo root:
 #   FO_GIT_SHA=<sha of HEAD> FO_STEPS=build,tests,sanitize,bench_gemm,bench_postops scripts/gpu_run.sh
-# Steps: build sm90_tiles tests sanitize sanitize_sm90 bench_gemm exp_gemm signal_cost stall_sites bench_sm90 sm90_ncu sm90_sass cluster_probe sm90_ab tune_agree sm90_llm bench_postops launch profile record host_path
+# Steps: build sm90_tiles tests sanitize sanitize_sm90 bench_gemm exp_gemm signal_cost stall_sites bench_sm90 sm90_ncu sm90_sass cluster_probe sm90_ab tune_agree late_tune sm90_llm bench_postops launch profile record host_path
 # timeline engine engine_host multi_gpu bench_overlap run_all_quick heatmap ablation e2e; arguments through FO_TEST_ARGS, FO_GEMM_ARGS, FO_EXP_OPTIONS/FO_EXP_ARGS, FO_STALL_ARGS, FO_SM90_ARGS, FO_POSTOPS_ARGS,
 # FO_MULTI_ARGS, FO_OVERLAP_ARGS, FO_FIGURES_ARGS (default --quick). (tests runs every file in tests/gpu, the sm90 GEMM's included.)
 # (the GPU machine gets a copy without .git: FO_GIT_SHA is what the provenance sidecars record)
@@ -70,6 +70,9 @@ step sm90_ab 560 python3 scripts/bench/ab_sm90_llm.py --a .baseline --b . ${FO_A
 # Does autotuning's timing (each call alone, L2 flushed) pick what the benchmark's back-to-back replays
 # measure as fastest? The shortlist and the direct-C configs, both ways. ~2-4 min.
 step tune_agree 300 python3 scripts/bench/autotune_agreement.py ${FO_TUNE_AGREE_ARGS:-} --out "$OUT/data/autotune_agreement.csv"
+# A tuning late in a long process timed every one-wave candidate alike: the shapes before it, then its
+# candidates timed several times with the GPU's clocks, power and throttle reasons around each. ~40 s.
+step late_tune 200 python3 scripts/profile/probe_late_tuning.py ${FO_LATE_TUNE_ARGS:---fresh}
 step sm90_llm 150 python3 scripts/bench/bench_gemm_sm90_llm.py "${tiles_arg[@]}" ${FO_SM90_LLM_ARGS:-} --out "$OUT/data/gemm_sm90_llm.csv"
 step bench_postops 120 python3 scripts/bench/bench_postops.py ${FO_POSTOPS_ARGS:-} --out "$OUT/data/postops.csv"
 step launch 120 python3 scripts/bench/bench_launch.py --out "$OUT/data/launch_host_time.csv"

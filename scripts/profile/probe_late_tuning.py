@@ -1,0 +1,85 @@
+"""Why a tuning late in a long process can time every candidate alike (issue 23): the LLM benchmark's
+shapes before one shape (default: the 26 before the one-wave 1100 x 1792 x 5120, without the cluster
+twins, as ``ab_sm90_llm.py`` runs them), then that shape's tuning candidates timed as autotuning
+times them (:func:`fo_lib.gemm.autotune.time_launches`) several times over, each timing between two
+readings of the GPU's clocks, power, temperature and throttle reasons (``nvidia-smi``). Prints a table;
+``--fresh`` times the candidates first, before any other shape, for comparison.
+
+    python scripts/profile/probe_late_tuning.py --shape 26 --reps 3 10 3
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+QUERY = "clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active"
+
+
+def parse_smi(line: str) -> dict:
+    """One line of ``nvidia-smi --query-gpu=QUERY --format=csv,noheader,nounits`` as a dict."""
+    keys = ("sm_mhz", "mem_mhz", "power_w", "temp_c", "throttle")
+    vals = [v.strip() for v in line.split(",")]
+    if len(vals) != len(keys):
+        raise ValueError(f"expected {len(keys)} fields from nvidia-smi, got {line!r}")
+    return dict(zip(keys, vals))
+
+
+def gpu_state() -> dict:
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits", "-i", "0"],
+                             capture_output=True, text=True, timeout=10).stdout
+        return parse_smi(out.strip().splitlines()[0])
+    except (OSError, IndexError, ValueError, subprocess.TimeoutExpired) as exc:
+        return {"error": str(exc)}
+
+
+def time_candidates(index: int, reps_list, label: str) -> None:
+    import torch
+
+    from fo_lib.experiments.gemm_llm import SHAPES
+    from fo_lib.experiments.kernel_bench import input_sets
+    from fo_lib.gemm import autotune, sm90, tile_table
+
+    _, M, N, K = SHAPES[index]
+    sms = sm90.sm_count()
+    sets = input_sets(M, N, K, torch.bfloat16)
+    model = sm90.default_config(M, N, K, sms)
+    cands = sm90.tuning_candidates(tile_table.table_path(), M, N, K, sms, model)
+    runs = sm90.tuning_runs(cands, "bf16", sets[0][0], sets[0][1], sms)
+    for reps in reps_list:
+        before, t0 = gpu_state(), time.perf_counter()
+        ms = autotune.time_launches(runs, reps=reps)
+        after = gpu_state()
+        lo, hi = min(ms, key=ms.get), max(ms, key=ms.get)
+        print(f"{label:6s} {M}x{N}x{K} reps {reps:2d}: fastest {lo} {ms[lo] * 1e3:.2f} us, slowest {hi} "
+              f"{ms[hi] * 1e3:.2f} us, model {sm90.config_label(model)} {ms[sm90.config_label(model)] * 1e3:.2f} us "
+              f"({time.perf_counter() - t0:.2f} s) | before {before} | after {after}", flush=True)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--shape", type=int, default=26, help="index into gemm_llm.SHAPES of the shape to tune")
+    p.add_argument("--reps", type=int, nargs="+", default=[3, 10, 3], help="calls per graph, one timing each")
+    p.add_argument("--rounds", type=int, default=30, help="rounds of the shapes benchmarked before")
+    p.add_argument("--fresh", action="store_true", help="also time the candidates before any other shape")
+    args = p.parse_args(argv)
+    from fo_lib.experiments import gemm_llm
+    from fo_lib.gemm import sm90
+    if not 0 <= args.shape < len(gemm_llm.SHAPES):
+        p.error(f"--shape: an index below {len(gemm_llm.SHAPES)}")
+    if not sm90.is_supported():
+        sys.exit("probe_late_tuning: needs a compute capability 9.0 GPU")
+    if args.fresh:
+        time_candidates(args.shape, args.reps, "fresh")
+    print(f"idle {gpu_state()}", flush=True)
+    gemm_llm.measure_rows(args.rounds, 3, 0, list(range(args.shape)), cluster=False)
+    time_candidates(args.shape, args.reps, "late")
+
+
+if __name__ == "__main__":
+    main()

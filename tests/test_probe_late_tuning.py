@@ -1,0 +1,28 @@
+"""CPU checks of scripts/profile/probe_late_tuning.py: reading nvidia-smi, refusing a bad shape index."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+PATH = Path(__file__).resolve().parents[1] / "scripts" / "profile" / "probe_late_tuning.py"
+
+
+def _probe():
+    spec = importlib.util.spec_from_file_location("probe_late_tuning", PATH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_reads_one_nvidia_smi_line_and_refuses_another_layout():
+    probe = _probe()
+    got = probe.parse_smi("1980, 3201, 612.45, 47, 0x0000000000000004")
+    assert got == dict(sm_mhz="1980", mem_mhz="3201", power_w="612.45", temp_c="47", throttle="0x0000000000000004")
+    with pytest.raises(ValueError, match="expected 5 fields"):
+        probe.parse_smi("1980, 3201")
+
+
+def test_a_shape_index_out_of_range_is_refused_in_one_line(capsys):
+    with pytest.raises(SystemExit):
+        _probe().main(["--shape", "30"])
+    assert "--shape: an index below 30" in capsys.readouterr().err
