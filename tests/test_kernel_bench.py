@@ -167,3 +167,6 @@ def test_config_variant_reads_a_config_label_and_refuses_a_bad_one():
     for bad in ("128x128x64/diag2", "128x128x64/row"):
         with pytest.raises(ValueError, match="row<N> or col<N>"):
             kb.config_variant(sm90.CONFIGS, bad, 1)
+    for bad, why in (("128x128x64c2+sk", "clusters run whole waves"), ("128x128x64/row0", "swizzle")):
+        with pytest.raises(ValueError, match=why):  # what the kernel cannot run: refused before any launch
+            kb.config_variant(sm90.CONFIGS, bad, 1)

@@ -86,18 +86,20 @@ def config_variant(configs_by_name, label: str, M: int):
     """The config a label names: ``NAME[/ORDER SWIZZLE][+sk]`` as ``fo_lib.gemm.sm90.config_label``
     writes it (``128x128x64c2/row8``, ``128x256x64+sk``); without a raster, row with a swizzle of up
     to 8 tile rows; ``+sk``: a stream-K tail (the Hopper configs). KeyError for an unknown name,
-    ValueError for a bad raster."""
+    ValueError (``GemmError``) for a bad raster or a config the kernel cannot run."""
     body, sk = (label[:-3], True) if label.endswith("+sk") else (label, False)
     name, _, raster = body.partition("/")
     c = configs_by_name[name]
     if sk:
         c = replace(c, stream_k=True)
     if not raster:
-        return c.with_raster("row", min(8, -(-M // c.BM)))
-    order = raster.rstrip("0123456789")
-    if order not in ("row", "col") or order == raster:
-        raise ValueError(f"{label}: the raster is row<N> or col<N>, got {raster!r}")
-    return c.with_raster(order, int(raster[len(order):]))
+        c = c.with_raster("row", min(8, -(-M // c.BM)))
+    else:
+        order = raster.rstrip("0123456789")
+        if order not in ("row", "col") or order == raster:
+            raise ValueError(f"{label}: the raster is row<N> or col<N>, got {raster!r}")
+        c = c.with_raster(order, int(raster[len(order):]))
+    return c.validate()
 
 
 def add_config_variants(fns, family, configs_by_name, names, sets, M):

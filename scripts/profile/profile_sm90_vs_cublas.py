@@ -15,9 +15,7 @@ call runs on this machine (``sm90.config_for``, which may autotune first, outsid
 from __future__ import annotations
 
 import argparse
-import re
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -35,18 +33,20 @@ SHAPES = (
 
 
 def parse_label(label: str):
-    """The config ``sm90.config_label`` writes as ``label`` (``128x176x64c2p/row8+sk``)."""
+    """The config ``sm90.config_label`` writes as ``label`` (``128x176x64c2p/row8+sk``; a raster is
+    required), read by :func:`fo_lib.experiments.kernel_bench.config_variant`."""
+    from fo_lib.experiments.kernel_bench import config_variant
     from fo_lib.gemm import sm90
 
-    m = re.fullmatch(r"([0-9a-z]+)/(row|col)(\d+)(\+sk)?", label)
-    if not m or m.group(1) not in sm90.CONFIGS:
+    if "/" not in label:
         raise SystemExit(f"profile_sm90_vs_cublas: not a config label: {label!r} (e.g. 128x256x64/row8)")
-    cfg = replace(sm90.CONFIGS[m.group(1)].with_raster(m.group(2), int(m.group(3))), stream_k=bool(m.group(4)))
     try:
-        cfg.validate()
-    except Exception as exc:  # e.g. a stream-K tail on a cluster config
-        raise SystemExit(f"profile_sm90_vs_cublas: {label}: {exc}") from None
-    return cfg
+        return config_variant(sm90.CONFIGS, label, 1)
+    except KeyError:
+        raise SystemExit(f"profile_sm90_vs_cublas: not a config label: {label!r} (e.g. 128x256x64/row8)") from None
+    except ValueError as exc:  # a bad raster, or e.g. a stream-K tail on a cluster config
+        what = "not a config label" if "row<N> or col<N>" in str(exc) else label
+        raise SystemExit(f"profile_sm90_vs_cublas: {what}: {exc}") from None
 
 
 def main(argv=None) -> None:
