@@ -64,7 +64,8 @@ def round_orders(names, rounds: int, order: str = "alternate", seed=0) -> list[l
 
 def bench_interleaved(fns: Mapping[str, Callable[[int], object]], *, rounds: int = 30,
                       inner: int = 5, warmup: int = 3, stream=None, graph: bool = False,
-                      order: str = "alternate", seed=0, record: list | None = None) -> dict[str, list[float]]:
+                      order: str = "alternate", seed=0, record: list | None = None,
+                      capture_error_mode: str = "global") -> dict[str, list[float]]:
     """Time ``fns`` (each called as ``fn(i)``, ``i`` the call index for input rotation).
 
     Each round runs every variant ``inner`` times back to back between two CUDA events and records
@@ -72,8 +73,10 @@ def bench_interleaved(fns: Mapping[str, Callable[[int], object]], *, rounds: int
     ``seed``). ``"shuffle"`` (a random order per round) keeps any variant from holding one place and
     one neighbour in every round: on a power-capped GPU the clock drifts within a round, and in the
     alternating order the same kernel timed twice differed by a few percent on long shapes.
-    With ``graph=True`` each variant's ``inner`` calls are captured once in a CUDA graph and the
-    rounds replay it, so host launch overhead is excluded. Returns ``{name: [ms per round]}``;
+    With ``graph=True`` each variant's ``inner`` calls are captured once in a CUDA graph
+    (``capture_error_mode`` as ``torch.cuda.graph`` takes it) and the rounds replay it on ``stream``:
+    the host's launch of each call is not timed, one graph launch per replay is (the stream is idle
+    when a round's events start). Returns ``{name: [ms per round]}``;
     ``record``, a list, also receives ``(round, place in the round, name, ms)`` per measurement.
     """
     import torch
@@ -93,7 +96,7 @@ def bench_interleaved(fns: Mapping[str, Callable[[int], object]], *, rounds: int
         side = torch.cuda.Stream()
         for name in names:
             g = torch.cuda.CUDAGraph()
-            with torch.cuda.stream(side), torch.cuda.graph(g, stream=side):
+            with torch.cuda.stream(side), torch.cuda.graph(g, stream=side, capture_error_mode=capture_error_mode):
                 for i in range(inner):
                     fns[name](i)
             graphs[name] = g
@@ -104,7 +107,8 @@ def bench_interleaved(fns: Mapping[str, Callable[[int], object]], *, rounds: int
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record(stream)
             if graph:
-                graphs[name].replay()
+                with torch.cuda.stream(stream):
+                    graphs[name].replay()
             else:
                 for _ in range(inner):
                     fns[name](calls)

@@ -67,8 +67,8 @@ step cluster_probe 90 python3 scripts/profile/sm90_cluster_probe.py ${FO_CLUSTER
 # spaces: one -D per --b-options). Each tree reads its own committed table, or both the one sm90_tiles
 # recorded earlier in the call (FO_SM90_TILES). ~25 s a process.
 step sm90_ab 560 python3 scripts/bench/ab_sm90_llm.py --a .baseline --b . ${FO_AB_ARGS:-} --out-dir "$OUT/data/sm90_ab"
-# Does autotuning's timing (each call alone, L2 flushed) pick what the benchmark's back-to-back replays
-# measure as fastest? The shortlist and the direct-C configs, both ways. ~2-4 min.
+# Does autotuning pick what the LLM benchmark measures as fastest? Each shape's shortlist and its
+# direct-C twins timed as autotuning times them and as the benchmark does, in one process. ~20 s.
 step tune_agree 300 python3 scripts/bench/autotune_agreement.py ${FO_TUNE_AGREE_ARGS:-} --out "$OUT/data/autotune_agreement.csv"
 # A tuning late in a long process timed every one-wave candidate alike: the shapes before it, then its
 # candidates timed several times with the GPU's clocks, power and throttle reasons around each. ~40 s.

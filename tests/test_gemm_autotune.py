@@ -198,3 +198,27 @@ def test_a_one_wave_grid_times_each_shortlisted_tile_in_several_rasters(monkeypa
     # many waves: one raster per (tile, stream-K) pair, as the table ranks them
     _, many = candidates(8192, 8192, 4096)
     assert len({(c.tile_name, c.stream_k) for c in many}) == len(many)
+
+
+def test_another_cache_file_by_name(cache, monkeypatch, tmp_path):
+    other = tmp_path / "elsewhere" / "tunings.json"
+    monkeypatch.setenv(autotune.FILE_ENV, str(other))
+    assert autotune.cache_path() == other
+    monkeypatch.delenv(autotune.FILE_ENV)
+    assert autotune.cache_path() == cache
+
+
+def test_the_digest_follows_how_tuning_times_and_the_one_wave_rasters(nvrtc, monkeypatch):
+    sm90._kernel_digest.cache_clear()
+    try:
+        base = sm90.kernel_digest("bf16")
+        monkeypatch.setattr(autotune, "TIMING", autotune.TIMING + " (another way)")
+        sm90._kernel_digest.cache_clear()
+        timed_otherwise = sm90.kernel_digest("bf16")
+        monkeypatch.undo()
+        monkeypatch.setattr(sm90, "ONE_WAVE_RASTERS", sm90.ONE_WAVE_RASTERS[:1])
+        sm90._kernel_digest.cache_clear()
+        fewer_rasters = sm90.kernel_digest("bf16")
+        assert len({base, timed_otherwise, fewer_rasters}) == 3
+    finally:
+        sm90._kernel_digest.cache_clear()

@@ -9,25 +9,32 @@ candidates differ. So the model proposes (:func:`shortlist`) and the GPU decides
 
 * Candidates: the best-ranked config of each (tile, stream-K) pair, the first :data:`TOP` of them,
   plus the model's pick, the table-free guess and the best 128- or 256-wide tile if they are not
-  among those.
+  among those; on a grid of one wave each of those in a few rasters too
+  (``fo_lib.gemm.sm90.tuning_candidates``).
 * Timing: as the LLM benchmark times a GEMM against cuBLAS (``fo_lib.experiments.gemm_llm``), with
   the same code (:func:`fo_lib.testing.bench_interleaved`): per candidate a CUDA graph of
-  :data:`REPS` back-to-back calls on the next of :func:`rotation_sets` copies of the caller's
-  operands, replayed between two CUDA events once per round, :data:`ROUNDS` rounds in a shuffled
-  order, the median per candidate. (Timed otherwise, each call alone after an L2 flush or back to
+  :data:`REPS` back-to-back calls, each on the next operand set (the caller's operands, then
+  copies: :func:`rotation_sets`, at most one per call), replayed between two CUDA events once per
+  round, :data:`ROUNDS` rounds in a shuffled order, the median per candidate. (Timed otherwise, each call alone after an L2 flush or back to
   back without a graph, the candidates ranked differently and the pick lost in the benchmark:
   docs/perf-log.md.) The model's pick stays unless another is faster by more than :data:`WIN` (noise).
 * Cache: ``sm90_autotune.json`` in the kernel cache folder (:func:`fo_lib.jit.compiler.cache_dir`),
   keyed by GPU name, CTA count, ``M x N x K``, dtype and a digest of the candidates' kernel cache
-  keys (a changed source, header, NVRTC option or version tunes again); merged and replaced atomically, so concurrent processes lose nothing worse
-  than a re-tune. An unreadable file is tuned over.
+  keys and of how they are timed (a changed source, header, NVRTC option or version, or timing,
+  tunes again); merged and replaced atomically, so concurrent processes lose nothing worse
+  than a re-tune. An unreadable file is tuned over. ``FO_SM90_AUTOTUNE_FILE`` names another file
+  (an experiment that must tune afresh without losing the kernels already compiled).
 
 ``FO_SM90_AUTOTUNE=0`` turns it off (the model's pick). Nothing is timed for an explicit CTA count
 other than the SM count or without a tile table (the model's pick), nor inside a CUDA-graph capture
 on the current stream (a shape tuned before runs its winner there, one not yet tuned the model's
-pick). Tuning synchronizes the device: a capture in progress on another stream (another thread's,
-or a ``stream=`` being captured) would be broken by it, so tune a shape eagerly before capturing it
-there. The timed graphs are captured on a side stream and replayed on the current one.
+pick). Tuning synchronizes the device and captures CUDA graphs of its own (on a side stream, in
+the thread-local capture mode; each capture empties torch's cached blocks as ``torch.cuda.graph``
+does): a capture in progress on another stream (another thread's, or a ``stream=`` being captured)
+would be broken by it, so tune a shape eagerly before capturing it there. The graphs replay on the
+current stream. The operand copies cost up to ``REPS - 1`` times A and B plus ``REPS`` outputs while a
+shape tunes; a tuning that fails (out of memory) runs the model's pick and is not retried in the
+process.
 Pure Python apart from :func:`time_launches` (torch, at call time).
 """
 from __future__ import annotations
@@ -44,11 +51,12 @@ from .._util import atomic_write
 
 ENV_VAR = "FO_SM90_AUTOTUNE"
 FILE_NAME = "sm90_autotune.json"
+FILE_ENV = "FO_SM90_AUTOTUNE_FILE"
 TOP = 4
 ROUNDS = 10
 REPS = 3  # calls per candidate and round, back to back
 # What time_launches measures, in the cache digest: tunings timed another way tune again.
-TIMING = "graph replays of back-to-back calls, rotated beyond L2"
+TIMING = "bench_interleaved graph replays of REPS back-to-back calls on rotating operand copies"
 # NOTES: medians of 10 rounds repeat to a few tenths of a percent on an H200; a smaller win is noise
 # and would make the pick flip between runs.
 WIN = 0.005
@@ -78,6 +86,8 @@ def key(gpu: str, ctas: int, M: int, N: int, K: int, dtype: str, kernels: str) -
 
 
 def cache_path() -> Path:
+    if os.environ.get(FILE_ENV):
+        return Path(os.environ[FILE_ENV])
     from ..jit.compiler import cache_dir
     return Path(cache_dir()) / FILE_NAME
 
@@ -224,4 +234,4 @@ def time_launches(runs: dict, rounds: int = ROUNDS, seed: int = 0, reps: int = R
     round, the rounds' orders shuffled."""
     from ..testing import bench_interleaved, summarize
     return summarize(bench_interleaved(runs, rounds=rounds, inner=reps, warmup=1, graph=True, order="shuffle",
-                                       seed=seed))
+                                       seed=seed, capture_error_mode="thread_local"))

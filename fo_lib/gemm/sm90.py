@@ -259,9 +259,9 @@ def config_label(cfg: Sm90Config) -> str:
 
 def kernel_digest(dtype: str) -> str:
     """The digest under which tunings of ``dtype`` GEMMs are remembered: the compiler's cache keys of
-    every candidate's plain kernel (a change to a source, a header, the NVRTC options or version, or
-    the configs or of what autotuning weighs makes them tune again). Needs NVRTC (its version is
-    part of the key)."""
+    every candidate's plain kernel, how they are timed (``autotune.TIMING``) and the one-wave rasters
+    (a change to a source, a header, the NVRTC options or version, the configs, what autotuning
+    weighs or how it times makes them tune again). Needs NVRTC (its version is part of the key)."""
     from ..jit.compiler import nvrtc_options
     return _kernel_digest(dtype, nvrtc_options(ARCH))
 
@@ -341,15 +341,16 @@ class TuningRun:
         self.launches[i % len(self.launches)](None)
 
 
-def tuning_runs(configs, dtype: str, a, b, ctas: int) -> dict:
-    """``{config_label: TuningRun}`` for :func:`fo_lib.gemm.autotune.time_launches`: the operand sets
-    are the caller's ``a`` and ``b``, then copies of them, each with its own output (the caller's is
-    not touched): :func:`~fo_lib.gemm.autotune.rotation_sets` of them, as the benchmark rotates, but
-    no more than the calls of one graph use (:data:`~fo_lib.gemm.autotune.REPS`)."""
+def tuning_runs(configs, dtype: str, a, b, ctas: int, reps: int = autotune.REPS) -> dict:
+    """``{config_label: TuningRun}`` for :func:`fo_lib.gemm.autotune.time_launches` with ``reps`` calls
+    per graph: the operand sets are the caller's ``a`` and ``b``, then copies of them, each with its
+    own output (the caller's is not touched): :func:`~fo_lib.gemm.autotune.rotation_sets` of them as
+    the benchmark allocates, but no more than the ``reps`` calls of one graph use (a graph's calls
+    take sets 0, 1, ... in turn, as the benchmark's do; the configs share the sets and outputs)."""
     import torch
     M, N = a.shape[0], b.shape[0]
     l2 = torch.cuda.get_device_properties(a.device).L2_cache_size
-    n = min(autotune.rotation_sets((a.numel() + b.numel() + M * N) * a.element_size(), l2), autotune.REPS)
+    n = min(autotune.rotation_sets((a.numel() + b.numel() + M * N) * a.element_size(), l2), reps)
     sets = ((a, b),) + tuple((a.clone(), b.clone()) for _ in range(n - 1))
     outs = tuple(torch.empty(M, N, dtype=a.dtype, device=a.device) for _ in sets)
     return {config_label(c): TuningRun(tuple(SM90.prepare(c, dtype, "plain", x, y, o.data_ptr(), N, ctas)

@@ -3,15 +3,19 @@ shapes before one shape (default: the 26 before the one-wave 1100 x 1792 x 5120,
 twins, as ``ab_sm90_llm.py`` runs them), then that shape's tuning candidates timed as autotuning
 times them (:func:`fo_lib.gemm.autotune.time_launches`) several times over, each timing between two
 readings of the GPU's clocks, power, temperature and throttle reasons (``nvidia-smi``). Prints a table;
-``--fresh`` times the candidates first, before any other shape, for comparison.
+``--fresh`` times the candidates first, before any other shape, for comparison. The shapes before it
+tune afresh: autotuning writes to a temporary file (``FO_SM90_AUTOTUNE_FILE``), the kernels come
+from the usual cache.
 
     python scripts/profile/probe_late_tuning.py --shape 26 --reps 3 10 3
 """
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,12 +34,17 @@ def parse_smi(line: str) -> dict:
 
 
 def gpu_state() -> dict:
-    try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits", "-i", "0"],
-                             capture_output=True, text=True, timeout=10).stdout
-        return parse_smi(out.strip().splitlines()[0])
-    except (OSError, IndexError, ValueError, subprocess.TimeoutExpired) as exc:
-        return {"error": str(exc)}
+    import torch
+    uuid = getattr(torch.cuda.get_device_properties(0), "uuid", None)  # torch's device 0, not nvidia-smi's
+    error = "no reading"
+    for gpu in ([f"GPU-{uuid}"] if uuid else []) + ["0"]:
+        try:
+            out = subprocess.run(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits", "-i", gpu],
+                                 capture_output=True, text=True, timeout=10).stdout
+            return dict(parse_smi(out.strip().splitlines()[0]), gpu=gpu)
+        except (OSError, IndexError, ValueError, subprocess.TimeoutExpired) as exc:
+            error = str(exc)
+    return {"error": error}
 
 
 def time_candidates(index: int, reps_list, label: str) -> None:
@@ -74,10 +83,15 @@ def main(argv=None):
         p.error(f"--shape: an index below {len(gemm_llm.SHAPES)}")
     if not sm90.is_supported():
         sys.exit("probe_late_tuning: needs a compute capability 9.0 GPU")
+    from fo_lib.gemm import autotune
+    os.environ[autotune.FILE_ENV] = str(Path(tempfile.mkdtemp(prefix="late_tuning_")) / autotune.FILE_NAME)
+    autotune.forget()
+    print(f"tunings go to {autotune.cache_path()}", flush=True)
     if args.fresh:
         time_candidates(args.shape, args.reps, "fresh")
     print(f"idle {gpu_state()}", flush=True)
-    gemm_llm.measure_rows(args.rounds, 3, 0, list(range(args.shape)), cluster=False)
+    if args.shape:  # (an empty list would mean every shape)
+        gemm_llm.measure_rows(args.rounds, 3, 0, list(range(args.shape)), cluster=False)
     time_candidates(args.shape, args.reps, "late")
 
 

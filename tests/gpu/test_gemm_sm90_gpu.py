@@ -205,34 +205,40 @@ def test_autotune_inside_a_graph_capture_and_after_a_failed_tuning(tmp_path, mon
     autotune.forget()
 
 
-def test_tuning_runs_rotate_over_copies_that_outlive_the_callers_operands():
-    """Autotuning's timed calls: call i of a config writes a b^T into output i % n of n operand sets
-    (the caller's, then copies that stay alive after the caller's tensors are gone and their memory
-    is reused), and the caller's operands are only read."""
+def test_tuning_runs_rotate_over_operand_copies_in_eager_calls_and_graphs():
+    """Autotuning's timed calls: call i of a config reads operand set i % n (the caller's, then
+    copies in memory of their own) and writes output i % n, eagerly and in the graphs
+    autotune.time_launches replays; the caller's operands are only read."""
     from fo_lib.gemm import autotune
     M, N, K = 300, 520, 136  # small: as many copies as a graph's calls use
     a, b = inputs(M, N, K, "bf16", seed=37)
     want, a0, b0 = ref(a, b), a.clone(), b.clone()
     cfgs = [gemm_sm90.CONFIGS[n] for n in ("128x256x64", "128x128x64c2p", "128x240x64d")]
     runs = gemm_sm90.tuning_runs(cfgs, "bf16", a, b, gemm.sm_count() // 2 * 2)  # (clusters of 2)
-    n = min(autotune.rotation_sets((M * K + N * K + M * N) * 2, torch.cuda.get_device_properties(0).L2_cache_size),
-            autotune.REPS)
-    assert list(runs) == [gemm_sm90.config_label(c) for c in cfgs] and n == autotune.REPS
-    assert all(len(r.sets) == len(r.outs) == n and r.sets[0][0] is a for r in runs.values())
-    del a, b
-    torch.cuda.empty_cache()
-    junk = torch.full((n * (M + N) * K,), float("nan"), dtype=torch.bfloat16, device="cuda")  # over freed memory
-    for r in runs.values():
-        for o in r.outs:
+    assert list(runs) == [gemm_sm90.config_label(c) for c in cfgs]
+    r0 = runs[gemm_sm90.config_label(cfgs[0])]
+    n = len(r0.sets)
+    assert n == autotune.REPS and r0.sets[0][0] is a and r0.sets[0][1] is b
+    ptrs = [t.data_ptr() for x, y in r0.sets for t in (x, y)] + [o.data_ptr() for o in r0.outs]
+    assert len(set(ptrs)) == len(ptrs), "operand sets or outputs share memory"
+    for k in range(1, n):  # set k holds (k + 1) a: its output must be (k + 1) a b^T
+        r0.sets[k][0].mul_(k + 1)
+    for label, r in runs.items():
+        assert r.sets is r0.sets and r.outs is r0.outs  # the configs share them
+        for o in r0.outs:
             o.fill_(float("nan"))
-        for i in range(2 * n):
+        for i in range(n):
             r(i)
         torch.cuda.synchronize()
-        for o in r.outs:
-            assert calc_diff(o, want) < TOL["bf16"]
-    assert torch.equal(runs[gemm_sm90.config_label(cfgs[0])].sets[0][0], a0)
-    assert torch.equal(runs[gemm_sm90.config_label(cfgs[0])].sets[n - 1][1], b0)
-    del junk
+        for k, o in enumerate(r0.outs):
+            assert calc_diff(o, want * (k + 1)) < TOL["bf16"], (label, k)
+    for o in r0.outs:
+        o.fill_(float("nan"))
+    ms = autotune.time_launches(runs, rounds=2)  # graphs of REPS calls: every output written again
+    assert set(ms) == set(runs) and all(v > 0 for v in ms.values())
+    for k, o in enumerate(r0.outs):
+        assert calc_diff(o, want * (k + 1)) < TOL["bf16"], k
+    assert torch.equal(a, a0) and torch.equal(b, b0)
 
 
 # --- stream-K tail -------------------------------------------------------------------------------
