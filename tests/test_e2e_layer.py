@@ -182,12 +182,10 @@ def test_record_summary_and_figure(tmp_path):
 
 
 def test_the_cli_runs_the_cpu_check(monkeypatch, capsys):
-    import importlib.util
+    from script_loader import load_script
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    spec = importlib.util.spec_from_file_location("bench_e2e_layer", ROOT / "scripts" / "bench" / "bench_e2e_layer.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
+    cli = load_script("scripts/bench/bench_e2e_layer.py")
     assert cli.main(["--device", "cpu", "--world", "2"]) == 0
     assert "e2e cpu check: ok" in capsys.readouterr().out
     if not torch.cuda.is_available():

@@ -112,14 +112,8 @@ def test_ab_compare_needs_two_trees():
 
 
 def _ab_script():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts/bench/ab_sm90_llm.py"
-    spec = importlib.util.spec_from_file_location("ab_sm90_llm", path)
-    ab = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ab)
-    return ab
+    from script_loader import load_script
+    return load_script("scripts/bench/ab_sm90_llm.py")
 
 
 def test_the_ab_script_alternates_trees_seeds_by_pair_and_options_to_b_only(tmp_path):

@@ -226,14 +226,8 @@ def test_the_table_path_still_checks_shapes_and_shared_memory(data_dir):
 
 
 def _script(name):
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parent.parent / "scripts" / "bench" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from script_loader import load_script
+    return load_script(f"scripts/bench/{name}.py")
 
 
 @pytest.mark.parametrize("sms", [132, 114, 78])

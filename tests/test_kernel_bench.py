@@ -86,12 +86,8 @@ def test_overheads_measure_records_both_benchmarks_with_provenance(monkeypatch, 
 
 
 def _script(name):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "bench" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from script_loader import load_script
+    return load_script(f"scripts/bench/{name}.py")
 
 
 def test_bench_gemm_script_passes_its_options_to_the_core_and_writes_its_csv(monkeypatch, tmp_path, capsys):

@@ -1,19 +1,16 @@
 """The notebooks' jupytext percent sources (notebooks/NN_name.py) and the .ipynb built from them
 (scripts/tooling/build_notebooks.py) agree cell for cell, so an edit to one without the other fails
 here."""
-import importlib.util
 import re
 import shutil
 from pathlib import Path
 
 import pytest
+from script_loader import load_script
 
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("build_notebooks",
-                                               ROOT / "scripts" / "tooling" / "build_notebooks.py")
-build_notebooks = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(build_notebooks)
+build_notebooks = load_script("scripts/tooling/build_notebooks.py")
 SOURCES = build_notebooks.sources()
 
 

@@ -1,17 +1,10 @@
 """CPU checks of scripts/profile/probe_late_tuning.py: reading nvidia-smi, refusing a bad shape index."""
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-PATH = Path(__file__).resolve().parents[1] / "scripts" / "profile" / "probe_late_tuning.py"
+from script_loader import load_script
 
 
 def _probe():
-    spec = importlib.util.spec_from_file_location("probe_late_tuning", PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("scripts/profile/probe_late_tuning.py")
 
 
 def test_reads_one_nvidia_smi_line_and_refuses_another_layout():

@@ -1,18 +1,14 @@
 """CPU checks of the Hopper-against-cuBLAS opcode profile: opcodes read from SASS lines, counts per
 unit of work, the side-by-side table (what scripts/profile/profile_sm90_sass.py prints on the GPU)."""
-import importlib.util
-from pathlib import Path
 
 import pytest
 
 from fo_lib.reports import ncu
 
 from fake_ncu import calls, make
+from script_loader import load_script
 
-_PATH = Path(__file__).resolve().parent.parent / "scripts" / "profile" / "profile_sm90_sass.py"
-_spec = importlib.util.spec_from_file_location("profile_sm90_sass", _PATH)
-prof = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(prof)
+prof = load_script("scripts/profile/profile_sm90_sass.py")
 
 HEADER = '"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)","Instructions Executed"'
 

@@ -1,7 +1,5 @@
 """The Nsight Compute driver of the Hopper GEMM against cuBLAS: its config labels read back."""
-import importlib.util
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -9,11 +7,9 @@ from fo_lib.gemm import sm90
 from fo_lib.reports import ncu
 
 from fake_ncu import calls, make
+from script_loader import load_script
 
-_PATH = Path(__file__).resolve().parent.parent / "scripts" / "profile" / "profile_sm90_vs_cublas.py"
-_spec = importlib.util.spec_from_file_location("profile_sm90_vs_cublas", _PATH)
-prof = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(prof)
+prof = load_script("scripts/profile/profile_sm90_vs_cublas.py")
 
 
 @pytest.mark.parametrize("name", sorted(sm90.CONFIGS))

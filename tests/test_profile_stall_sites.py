@@ -55,19 +55,14 @@ def test_unreadable_output_is_an_error(text, match):
 def test_the_whole_run_with_a_fake_ncu(tmp_path, monkeypatch, capsys):
     """The script's flow (a report per shape and variant, its source page kept as .csv.gz, the class
     summary with its sidecar) with a stand-in for ncu."""
-    import importlib.util
-    from pathlib import Path
-
     import pandas as pd
 
     from fake_ncu import calls, make
+    from script_loader import load_script
 
     from fo_lib import gemm
 
-    path = Path(__file__).resolve().parent.parent / "scripts" / "profile" / "profile_stall_sites.py"
-    spec = importlib.util.spec_from_file_location("profile_stall_sites", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("scripts/profile/profile_stall_sites.py")
     monkeypatch.setattr(gemm, "sm_count", lambda *a: 132)
     fake = make(tmp_path, {"": source_page(ROWS)})
     out = tmp_path / "stalls"

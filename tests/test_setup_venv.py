@@ -1,6 +1,5 @@
 """The environment set-up: scripts/tooling/cuda_extra.py picks CuPy's extra from the driver's CUDA version,
 and scripts/setup_venv.sh installs that extra and keeps everything it writes inside the venv."""
-import importlib.util
 import os
 import stat
 import subprocess
@@ -8,11 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("cuda_extra", ROOT / "scripts" / "tooling" / "cuda_extra.py")
-cuda_extra = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(cuda_extra)
+cuda_extra = load_script("scripts/tooling/cuda_extra.py")
 
 SMI_HEADER = """\
 +-----------------------------------------------------------------------------------------+

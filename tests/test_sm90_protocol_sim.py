@@ -1,19 +1,14 @@
 """The Hopper GEMM's consumer protocol (operand ring, C staging, stream-K flags, clusters, ping-pong
 order barriers) in a random-interleaving model with mbarrier parity semantics: no violation with the
 kernel's barriers; without the C-staging order (epi[c]) the model finds ping-pong's race, so it can fail."""
-import importlib.util
 import io
 from contextlib import redirect_stdout
-from pathlib import Path
 
-PATH = Path(__file__).resolve().parents[1] / "scripts" / "tooling" / "sm90_protocol_sim.py"
+from script_loader import load_script
 
 
 def _sim():
-    spec = importlib.util.spec_from_file_location("sm90_protocol_sim", PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("scripts/tooling/sm90_protocol_sim.py")
 
 
 def _failing(argv) -> int:
