@@ -4,8 +4,8 @@ Each shape of :data:`fo_lib.experiments.gemm_llm.SHAPES` gets its tuning shortli
 (:func:`fo_lib.gemm.sm90.tuning_candidates`) plus the direct-C configs of its widths, timed two ways
 in one process:
 
-* ``tune_ms``: as autotuning times them (:func:`fo_lib.gemm.autotune.time_launches` of
-  :func:`fo_lib.gemm.sm90.tuning_runs`: copies of one operand set, its own rounds);
+* ``tune_ms``: as autotuning times them (:func:`fo_lib.gemm.sm90.time_candidates`: copies of one
+  operand set, its own rounds);
 * ``graph_ms``: as the benchmark does (:func:`fo_lib.experiments.kernel_bench.check_and_time`:
   CUDA-graph replays of back-to-back calls, inputs rotated beyond the L2, interleaved rounds).
 
@@ -60,9 +60,7 @@ def measure(rounds: int = 10, inner: int = 3, seed: int = 0, only=None, on_shape
         cfgs = {sm90.config_label(c): c for c in shortlist + direct}
         sets = input_sets(M, N, K, torch.bfloat16)
         n = len(sets)
-        runs = sm90.tuning_runs(cfgs.values(), "bf16", sets[0][0], sets[0][1], sms)
-        tune = autotune.time_launches(runs, seed=seed)
-        runs = None
+        tune = sm90.time_candidates(cfgs.values(), "bf16", sets[0][0], sets[0][1], sms, seed=seed)
         fns = {lbl: (lambda c: lambda j: sm90.gemm_nt(*sets[j % n], config=c))(c) for lbl, c in cfgs.items()}
         _, _, res = check_and_time(fns, sm90.SM90, shortlist[0], sets, M, N, K, rounds, inner, graph=True, seed=seed)
         rows = [dict(M=M, N=N, K=K, config=lbl, direct_c=c.direct_c, shortlisted=not c.direct_c, model=c == model,

@@ -56,7 +56,7 @@ TOP = 4
 ROUNDS = 10
 REPS = 3  # calls per candidate and round, back to back
 # What time_launches measures, in the cache digest: tunings timed another way tune again.
-TIMING = "bench_interleaved graph replays of REPS back-to-back calls on rotating operand copies"
+TIMING = f"bench_interleaved graph replays of {REPS} back-to-back calls on rotating operand copies, {ROUNDS} rounds"
 # NOTES: medians of 10 rounds repeat to a few tenths of a percent on an H200; a smaller win is noise
 # and would make the pick flip between runs.
 WIN = 0.005

@@ -288,7 +288,7 @@ def tuning_candidates(path, M: int, N: int, K: int, ctas: int, model: Sm90Config
     out = autotune.shortlist(ranked, model, also=(guess_config(M, N, K, ctas),))
     # One wave: the table ranks a single raster per tile (it recorded whole waves of many), yet where
     # the tiles land still moves the time (clusters most): each shortlisted tile in a few rasters.
-    if ceil_div(M, model.BM) * ceil_div(N, model.BN) <= ctas:
+    if model.grid(M, N, ctas).num_tiles <= ctas:
         more = (c.with_raster(o, s) for c in out for o, s in ONE_WAVE_RASTERS
                 if s <= (ceil_div(M, c.BM) if o == "row" else ceil_div(N, c.BN)))  # (wider walks like narrower)
         out += list(dict.fromkeys(c for c in more if c not in out))
@@ -317,7 +317,7 @@ def _tuned(a, b, dtype, M, N, K, ctas, model: Sm90Config) -> Sm90Config:
         try:
             shortlist = tuning_candidates(path, M, N, K, ctas, model)
             torch.cuda.synchronize(dev)  # the operands may still be written on another stream
-            ms = autotune.time_launches(tuning_runs(shortlist, dtype, a, b, ctas))
+            ms = time_candidates(shortlist, dtype, a, b, ctas)
         except Exception as exc:  # noqa: BLE001 - the call itself can still run the model's pick
             autotune.mark_failed(k)
             warnings.warn(f"fo_lib.gemm.sm90: autotuning {M} x {N} x {K} failed ({type(exc).__name__}: {exc}); "
@@ -356,6 +356,12 @@ def tuning_runs(configs, dtype: str, a, b, ctas: int, reps: int = autotune.REPS)
     return {config_label(c): TuningRun(tuple(SM90.prepare(c, dtype, "plain", x, y, o.data_ptr(), N, ctas)
                                              for (x, y), o in zip(sets, outs)), sets, outs)
             for c in configs}
+
+
+def time_candidates(configs, dtype: str, a, b, ctas: int, reps: int = autotune.REPS, seed: int = 0) -> dict:
+    """``{config_label: median ms per call}`` of ``configs`` on ``a`` and ``b`` as autotuning times
+    them: :func:`fo_lib.gemm.autotune.time_launches` of :func:`tuning_runs`, ``reps`` calls per graph."""
+    return autotune.time_launches(tuning_runs(configs, dtype, a, b, ctas, reps), seed=seed, reps=reps)
 
 
 def config_for(a, b, ctas: int | None = None) -> Sm90Config:

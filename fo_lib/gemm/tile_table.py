@@ -237,8 +237,9 @@ def waves(tiles: int, sm_count: int, stream_k: bool, k_blocks: int) -> float:
 
 def candidates(table: TileTable, configs: dict, M: int, N: int, sm_count: int):
     """``(name, config with raster)`` for every recorded raster that means something on this grid:
-    one wave gets row order, swizzle 1 (the raster cannot matter; clusters: swizzle 2, which pairs
-    tiles down a tile column, and at least two tile rows); a swizzle wider than the grid
+    one wave gets row order, swizzle 1 (whole waves of many, as recorded, cannot rank the rasters of
+    one wave; autotuning times a few, ``fo_lib.gemm.sm90.ONE_WAVE_RASTERS``; clusters: swizzle 2,
+    which pairs tiles down a tile column, and at least two tile rows); a swizzle wider than the grid
     along its band is skipped (it walks like a narrower one, which was not what was recorded). A
     config with ``stream_k`` comes both with and without it where the grid would have a tail."""
     for name, cfg in configs.items():

@@ -1,7 +1,7 @@
 """Why a tuning late in a long process can time every candidate alike (issue 23): the LLM benchmark's
 shapes before one shape (default: the 26 before the one-wave 1100 x 1792 x 5120, without the cluster
 twins, as ``ab_sm90_llm.py`` runs them), then that shape's tuning candidates timed as autotuning
-times them (:func:`fo_lib.gemm.autotune.time_launches`) several times over, each timing between two
+times them (:func:`fo_lib.gemm.sm90.time_candidates`) several times over, each timing between two
 readings of the GPU's clocks, power, temperature and throttle reasons (``nvidia-smi``). Prints a table;
 ``--fresh`` times the candidates first, before any other shape, for comparison. The shapes before it
 tune afresh: autotuning writes to a temporary file (``FO_SM90_AUTOTUNE_FILE``), the kernels come
@@ -52,17 +52,16 @@ def time_candidates(index: int, reps_list, label: str) -> None:
 
     from fo_lib.experiments.gemm_llm import SHAPES
     from fo_lib.experiments.kernel_bench import input_sets
-    from fo_lib.gemm import autotune, sm90, tile_table
+    from fo_lib.experiments.tuning_agreement import candidates
+    from fo_lib.gemm import sm90
 
     _, M, N, K = SHAPES[index]
     sms = sm90.sm_count()
     sets = input_sets(M, N, K, torch.bfloat16)
-    model = sm90.default_config(M, N, K, sms)
-    cands = sm90.tuning_candidates(tile_table.table_path(), M, N, K, sms, model)
-    runs = sm90.tuning_runs(cands, "bf16", sets[0][0], sets[0][1], sms)
+    cands, _, model = candidates(M, N, K, sms)
     for reps in reps_list:
         before, t0 = gpu_state(), time.perf_counter()
-        ms = autotune.time_launches(runs, reps=reps)
+        ms = sm90.time_candidates(cands, "bf16", sets[0][0], sets[0][1], sms, reps)
         after = gpu_state()
         lo, hi = min(ms, key=ms.get), max(ms, key=ms.get)
         print(f"{label:6s} {M}x{N}x{K} reps {reps:2d}: fastest {lo} {ms[lo] * 1e3:.2f} us, slowest {hi} "
