@@ -134,8 +134,8 @@ class TileGrid:
         if not 0 <= self.comm_sms < self.sm_count:
             raise ValueError(f"comm_sms must be in [0, sm_count={self.sm_count}), got {self.comm_sms}:"
                              " communication cannot take every SM")
-        if self.BM % 16 or self.BN % 16:
-            raise ValueError(f"tile {self.BM}x{self.BN} is impossible: BM and BN must be multiples of 16")
+        if self.BM % 16 or self.BN % 8:
+            raise ValueError(f"tile {self.BM}x{self.BN} is impossible: BM must be a multiple of 16, BN of 8")
         if self._ctas is not None:
             _check_positive(ctas=self._ctas)
 

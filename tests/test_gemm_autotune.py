@@ -84,7 +84,7 @@ def test_unreadable_files_and_stale_entries_are_tuned_over(cache):
     autotune.remember(k, C["128x256x64"], {"a": 1.0}, "a")  # replaces the broken file
     assert json.loads(cache.read_text())[k]["config"]["BN"] == 256
     autotune.forget()
-    cache.write_text(json.dumps({k: dict(config=dict(BN=200, stages=4, order="row", swizzle=8, stream_k=False,
+    cache.write_text(json.dumps({k: dict(config=dict(BN=204, stages=4, order="row", swizzle=8, stream_k=False,
                                                       cluster=1))}))
     assert autotune.lookup(k, sm90.Sm90Config) is None  # a tile width no longer valid
     cache.write_text(json.dumps({k: dict(config=dict(BN=256, unknown_field=1))}))

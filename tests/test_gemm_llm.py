@@ -19,7 +19,7 @@ def test_the_wave_fill_of_a_width():
 def test_every_shape_and_width_once():
     df = gemm_llm.wave_fill()
     assert len(df) == len(gemm_llm.SHAPES) * len(gemm_llm.WIDTHS)
-    assert set(gemm_llm.WIDTHS) == {128, 160, 176, 192, 208, 224, 240, 256}
+    assert set(gemm_llm.WIDTHS) == {128, 160, 168, 176, 192, 208, 224, 240, 256}
     assert ((df.fill > 0) & (df.fill <= 1)).all()
     assert (df.whole_waves == df.waves.map(math.ceil)).all()
 

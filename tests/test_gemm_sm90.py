@@ -75,7 +75,9 @@ def test_generate_source_ignores_raster_and_checks_inputs():
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(BN=200), "BN"),
+    (dict(BN=204), "multiple of 8"),
+    (dict(BN=168, stages=4, cluster=2), "clusters"),
+    (dict(BN=168, stages=4, direct_c=True), "direct_c"),
     (dict(BN=64), "BN"),
     (dict(BN=272), "BN"),
     (dict(stages=1), "stages"),

@@ -5,7 +5,8 @@
 //   C: M x N row-major (ldc). bf16 or fp16 in, fp32 accumulation, same 16-bit type out.
 //
 // Structure: one persistent CTA per SM, 384 threads = 3 warpgroups, tile 128 x BN x 64 (BN a multiple
-// of 16 in [128, 256]: tile widths between 128 and 256 let a grid fill its last wave).
+// of 8 in [128, 256], of 16 in clusters and DIRECT_C: tile widths between 128 and 256 let a grid fill
+// its last wave, as cuBLAS's 168-wide tile fills two waves of 1536 x 3584 on 132 SMs).
 //   * WG 0 (producer, setmaxnreg.dec to 40 registers):
 //       - warp 0, lane 0: TMA loads of A (128 x 64) and B (BN x 64) into a STAGES-deep ring guarded
 //         by full/empty mbarriers; it runs ahead across tile boundaries.
@@ -309,6 +310,11 @@ __device__ __forceinline__ void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u3
                  "r"(r2), "r"(r3)
                  : "memory");
 }
+// Two 8 x 8 matrices (lanes 0-15 give the addresses): the last 8 columns of a tile whose width is an
+// odd number of 8-column blocks.
+__device__ __forceinline__ void stmatrix_x2(u32 addr, u32 r0, u32 r1) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x2.shared.b16 [%0], {%1, %2};" ::"r"(addr), "r"(r0), "r"(r1) : "memory");
+}
 
 }  // namespace sm90
 
@@ -443,8 +449,10 @@ struct Sm90Shape {
     static constexpr int PRODUCER_REGS = PINGPONG ? 40 : 56;
     static constexpr int CONSUMER_REGS = PINGPONG ? 232 : 224;
 
-    static_assert(BN % 16 == 0 && BN >= 128 && BN <= 256,
-                  "BN must be a multiple of 16 in [128, 256] (wgmma m64nBN; stmatrix pairs; cluster halves of B)");
+    // wgmma m64nBN and a B stage of whole 1024-byte swizzle atoms need BN % 8; DIRECT_C's warp buffers
+    // take 8-column blocks in pairs (stmatrix x4), so it keeps BN % 16 (and so do clusters' halves of B).
+    static_assert(BN % 8 == 0 && BN >= 128 && BN <= 256, "BN must be a multiple of 8 in [128, 256]");
+    static_assert(!DIRECT_C || BN % 16 == 0, "DIRECT_C takes BN a multiple of 16");
     static_assert(STAGES >= 2 && STAGES <= 8, "STAGES must be in [2, 8]");
     static_assert(STAGE_BYTES % 1024 == 0 && A_BYTES % 1024 == 0, "stages must keep 1024-byte alignment");
     static_assert(SMEM_BYTES <= 232448, "more shared memory than an sm_90 block can have");
@@ -467,6 +475,11 @@ template <class T, int N>
 __device__ __forceinline__ void stmatrix_acc(u32 addr, const float (&acc)[N], int j) {
     sm90::stmatrix_x4(addr, pack2(T{}, acc[4 * j], acc[4 * j + 1]), pack2(T{}, acc[4 * j + 2], acc[4 * j + 3]),
                       pack2(T{}, acc[4 * j + 4], acc[4 * j + 5]), pack2(T{}, acc[4 * j + 6], acc[4 * j + 7]));
+}
+// Block j alone (both row halves; lanes 0-15's addresses): the last block of an odd count.
+template <class T, int N>
+__device__ __forceinline__ void stmatrix_acc_last(u32 addr, const float (&acc)[N], int j) {
+    sm90::stmatrix_x2(addr, pack2(T{}, acc[4 * j], acc[4 * j + 1]), pack2(T{}, acc[4 * j + 2], acc[4 * j + 3]));
 }
 
 // One 16-byte chunk v of a C row to dst, of which n elements lie inside the tile (a partial or
@@ -498,6 +511,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
     using S = Sm90Shape<BN, STAGES, PINGPONG, DIRECT_C>;
     using namespace sm90;
     static_assert(CLUSTER == 1 || CLUSTER == 2, "CLUSTER is 1 or 2 CTAs along M");
+    static_assert(CLUSTER == 1 || BN % 16 == 0, "clusters multicast halves of B: BN a multiple of 16");
     static_assert(EPILOGUE >= 0 && EPILOGUE <= 5,
                   "EPILOGUE is 0 plain, 1 signal, 2 probe, 3 scatter, 4 signal_rows or 5 signal_tiles");
     constexpr bool kTableStore = EPILOGUE == 1 || EPILOGUE == 3;
@@ -950,9 +964,10 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                     // addresses row l % 8 of block l / 8, chunk j + l / 16.
                     const int st_row = (PINGPONG ? h : c) * 64 + warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
 #pragma unroll
-                    for (int j = 0; j < BN / 8; j += 2) {
+                    for (int j = 0; j + 1 < BN / 8; j += 2) {
                         stmatrix_acc<T>(S::c_chunk(smem_c, st_row, j + (lane >> 4)), acc[h], j);
                     }
+                    if (BN % 16) stmatrix_acc_last<T>(S::c_chunk(smem_c, st_row, BN / 8 - 1), acc[h], BN / 8 - 1);
                 }
             }
             // Release (CTA scope): the store warps read C (DIRECT_C: signal) after this.

@@ -11,7 +11,7 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
   fills everything outside ``M x K`` / ``N x K`` with zeros, so ``M``, ``N`` and ``K`` tails need no
   special case. ``K`` must still be a multiple of 8 (and row strides too): a tensor map's row stride
   must be a multiple of 16 bytes. Operands must be 16-byte aligned.
-* Tile ``128 x BN x 64`` (``BN`` a multiple of 16 in [128, 256]), 384 threads: one producer warpgroup (a TMA warp and
+* Tile ``128 x BN x 64`` (``BN`` a multiple of 8 in [128, 256], of 16 in clusters and ``direct_c``), 384 threads: one producer warpgroup (a TMA warp and
   three store warps) and two consumer warpgroups (64 rows each). ``stages`` is the depth of the
   operand ring. Run-time raster (``order``, ``swizzle``) and CTA count (``ctas``) as in
   fo_lib.gemm.portable.

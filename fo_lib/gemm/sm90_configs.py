@@ -64,8 +64,10 @@ class Sm90Config(RasterMixin):
             bad("direct_c is an epilogue of cooperative consumers: pingpong must be False")
         if self.cluster > 1 and self.stream_k:
             bad("clusters run whole waves: stream_k must be False")
-        if self.BN % 16 or not 128 <= self.BN <= 256:
-            bad(f"BN must be a multiple of 16 in [128, 256] (wgmma m64nBN, stmatrix pairs, cluster halves of B), "
+        if self.BN % 8 or not 128 <= self.BN <= 256:
+            bad(f"BN must be a multiple of 8 in [128, 256] (wgmma m64nBN, whole swizzle atoms of B), got {self.BN}")
+        if self.BN % 16 and (self.cluster > 1 or self.direct_c):
+            bad(f"clusters (halves of B) and direct_c (pairs of 8-column blocks) take BN a multiple of 16, "
                 f"got {self.BN}")
         if not 2 <= self.stages <= 8:
             bad(f"stages must be in [2, 8], got {self.stages}")
@@ -90,6 +92,10 @@ def max_stages(BN: int, cap: int = 5, direct_c: bool = False) -> int:
 # its waves with another width (2048 x 7168: 448 tiles of 128 x 256 are 3.4 waves on 132 SMs, 656 of
 # 128 x 176 are 4.97), as cuBLAS does with its 176-, 192- and 208-wide tiles.
 MID_WIDTHS = (160, 176, 192, 208, 224, 240)
+# Widths of an odd count of 8-column blocks (no clusters: their halves of B need 16): where the
+# 16-column steps leave a last wave short. 1536 x 3584 on 132 SMs: 252 tiles of 128 x 176 (1.91 waves,
+# 2 to run), 264 of 128 x 168 (2 whole waves, each 4.5 % shorter), cuBLAS's tile there.
+ODD_WIDTHS = (168,)
 PINGPONG_MAX_BN = 192  # ping-pong: a whole tile's BN fp32 accumulators per thread, of 232 registers
 DIRECT_C_BYTES = 8 * 2 * 16 * 128  # direct_c: two 16 x 64 16-bit buffers per consumer warp
 
@@ -108,6 +114,8 @@ CONFIGS: dict[str, Sm90Config] = {
     # Ping-pong consumers (cuBLAS's non-cooperative kernels on few-wave shapes), alone and in clusters.
     **{f"128x{bn}x64{c}p": Sm90Config(bn, max_stages(bn), cluster=2 if c else 1, pingpong=True)
        for bn in (128, 176, 192) for c in ("", "c2")},
+    # The odd widths, cooperative and ping-pong, single CTAs.
+    **{f"128x{bn}x64{p}": Sm90Config(bn, max_stages(bn), pingpong=bool(p)) for bn in ODD_WIDTHS for p in ("", "p")},
     # The widest tiles with a 4-stage ring (and MMAs in flight): C stored by the consumers themselves.
     **{f"128x{bn}x64{c}d": Sm90Config(bn, max_stages(bn, direct_c=True), cluster=2 if c else 1, direct_c=True)
        for bn in (224, 240, 256) for c in ("", "c2")},
