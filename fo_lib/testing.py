@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -65,7 +66,7 @@ def round_orders(names, rounds: int, order: str = "alternate", seed=0) -> list[l
 def bench_interleaved(fns: Mapping[str, Callable[[int], object]], *, rounds: int = 30,
                       inner: int = 5, warmup: int = 3, stream=None, graph: bool = False,
                       order: str = "alternate", seed=0, record: list | None = None,
-                      capture_error_mode: str = "global") -> dict[str, list[float]]:
+                      capture_error_mode: str = "global", settle_s: float = 0.0) -> dict[str, list[float]]:
     """Time ``fns`` (each called as ``fn(i)``, ``i`` the call index for input rotation).
 
     Each round runs every variant ``inner`` times back to back between two CUDA events and records
@@ -78,6 +79,8 @@ def bench_interleaved(fns: Mapping[str, Callable[[int], object]], *, rounds: int
     the host's launch of each call is not timed, one graph launch per replay is (the stream is idle
     when a round's events start). Returns ``{name: [ms per round]}``;
     ``record``, a list, also receives ``(round, place in the round, name, ms)`` per measurement.
+    ``settle_s``: seconds the GPU idles before the first round (after the warmup and the captures),
+    for a power limiter still holding the clocks down after earlier work to let them go.
     """
     import torch
 
@@ -101,6 +104,8 @@ def bench_interleaved(fns: Mapping[str, Callable[[int], object]], *, rounds: int
                     fns[name](i)
             graphs[name] = g
         torch.cuda.synchronize()
+    if settle_s > 0:
+        time.sleep(settle_s)
     out: dict[str, list[float]] = {n: [] for n in names}
     for r, round_order in enumerate(orders):
         for place, name in enumerate(round_order):

@@ -222,3 +222,18 @@ def test_the_digest_follows_how_tuning_times_and_the_one_wave_rasters(nvrtc, mon
         assert len({base, timed_otherwise, fewer_rasters}) == 3
     finally:
         sm90._kernel_digest.cache_clear()
+
+
+def test_tuning_times_after_the_clocks_settle(monkeypatch):
+    """time_launches hands bench_interleaved the idle the timing tag names (graphs, shuffled rounds)."""
+    from fo_lib import testing
+    seen = {}
+
+    def fake_bench(runs, **kw):
+        seen.update(kw)
+        return {label: [1.0, 2.0, 3.0] for label in runs}
+
+    monkeypatch.setattr(testing, "bench_interleaved", fake_bench)
+    assert autotune.time_launches({"a": None, "b": None}) == {"a": 2.0, "b": 2.0}
+    assert seen["settle_s"] == autotune.SETTLE_S > 0 and seen["graph"] and seen["order"] == "shuffle"
+    assert f"after {autotune.SETTLE_S} s idle" in autotune.TIMING

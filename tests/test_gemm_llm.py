@@ -150,3 +150,11 @@ def test_the_ab_script_refuses_a_missing_tree_and_an_unknown_macro(tmp_path, cap
 def test_ab_compare_refuses_runs_over_different_shapes():
     with pytest.raises(ValueError, match="different shapes"):
         gemm_llm.ab_compare([("a", _bench_csv([1.0, 1.0])), ("b", _bench_csv([1.0]))])
+
+
+def test_a_cluster_twin_only_where_the_tile_has_a_cluster_form():
+    from fo_lib.gemm import sm90
+    twin = gemm_llm.cluster_twin(sm90.CONFIGS["128x176x64"].with_raster("row", 1))
+    assert (twin.cluster, twin.order, twin.swizzle) == (2, "row", 2)
+    assert gemm_llm.cluster_twin(sm90.CONFIGS["128x176x64c2"]).cluster == 1
+    assert gemm_llm.cluster_twin(sm90.CONFIGS["128x168x64"]) is None  # halves of B need BN % 16

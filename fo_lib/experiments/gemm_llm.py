@@ -92,9 +92,14 @@ def alt_config(cfg, M, N, K, sms):
 
 def cluster_twin(cfg):
     """``cfg``'s tile with the other cluster choice, in whole waves: in clusters of 2 with a row raster
-    of an even swizzle (2 at least), or, for a cluster pick, one CTA per tile in the same raster."""
+    of an even swizzle (2 at least), or, for a cluster pick, one CTA per tile in the same raster;
+    None for a tile that has no cluster form (an odd count of 8-column blocks)."""
     if cfg.cluster == 1:
-        return replace(cfg, cluster=2, stream_k=False).with_raster("row", max(2, cfg.swizzle + cfg.swizzle % 2))
+        twin = replace(cfg, cluster=2, stream_k=False).with_raster("row", max(2, cfg.swizzle + cfg.swizzle % 2))
+        try:
+            return twin.validate()
+        except sm90.GemmError:
+            return None
     return replace(cfg, cluster=1)
 
 
@@ -131,7 +136,7 @@ def bench_shape(M, N, K, dtype, rounds, inner, sms, seed, cluster=False):
     # The other tile with the other choice (clusters have no stream-K tail).
     if alt.cluster == 1 and sm90.stream_k_tiles(alt.grid(M, N, sms).num_tiles, sms):
         fns["alt_flip"] = plain(replace(alt, stream_k=not alt.stream_k))
-    if cluster:  # the pick's tile with the other cluster choice (what clusters gain or cost here)
+    if cluster and cluster_twin(cfg) is not None:  # the pick's tile with the other cluster choice
         fns["twin"] = plain(cluster_twin(cfg))
     _, err, res = check_and_time(fns, sm90.SM90, cfg, sets, M, N, K, rounds, inner, graph=True, seed=seed)
     ms = {k: v for k, (v, _) in res.items()}
@@ -200,7 +205,8 @@ def measure_rows(rounds: int = 10, inner: int = 3, seed: int = 0, only=None, clu
                    alt_flip_ms=round(ms["alt_flip"], 5) if "alt_flip" in ms else None,
                    rel_err=float(f"{err:.3e}"), rounds=rounds, inner=inner)
         if cluster:
-            row.update(twin_config=config_label(cluster_twin(cfg)), twin_ms=round(ms["twin"], 5))
+            twin = cluster_twin(cfg)
+            row.update(twin_config=twin and config_label(twin), twin_ms=round(ms["twin"], 5) if twin else None)
         rows.append(row)
         if on_row is not None:
             on_row(row, ms, pred)
