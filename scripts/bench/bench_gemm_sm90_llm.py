@@ -53,7 +53,7 @@ def main(argv=None):
               f"{ms['torch'] / ms['ours']:11.3f} {(ms['signal'] / ms['ours'] - 1) * 100:+6.2f} "
               f"{row['alt_config']:>18} {ms['alt'] / ms['ours']:8.3f} "
               + (f"{pred / ms['ours']:9.3f}" if pred else f"{'-':>9}")
-              + (f"  twin {row['twin_config']} {ms['torch'] / ms['twin']:.3f}" if args.cluster else ""),
+              + (f"  twin {row['twin_config']} {ms['torch'] / ms['twin']:.3f}" if "twin" in ms else ""),
               flush=True)
 
     rows = gemm_llm.measure_rows(args.rounds, args.inner, args.seed, args.only, args.cluster, on_row=show)
