@@ -224,16 +224,23 @@ def test_the_digest_follows_how_tuning_times_and_the_one_wave_rasters(nvrtc, mon
         sm90._kernel_digest.cache_clear()
 
 
-def test_tuning_times_after_the_clocks_settle(monkeypatch):
-    """time_launches hands bench_interleaved the idle the timing tag names (graphs, shuffled rounds)."""
+def test_tuning_idles_before_timing_a_one_wave_grid_only(monkeypatch):
+    """time_launches hands bench_interleaved the idle it is given (graphs, shuffled rounds); autotuning
+    gives SETTLE_S on a grid of one wave of the model's tiles and none on more, as its tag says."""
     from fo_lib import testing
-    seen = {}
+    seen = []
 
     def fake_bench(runs, **kw):
-        seen.update(kw)
+        seen.append(kw)
         return {label: [1.0, 2.0, 3.0] for label in runs}
 
     monkeypatch.setattr(testing, "bench_interleaved", fake_bench)
-    assert autotune.time_launches({"a": None, "b": None}) == {"a": 2.0, "b": 2.0}
-    assert seen["settle_s"] == autotune.SETTLE_S > 0 and seen["graph"] and seen["order"] == "shuffle"
-    assert f"after {autotune.SETTLE_S} s idle" in autotune.TIMING
+    assert autotune.time_launches({"a": None, "b": None}, settle_s=0.5) == {"a": 2.0, "b": 2.0}
+    assert seen[-1]["settle_s"] == 0.5 and seen[-1]["graph"] and seen[-1]["order"] == "shuffle"
+    autotune.time_launches({"a": None})
+    assert seen[-1]["settle_s"] == 0.0
+    cfg = sm90.CONFIGS["128x128x64"]
+    assert sm90.tuning_settle_s(cfg, 1100, 1792, 132) == autotune.SETTLE_S > 0  # 9 x 14 = 126 tiles
+    assert sm90.tuning_settle_s(cfg, 1100, 2048, 132) == 0.0  # 9 x 16 = 144 tiles
+    assert sm90.tuning_settle_s(sm90.CONFIGS["128x256x64"], 1100, 2048, 132) > 0  # 72 tiles
+    assert f"after {autotune.SETTLE_S} s idle on one wave" in autotune.TIMING

@@ -15,8 +15,8 @@ candidates differ. So the model proposes (:func:`shortlist`) and the GPU decides
   the same code (:func:`fo_lib.testing.bench_interleaved`): per candidate a CUDA graph of
   :data:`REPS` back-to-back calls, each on the next operand set (the caller's operands, then
   copies: :func:`rotation_sets`, at most one per call), replayed between two CUDA events once per
-  round, :data:`ROUNDS` rounds in a shuffled order after :data:`SETTLE_S` of idle (clocks held down
-  by earlier work go back up), the median per candidate. (Timed otherwise, each call alone after an L2 flush or back to
+  round, :data:`ROUNDS` rounds in a shuffled order, the median per candidate; on a grid of one wave
+  after :data:`SETTLE_S` of idle (clocks held down by earlier work go back up). (Timed otherwise, each call alone after an L2 flush or back to
   back without a graph, the candidates ranked differently and the pick lost in the benchmark:
   docs/perf-log.md.) The model's pick stays unless another is faster by more than :data:`WIN` (noise).
 * Cache: ``sm90_autotune.json`` in the kernel cache folder (:func:`fo_lib.jit.compiler.cache_dir`),
@@ -59,12 +59,13 @@ REPS = 3  # calls per candidate and round, back to back
 # NOTES: after a few seconds of heavy GEMMs an H200 sits at its power cap (throttle reason SW power
 # cap, SM clock ~1500 MHz against 1980) for a while after the load ends, and every candidate of a
 # one-wave grid then timed alike (within 3 %, where the clusters run 8 % ahead with the clocks free):
-# tuning kept the model's pick. The clocks were back by the next timing, under a second later
-# (docs/perf-log.md).
-SETTLE_S = 0.2  # idle before the timed rounds
+# tuning kept the model's pick. The clocks were back by the next timing, under a second later. On
+# grids of more waves the idle did not help (LLM shapes, tuning with and without it in alternating
+# processes: 0.997 with it; docs/perf-log.md): their own load sets the clocks the benchmark sees.
+SETTLE_S = 0.2  # idle before a one-wave grid's timed rounds
 # What time_launches measures, in the cache digest: tunings timed another way tune again.
 TIMING = (f"bench_interleaved graph replays of {REPS} back-to-back calls on rotating operand copies, {ROUNDS} rounds"
-          f" after {SETTLE_S} s idle")
+          f" after {SETTLE_S} s idle on one wave")
 # NOTES: medians of 10 rounds repeat to a few tenths of a percent on an H200; a smaller win is noise
 # and would make the pick flip between runs.
 WIN = 0.005
@@ -236,10 +237,10 @@ def rotation_sets(set_bytes: int, l2_bytes: int) -> int:
     return max(2, min(16, -(-3 * l2_bytes // set_bytes)))
 
 
-def time_launches(runs: dict, rounds: int = ROUNDS, seed: int = 0, reps: int = REPS) -> dict:
+def time_launches(runs: dict, rounds: int = ROUNDS, seed: int = 0, reps: int = REPS, settle_s: float = 0.0) -> dict:
     """Median device ms per call of each ``runs[label](i)`` (a launch on the current stream, capturable;
     ``i`` counts the calls, for rotating operand sets): ``reps`` calls per CUDA graph, one replay per
-    round, the rounds' orders shuffled."""
+    round, the rounds' orders shuffled, after ``settle_s`` of idle."""
     from ..testing import bench_interleaved, summarize
     return summarize(bench_interleaved(runs, rounds=rounds, inner=reps, warmup=1, graph=True, order="shuffle",
-                                       seed=seed, capture_error_mode="thread_local", settle_s=SETTLE_S))
+                                       seed=seed, capture_error_mode="thread_local", settle_s=settle_s))

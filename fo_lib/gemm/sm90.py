@@ -279,6 +279,18 @@ def _kernel_digest(dtype: str, options: tuple) -> str:
 ONE_WAVE_RASTERS = (("row", 1), ("row", 2), ("row", 8), ("col", 8))
 
 
+def one_wave(cfg: Sm90Config, M: int, N: int, ctas: int) -> bool:
+    """Whether ``cfg``'s tiles of ``M x N`` fit one wave of ``ctas`` CTAs (autotuning times more
+    rasters there, after an idle)."""
+    return cfg.grid(M, N, ctas).num_tiles <= ctas
+
+
+def tuning_settle_s(model: Sm90Config, M: int, N: int, ctas: int) -> float:
+    """Seconds of idle before autotuning's timed rounds: :data:`fo_lib.gemm.autotune.SETTLE_S` on a
+    grid of one wave of the model's tiles, else none."""
+    return autotune.SETTLE_S if one_wave(model, M, N, ctas) else 0.0
+
+
 def tuning_candidates(path, M: int, N: int, K: int, ctas: int, model: Sm90Config) -> list:
     """What autotuning times for ``M x N x K`` on ``ctas`` CTAs: :func:`fo_lib.gemm.autotune.shortlist`
     of the tile table at ``path``'s ranking of the picker's pool, with the model's pick ``model`` and
@@ -288,7 +300,7 @@ def tuning_candidates(path, M: int, N: int, K: int, ctas: int, model: Sm90Config
     out = autotune.shortlist(ranked, model, also=(guess_config(M, N, K, ctas),))
     # One wave: the table ranks a single raster per tile (it recorded whole waves of many), yet where
     # the tiles land still moves the time (clusters most): each shortlisted tile in a few rasters.
-    if model.grid(M, N, ctas).num_tiles <= ctas:
+    if one_wave(model, M, N, ctas):
         more = (c.with_raster(o, s) for c in out for o, s in ONE_WAVE_RASTERS
                 if s <= (ceil_div(M, c.BM) if o == "row" else ceil_div(N, c.BN)))  # (wider walks like narrower)
         out += list(dict.fromkeys(c for c in more if c not in out))
@@ -317,7 +329,7 @@ def _tuned(a, b, dtype, M, N, K, ctas, model: Sm90Config) -> Sm90Config:
         try:
             shortlist = tuning_candidates(path, M, N, K, ctas, model)
             torch.cuda.synchronize(dev)  # the operands may still be written on another stream
-            ms = time_candidates(shortlist, dtype, a, b, ctas)
+            ms = time_candidates(shortlist, dtype, a, b, ctas, settle_s=tuning_settle_s(model, M, N, ctas))
         except Exception as exc:  # noqa: BLE001 - the call itself can still run the model's pick
             autotune.mark_failed(k)
             warnings.warn(f"fo_lib.gemm.sm90: autotuning {M} x {N} x {K} failed ({type(exc).__name__}: {exc}); "
@@ -358,10 +370,13 @@ def tuning_runs(configs, dtype: str, a, b, ctas: int, reps: int = autotune.REPS)
             for c in configs}
 
 
-def time_candidates(configs, dtype: str, a, b, ctas: int, reps: int = autotune.REPS, seed: int = 0) -> dict:
+def time_candidates(configs, dtype: str, a, b, ctas: int, reps: int = autotune.REPS, seed: int = 0,
+                    settle_s: float = 0.0) -> dict:
     """``{config_label: median ms per call}`` of ``configs`` on ``a`` and ``b`` as autotuning times
-    them: :func:`fo_lib.gemm.autotune.time_launches` of :func:`tuning_runs`, ``reps`` calls per graph."""
-    return autotune.time_launches(tuning_runs(configs, dtype, a, b, ctas, reps), seed=seed, reps=reps)
+    them: :func:`fo_lib.gemm.autotune.time_launches` of :func:`tuning_runs`, ``reps`` calls per graph,
+    after ``settle_s`` of idle."""
+    return autotune.time_launches(tuning_runs(configs, dtype, a, b, ctas, reps), seed=seed, reps=reps,
+                                  settle_s=settle_s)
 
 
 def config_for(a, b, ctas: int | None = None) -> Sm90Config:
