@@ -244,3 +244,12 @@ def test_tuning_idles_before_timing_a_one_wave_grid_only(monkeypatch):
     assert sm90.tuning_settle_s(cfg, 1100, 2048, 132) == 0.0  # 9 x 16 = 144 tiles
     assert sm90.tuning_settle_s(sm90.CONFIGS["128x256x64"], 1100, 2048, 132) > 0  # 72 tiles
     assert f"after {autotune.SETTLE_S} s idle on one wave" in autotune.TIMING
+    # time_candidates (autotuning, the agreement experiment, the probe) idles by the model's grid.
+    monkeypatch.setattr(sm90, "tuning_runs", lambda configs, *a: {sm90.config_label(c): None for c in configs})
+
+    class Operand:
+        def __init__(self, rows):
+            self.shape = (rows, 5120)
+    for n, settle in ((1792, autotune.SETTLE_S), (2048, 0.0)):
+        ms = sm90.time_candidates([cfg], "bf16", Operand(1100), Operand(n), 132, cfg)
+        assert ms == {sm90.config_label(cfg): 2.0} and seen[-1]["settle_s"] == settle

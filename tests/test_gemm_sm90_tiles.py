@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from fo_lib import provenance
-from fo_lib.gemm import GemmError, pick_by_waves, sm90, sm90_configs, tile_table
+from fo_lib.gemm import GemmError, pick_by_waves, sm90, tile_table
 
 BIG, SMALL = "128x256x64", "128x128x64"
 # The recording grid of scripts/bench/record_sm90_tiles.py on 132 SMs (33 x 32 tiles of 128 x 256 =
@@ -275,7 +275,7 @@ def test_the_recorder_writes_a_table_the_picker_reads(data_dir):
     # mid widths, 176 / 192 ping-pong and the direct-C widths: three rasters alone, two in clusters;
     # the odd widths (cooperative and ping-pong, no clusters): three rasters.
     mids = len(sm90.MID_WIDTHS) + 2 + sum(c.direct_c and c.cluster == 1 for c in sm90.CONFIGS.values())
-    odd = 2 * len(sm90_configs.ODD_WIDTHS)
+    odd = 2 * len(sm90.ODD_WIDTHS)
     assert per_grid == 3 * len(rec.RASTERS) + 3 * len(rec.CLUSTER_RASTERS) + mids * (
         len(rec.MID_RASTERS) + len(rec.MID_CLUSTER_RASTERS)) + odd * len(rec.MID_RASTERS)
     assert len(rows) == 3 * len(rec.KS) * per_grid

@@ -136,8 +136,9 @@ def bench_shape(M, N, K, dtype, rounds, inner, sms, seed, cluster=False):
     # The other tile with the other choice (clusters have no stream-K tail).
     if alt.cluster == 1 and sm90.stream_k_tiles(alt.grid(M, N, sms).num_tiles, sms):
         fns["alt_flip"] = plain(replace(alt, stream_k=not alt.stream_k))
-    if cluster and cluster_twin(cfg) is not None:  # the pick's tile with the other cluster choice
-        fns["twin"] = plain(cluster_twin(cfg))
+    twin = cluster_twin(cfg) if cluster else None
+    if twin is not None:  # the pick's tile with the other cluster choice (what clusters gain or cost here)
+        fns["twin"] = plain(twin)
     _, err, res = check_and_time(fns, sm90.SM90, cfg, sets, M, N, K, rounds, inner, graph=True, seed=seed)
     ms = {k: v for k, (v, _) in res.items()}
     ms["guess"] = ms.get("guess", ms["ours"] if guess == cfg else ms["alt"])

@@ -60,8 +60,7 @@ def measure(rounds: int = 10, inner: int = 3, seed: int = 0, only=None, on_shape
         cfgs = {sm90.config_label(c): c for c in shortlist + direct}
         sets = input_sets(M, N, K, torch.bfloat16)
         n = len(sets)
-        tune = sm90.time_candidates(cfgs.values(), "bf16", sets[0][0], sets[0][1], sms, seed=seed,
-                                    settle_s=sm90.tuning_settle_s(model, M, N, sms))
+        tune = sm90.time_candidates(cfgs.values(), "bf16", sets[0][0], sets[0][1], sms, model, seed=seed)
         fns = {lbl: (lambda c: lambda j: sm90.gemm_nt(*sets[j % n], config=c))(c) for lbl, c in cfgs.items()}
         _, _, res = check_and_time(fns, sm90.SM90, shortlist[0], sets, M, N, K, rounds, inner, graph=True, seed=seed)
         rows = [dict(M=M, N=N, K=K, config=lbl, direct_c=c.direct_c, shortlisted=not c.direct_c, model=c == model,

@@ -65,10 +65,10 @@ from .checks import check_operands
 from .config import DTYPES, EPILOGUE_ID, EPILOGUES, MAX_SMEM, GemmError, pick_by_waves
 from .family import GemmFamily
 from .tma import driver, operand_desc, tma_desc_fields
-from .sm90_configs import CONFIGS, MID_WIDTHS, Sm90Config, c_row_bytes
+from .sm90_configs import CONFIGS, MID_WIDTHS, ODD_WIDTHS, Sm90Config, c_row_bytes
 from .wgmma import wgmma_source
 
-__all__ = ["Sm90Config", "CONFIGS", "MID_WIDTHS", "c_row_bytes", "default_config", "config_for", "config_label", "stream_k_tiles", "stream_k_plan", "STREAM_K_MIN_IDLE",
+__all__ = ["Sm90Config", "CONFIGS", "MID_WIDTHS", "ODD_WIDTHS", "c_row_bytes", "default_config", "config_for", "config_label", "stream_k_tiles", "stream_k_plan", "STREAM_K_MIN_IDLE",
            "guess_config",
            "predict_ms", "gemm_nt", "gemm_nt_signal",
            "gemm_nt_scatter", "gemm_nt_probe", "generate_source", "kernel_name", "tma_desc_fields", "is_supported",
@@ -329,7 +329,7 @@ def _tuned(a, b, dtype, M, N, K, ctas, model: Sm90Config) -> Sm90Config:
         try:
             shortlist = tuning_candidates(path, M, N, K, ctas, model)
             torch.cuda.synchronize(dev)  # the operands may still be written on another stream
-            ms = time_candidates(shortlist, dtype, a, b, ctas, settle_s=tuning_settle_s(model, M, N, ctas))
+            ms = time_candidates(shortlist, dtype, a, b, ctas, model)
         except Exception as exc:  # noqa: BLE001 - the call itself can still run the model's pick
             autotune.mark_failed(k)
             warnings.warn(f"fo_lib.gemm.sm90: autotuning {M} x {N} x {K} failed ({type(exc).__name__}: {exc}); "
@@ -370,13 +370,13 @@ def tuning_runs(configs, dtype: str, a, b, ctas: int, reps: int = autotune.REPS)
             for c in configs}
 
 
-def time_candidates(configs, dtype: str, a, b, ctas: int, reps: int = autotune.REPS, seed: int = 0,
-                    settle_s: float = 0.0) -> dict:
+def time_candidates(configs, dtype: str, a, b, ctas: int, model: Sm90Config, reps: int = autotune.REPS,
+                    seed: int = 0) -> dict:
     """``{config_label: median ms per call}`` of ``configs`` on ``a`` and ``b`` as autotuning times
     them: :func:`fo_lib.gemm.autotune.time_launches` of :func:`tuning_runs`, ``reps`` calls per graph,
-    after ``settle_s`` of idle."""
+    after :func:`tuning_settle_s` of idle (``model``: the tile table's pick, whose grid says one wave)."""
     return autotune.time_launches(tuning_runs(configs, dtype, a, b, ctas, reps), seed=seed, reps=reps,
-                                  settle_s=settle_s)
+                                  settle_s=tuning_settle_s(model, a.shape[0], b.shape[0], ctas))
 
 
 def config_for(a, b, ctas: int | None = None) -> Sm90Config:

@@ -61,8 +61,7 @@ def time_candidates(index: int, reps_list, label: str) -> None:
     cands, _, model = candidates(M, N, K, sms)
     for reps in reps_list:
         before, t0 = gpu_state(), time.perf_counter()
-        ms = sm90.time_candidates(cands, "bf16", sets[0][0], sets[0][1], sms, reps,
-                                  settle_s=sm90.tuning_settle_s(model, M, N, sms))
+        ms = sm90.time_candidates(cands, "bf16", sets[0][0], sets[0][1], sms, model, reps)
         after = gpu_state()
         lo, hi = min(ms, key=ms.get), max(ms, key=ms.get)
         print(f"{label:6s} {M}x{N}x{K} reps {reps:2d}: fastest {lo} {ms[lo] * 1e3:.2f} us, slowest {hi} "
