@@ -77,7 +77,7 @@ def test_generate_source_ignores_raster_and_checks_inputs():
 @pytest.mark.parametrize("kw,match", [
     (dict(BN=204), "multiple of 8"),
     (dict(BN=168, stages=4, cluster=2), "clusters"),
-    (dict(BN=168, stages=4, direct_c=True), "direct_c"),
+    (dict(BN=168, stages=4, direct_c=True, cluster=2), "multiple of 16"),
     (dict(BN=64), "BN"),
     (dict(BN=272), "BN"),
     (dict(stages=1), "stages"),
@@ -88,7 +88,8 @@ def test_generate_source_ignores_raster_and_checks_inputs():
     (dict(swizzle=0), "swizzle"),
     (dict(BN=True), "BN"),
     (dict(stages=2.0), "stages"),
-    (dict(BN=128, stages=5, pingpong=True, direct_c=True), "direct_c"),
+    (dict(BN=168, stages=5, pingpong=True, direct_c=True, cluster=2), "multiple of 16"),
+    (dict(BN=208, stages=4, pingpong=True, direct_c=True), "ping-pong keeps BN"),
     (dict(direct_c=1), "direct_c"),
     (dict(BN=256, stages=5, direct_c=True), "shared memory"),
 ])
@@ -222,6 +223,18 @@ def test_direct_c_configs_take_a_fourth_stage_in_less_shared_memory():
             # one more stage and its two barriers, the per-warp buffers instead of the C tile
             assert d.smem_bytes - plain.smem_bytes == (128 + bn) * 64 * 2 + 16 + DIRECT_C_BYTES - 128 * gemm_sm90.c_row_bytes(bn)
             assert d.tile_name == plain.tile_name.replace("_s3", "_s4") + "_dc"
+
+
+def test_pingpong_direct_c_configs_take_a_fifth_stage():
+    """At 168 and 176 wide the per-warp buffers leave room for the fifth stage the C tile took."""
+    from fo_lib.gemm.sm90_configs import PINGPONG_DIRECT_WIDTHS
+    assert PINGPONG_DIRECT_WIDTHS == (168, 176)
+    for bn in PINGPONG_DIRECT_WIDTHS:
+        d, pp = gemm_sm90.CONFIGS[f"128x{bn}x64pd"], gemm_sm90.CONFIGS[f"128x{bn}x64p"]
+        assert d.pingpong and d.direct_c and d.cluster == 1 and d.BN == pp.BN == bn
+        assert (pp.stages, d.stages) == (4, 5) and d.smem_bytes <= MAX_SMEM
+        assert replace(pp, stages=5).smem_bytes > MAX_SMEM
+        assert d.tile_name == pp.tile_name.replace("_s4", "_s5") + "_dc"
 
 
 def test_direct_c_configs_are_recorded_not_picked(monkeypatch):

@@ -249,7 +249,7 @@ def test_the_recording_grids_are_whole_waves_of_every_candidate(sms):
         assert abs(M * N / area - 1) < 0.07, (M, N, names)
     if sms == 132:
         assert bases == [(1024, 33792), (4096, 8448), (16896, 2048)]  # 8 x 132, 32 x 33, 132 x 8 big tiles
-        assert (4608, 7744, ("128x176x64", "128x176x64c2", "128x176x64p", "128x176x64c2p")) in grids  # 36 x 44 tiles: 12 waves
+        assert (4608, 7744, ("128x176x64", "128x176x64c2", "128x176x64p", "128x176x64c2p", "128x176x64pd")) in grids  # 36 x 44 tiles: 12 waves
 
 
 def test_the_recorder_writes_a_table_the_picker_reads(data_dir):
@@ -273,9 +273,10 @@ def test_the_recorder_writes_a_table_the_picker_reads(data_dir):
     per_grid = sum(len(rec.rasters(c)) for c in rec.candidates().values())
     # 128 and 256 wide (cooperative) and 128 wide ping-pong, alone and in clusters: every raster; the
     # mid widths, 176 / 192 ping-pong and the direct-C widths: three rasters alone, two in clusters;
-    # the odd widths (cooperative and ping-pong, no clusters): three rasters.
-    mids = len(sm90.MID_WIDTHS) + 2 + sum(c.direct_c and c.cluster == 1 for c in sm90.CONFIGS.values())
-    odd = 2 * len(sm90.ODD_WIDTHS)
+    # the odd widths (cooperative and ping-pong, no clusters) and the ping-pong direct-C tiles: three rasters.
+    mids = len(sm90.MID_WIDTHS) + 2 + sum(c.direct_c and c.cluster == 1 and not c.pingpong
+                                          for c in sm90.CONFIGS.values())
+    odd = 2 * len(sm90.ODD_WIDTHS) + len(sm90.PINGPONG_DIRECT_WIDTHS)
     assert per_grid == 3 * len(rec.RASTERS) + 3 * len(rec.CLUSTER_RASTERS) + mids * (
         len(rec.MID_RASTERS) + len(rec.MID_CLUSTER_RASTERS)) + odd * len(rec.MID_RASTERS)
     assert len(rows) == 3 * len(rec.KS) * per_grid

@@ -5,7 +5,7 @@
 //   C: M x N row-major (ldc). bf16 or fp16 in, fp32 accumulation, same 16-bit type out.
 //
 // Structure: one persistent CTA per SM, 384 threads = 3 warpgroups, tile 128 x BN x 64 (BN a multiple
-// of 8 in [128, 256], of 16 in clusters and DIRECT_C: tile widths between 128 and 256 let a grid fill
+// of 8 in [128, 256], of 16 in clusters: tile widths between 128 and 256 let a grid fill
 // its last wave, as cuBLAS's 168-wide tile fills two waves of 1536 x 3584 on 132 SMs).
 //   * WG 0 (producer, setmaxnreg.dec to 40 registers):
 //       - warp 0, lane 0: TMA loads of A (128 x 64) and B (BN x 64) into a STAGES-deep ring guarded
@@ -21,7 +21,10 @@
 //     memory itself; the store warps only publish the tile. The 32 KB of buffers in place of the
 //     58-64 KB tile give BN 224-256 a fourth stage (and so MMAs in flight), which pays on grids of
 //     few waves, whose operands stream from DRAM; on many waves the stores on the consumers' path
-//     cost more than the stage brings. (The row-offset area stays reserved, unused.)
+//     cost more than the stage brings. With ping-pong consumers (a warp takes its 16 rows of both
+//     halves) the stores run under the other warpgroup's MMAs, and BN 168-176 gets a fifth stage,
+//     as cuBLAS's non-cooperative 168- and 176-wide kernels have. (The row-offset area stays
+//     reserved, unused.)
 //   * Tile schedule: CTA b of P runs s = b, b + P, ... through fo::raster_tile (tile_schedule.cuh),
 //     the same function as the portable kernel, so fo_lib.tiling's wave model holds.
 //   * Clusters (CLUSTER 2, along M): P is even, so cluster ranks 0 and 1 run schedule indices 2 i and
@@ -445,19 +448,18 @@ struct Sm90Shape {
     static constexpr int BAR_BYTES = (2 * STAGES + 2 + (PINGPONG ? 4 : 0)) * 8;  // + ping-pong's two order pairs
     // + 1024: the dynamic shared memory is aligned up to the 1024-byte swizzle atom in the kernel.
     static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + C_BYTES + RO_BYTES + BAR_BYTES;
-    // Ping-pong: a consumer holds a whole tile's accumulators (BN per thread), so it takes more.
-    static constexpr int PRODUCER_REGS = PINGPONG ? 40 : 56;
-    static constexpr int CONSUMER_REGS = PINGPONG ? 232 : 224;
+    // Ping-pong: a consumer holds a whole tile's accumulators (BN per thread), so it takes more; with
+    // DIRECT_C it also holds the store addresses, and the store warps, which then only publish, need
+    // fewer.
+    static constexpr int PRODUCER_REGS = PINGPONG ? (DIRECT_C ? 32 : 40) : 56;
+    static constexpr int CONSUMER_REGS = PINGPONG ? (DIRECT_C ? 240 : 232) : 224;
 
-    // wgmma m64nBN and a B stage of whole 1024-byte swizzle atoms need BN % 8; DIRECT_C's warp buffers
-    // take 8-column blocks in pairs (stmatrix x4), so it keeps BN % 16 (and so do clusters' halves of B).
+    // wgmma m64nBN and a B stage of whole 1024-byte swizzle atoms need BN % 8 (clusters' halves of B: 16).
     static_assert(BN % 8 == 0 && BN >= 128 && BN <= 256, "BN must be a multiple of 8 in [128, 256]");
-    static_assert(!DIRECT_C || BN % 16 == 0, "DIRECT_C takes BN a multiple of 16");
     static_assert(STAGES >= 2 && STAGES <= 8, "STAGES must be in [2, 8]");
     static_assert(STAGE_BYTES % 1024 == 0 && A_BYTES % 1024 == 0, "stages must keep 1024-byte alignment");
     static_assert(SMEM_BYTES <= 232448, "more shared memory than an sm_90 block can have");
     static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 256 <= 65536, "register file overcommitted");
-    static_assert(!(PINGPONG && DIRECT_C), "DIRECT_C is a cooperative-consumer epilogue");
 
     // Shared address of 16-byte chunk ch of row r of the C staging tile at smem_c.
     static __device__ __forceinline__ u32 c_chunk(u32 smem_c, int r, int ch) {
@@ -742,29 +744,22 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             const bool phantom = w.s >= tiles;
             int tm = 0, tn = 0;
             if (!phantom) raster.tile(w.s, tm, tn);
-            // DIRECT_C with a row table or tile places: where this lane's four rows of the tile go (rows
-            // 16 warp + lane / 8 + 4 i of its half; null past M), fetched before the main loop so their
-            // latency hides under it. C's rows are computed at each store (four 64-bit pointers made
-            // the 256-wide tile spill).
+            // DIRECT_C with a row table or tile places: where row r of the tile goes (null past M).
+            // Cooperative: this lane's four rows (16 warp + lane / 8 + 4 i of its half) fetched before
+            // the main loop, so their latency hides under it; ping-pong: at each store (the other
+            // warpgroup's MMAs hide it, and a whole tile's accumulators leave no registers for the
+            // pointers). C's rows are computed at each store (four 64-bit pointers made the 256-wide
+            // tile spill).
+            const auto table_row = [&](int r) -> bits16* {
+                if (r >= M - tm * BM) return nullptr;
+                if (kTableStore) return comm_buf + row_offset[i64(tm * BM + r) * tiles_n + tn];
+                const i64* place = row_offset + i64(tm * tiles_n + tn) * 4;
+                return comm_buf + placed_row(place[0], place[1], int(place[2]), r, min(BN, N - tn * BN));
+            };
             bits16* row_dst[4] = {nullptr, nullptr, nullptr, nullptr};
-            if (DIRECT_C && (kTableStore || kPlaced) && stages_c) {
-                const int rows = min(BM, M - tm * BM);
-                const int cols = min(BN, N - tn * BN);
-                i64 place_base = 0, place_sub_stride = 0;
-                int place_shift = 0;
-                if (kPlaced) {
-                    const i64* place = row_offset + i64(tm * tiles_n + tn) * 4;
-                    place_base = place[0];
-                    place_sub_stride = place[1];
-                    place_shift = int(place[2]);
-                }
+            if (DIRECT_C && !PINGPONG && (kTableStore || kPlaced) && stages_c) {
 #pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const int r = c * 64 + warp * 16 + (lane >> 3) + 4 * i;
-                    if (r < rows)
-                        row_dst[i] = comm_buf + (kTableStore ? row_offset[i64(tm * BM + r) * tiles_n + tn]
-                                                             : placed_row(place_base, place_sub_stride, place_shift, r, cols));
-                }
+                for (int i = 0; i < 4; ++i) row_dst[i] = table_row(c * 64 + warp * 16 + (lane >> 3) + 4 * i);
             }
             if (EPILOGUE == 2 && stages_c && lead) probe[(tm * tiles_n + tn) * 4 + 0] = globaltimer_ns();
             if (kMmaInFlight) {
@@ -927,33 +922,42 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             // column 8 j + 2 (lane % 4) + e of the half's 64 x BN block.
             mbar_wait(bar_c_empty, c_parity ^ 1u);  // the store warps are done with the previous tile
             if (DIRECT_C) {
-                // Each warp its own 16 rows, 64 columns at a time: stmatrix into one of its two
-                // buffers, then every lane stores 4 chunks (a warp store: 4 rows x 128 bytes).
+                // Each warp its own 16 rows (of each half it computes), 64 columns at a time: stmatrix
+                // into one of its two buffers, then every lane stores 4 chunks (a warp store: 4 rows x
+                // 128 bytes). The two warpgroups' buffers are apart.
                 const int cols = min(BN, N - tn * BN);
                 const u32 wbuf = smem_c + (c * 4 + warp) * (2 * S::WARP_C_BYTES);
                 const int lr = ((lane >> 3) & 1) * 8 + (lane & 7);  // the buffer row this lane addresses
 #pragma unroll
-                for (int cb = 0; cb < (BN + 63) / 64; ++cb) {
-                    const u32 buf = wbuf + (cb & 1) * S::WARP_C_BYTES;
-                    // Every lane's reads of this buffer are done. (The syncs of the block between
-                    // already order them; this one keeps that from resting on the block count's parity
-                    // across tiles.)
-                    __syncwarp();
+                for (int h = 0; h < H; ++h) {
+                    const int half = PINGPONG ? h : c;
 #pragma unroll
-                    for (int j = 8 * cb; j < min(8 * cb + 8, BN / 8); j += 2)
-                        stmatrix_acc<T>(S::warp_c_chunk(buf, lr, j - 8 * cb + (lane >> 4)), acc[0], j);
-                    __syncwarp();
-                    const int ch = 8 * cb + (lane & 7);
+                    for (int cb = 0; cb < (BN + 63) / 64; ++cb) {
+                        const u32 buf = wbuf + (cb & 1) * S::WARP_C_BYTES;
+                        // Every lane's reads of this buffer are done. (The syncs of the block between
+                        // already order them; this one keeps that from resting on the block count's
+                        // parity across tiles and halves.)
+                        __syncwarp();
+                        const int j_end = min(8 * cb + 8, BN / 8);
 #pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        const int r = c * 64 + warp * 16 + (lane >> 3) + 4 * i;
-                        const bool row_in = (kTableStore || kPlaced) ? row_dst[i] != nullptr : r < M - tm * BM;
-                        if (row_in && ch * 8 < cols) {  // (ch * 8 < cols <= BN: a chunk of the tile)
-                            u32 v[4];
-                            ld_shared_v4(S::warp_c_chunk(buf, (lane >> 3) + 4 * i, lane & 7), v);
-                            bits16* row = (kTableStore || kPlaced) ? row_dst[i]
-                                                                   : C + i64(tm * BM + r) * ldc + tn * BN;
-                            store_c_chunk(row + ch * 8, v, cols - ch * 8);
+                        for (int j = 8 * cb; j + 1 < j_end; j += 2)
+                            stmatrix_acc<T>(S::warp_c_chunk(buf, lr, j - 8 * cb + (lane >> 4)), acc[h], j);
+                        if ((BN / 8) % 2 && j_end == BN / 8)  // an odd count of 8-column blocks: the last alone
+                            stmatrix_acc_last<T>(S::warp_c_chunk(buf, lr, BN / 8 - 1 - 8 * cb), acc[h], BN / 8 - 1);
+                        __syncwarp();
+                        const int ch = 8 * cb + (lane & 7);
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) {
+                            const int r = half * 64 + warp * 16 + (lane >> 3) + 4 * i;
+                            bits16* trow = nullptr;
+                            if (kTableStore || kPlaced) trow = !PINGPONG ? row_dst[i] : ch * 8 < cols ? table_row(r) : nullptr;
+                            const bool row_in = (kTableStore || kPlaced) ? trow != nullptr : r < M - tm * BM;
+                            if (row_in && ch * 8 < cols) {  // (ch * 8 < cols <= BN: a chunk of the tile)
+                                u32 v[4];
+                                ld_shared_v4(S::warp_c_chunk(buf, (lane >> 3) + 4 * i, lane & 7), v);
+                                bits16* row = (kTableStore || kPlaced) ? trow : C + i64(tm * BM + r) * ldc + tn * BN;
+                                store_c_chunk(row + ch * 8, v, cols - ch * 8);
+                            }
                         }
                     }
                 }

@@ -11,7 +11,7 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
   fills everything outside ``M x K`` / ``N x K`` with zeros, so ``M``, ``N`` and ``K`` tails need no
   special case. ``K`` must still be a multiple of 8 (and row strides too): a tensor map's row stride
   must be a multiple of 16 bytes. Operands must be 16-byte aligned.
-* Tile ``128 x BN x 64`` (``BN`` a multiple of 8 in [128, 256], of 16 in clusters and ``direct_c``), 384 threads: one producer warpgroup (a TMA warp and
+* Tile ``128 x BN x 64`` (``BN`` a multiple of 8 in [128, 256], of 16 in clusters), 384 threads: one producer warpgroup (a TMA warp and
   three store warps) and two consumer warpgroups (64 rows each). ``stages`` is the depth of the
   operand ring. Run-time raster (``order``, ``swizzle``) and CTA count (``ctas``) as in
   fo_lib.gemm.portable.
@@ -65,10 +65,10 @@ from .checks import check_operands
 from .config import DTYPES, EPILOGUE_ID, EPILOGUES, MAX_SMEM, GemmError, pick_by_waves
 from .family import GemmFamily
 from .tma import driver, operand_desc, tma_desc_fields
-from .sm90_configs import CONFIGS, MID_WIDTHS, ODD_WIDTHS, Sm90Config, c_row_bytes
+from .sm90_configs import CONFIGS, MID_WIDTHS, ODD_WIDTHS, PINGPONG_DIRECT_WIDTHS, Sm90Config, c_row_bytes
 from .wgmma import wgmma_source
 
-__all__ = ["Sm90Config", "CONFIGS", "MID_WIDTHS", "ODD_WIDTHS", "c_row_bytes", "default_config", "config_for", "config_label", "stream_k_tiles", "stream_k_plan", "STREAM_K_MIN_IDLE",
+__all__ = ["Sm90Config", "CONFIGS", "MID_WIDTHS", "ODD_WIDTHS", "PINGPONG_DIRECT_WIDTHS", "c_row_bytes", "default_config", "config_for", "config_label", "stream_k_tiles", "stream_k_plan", "STREAM_K_MIN_IDLE",
            "guess_config",
            "predict_ms", "gemm_nt", "gemm_nt_signal",
            "gemm_nt_scatter", "gemm_nt_probe", "generate_source", "kernel_name", "tma_desc_fields", "is_supported",

@@ -28,7 +28,8 @@ class Sm90Config(RasterMixin):
 
     # Compiled in: ``cluster`` (1 or 2 CTAs along M sharing B, see fo_lib.gemm.sm90), ``pingpong``
     # (each consumer warpgroup its own tiles) and ``direct_c`` (the consumers store C themselves
-    # through small per-warp buffers instead of a whole C tile: room for a 4th stage at BN 224-256).
+    # through small per-warp buffers instead of a whole C tile: room for a 4th stage at BN 224-256,
+    # a 5th at 168-176).
     BM: ClassVar[int] = 128  # two consumer warpgroups x wgmma m64
     BK: ClassVar[int] = 64   # one 128-byte swizzle span of 16-bit elements
     threads: ClassVar[int] = 384
@@ -60,15 +61,12 @@ class Sm90Config(RasterMixin):
             bad(f"cluster must be 1 or 2 CTAs, got {self.cluster!r}")
         if self.pingpong and self.BN > PINGPONG_MAX_BN:  # a whole tile's BN accumulators per consumer thread
             bad(f"ping-pong keeps BN accumulators per thread: BN <= {PINGPONG_MAX_BN}, got {self.BN}")
-        if self.pingpong and self.direct_c:
-            bad("direct_c is an epilogue of cooperative consumers: pingpong must be False")
         if self.cluster > 1 and self.stream_k:
             bad("clusters run whole waves: stream_k must be False")
         if self.BN % 8 or not 128 <= self.BN <= 256:
             bad(f"BN must be a multiple of 8 in [128, 256] (wgmma m64nBN, whole swizzle atoms of B), got {self.BN}")
-        if self.BN % 16 and (self.cluster > 1 or self.direct_c):
-            bad(f"clusters (halves of B) and direct_c (pairs of 8-column blocks) take BN a multiple of 16, "
-                f"got {self.BN}")
+        if self.BN % 16 and self.cluster > 1:
+            bad(f"clusters multicast halves of B: BN a multiple of 16, got {self.BN}")
         if not 2 <= self.stages <= 8:
             bad(f"stages must be in [2, 8], got {self.stages}")
         if self.smem_bytes > MAX_SMEM:
@@ -83,9 +81,10 @@ def c_row_bytes(BN: int) -> int:
     return 16 * (chunks if chunks % 8 == 0 else chunks | 1)
 
 
-def max_stages(BN: int, cap: int = 5, direct_c: bool = False) -> int:
+def max_stages(BN: int, cap: int = 5, direct_c: bool = False, pingpong: bool = False) -> int:
     """The deepest operand ring (up to ``cap``) a ``128 x BN x 64`` tile fits in shared memory."""
-    return max(s for s in range(2, cap + 1) if Sm90Config(BN, s, direct_c=direct_c).smem_bytes <= MAX_SMEM)
+    return max(s for s in range(2, cap + 1)
+               if Sm90Config(BN, s, direct_c=direct_c, pingpong=pingpong).smem_bytes <= MAX_SMEM)
 
 
 # Tile widths between 128 and 256: a grid whose 128 x 256 tiles leave a partial last wave often fills
@@ -96,6 +95,7 @@ MID_WIDTHS = (160, 176, 192, 208, 224, 240)
 # 16-column steps leave a last wave short. 1536 x 3584 on 132 SMs: 252 tiles of 128 x 176 (1.91 waves,
 # 2 to run), 264 of 128 x 168 (2 whole waves, each 4.5 % shorter), cuBLAS's tile there.
 ODD_WIDTHS = (168,)
+PINGPONG_DIRECT_WIDTHS = (168, 176)
 PINGPONG_MAX_BN = 192  # ping-pong: a whole tile's BN fp32 accumulators per thread, of 232 registers
 DIRECT_C_BYTES = 8 * 2 * 16 * 128  # direct_c: two 16 x 64 16-bit buffers per consumer warp
 
@@ -119,6 +119,10 @@ CONFIGS: dict[str, Sm90Config] = {
     # The widest tiles with a 4-stage ring (and MMAs in flight): C stored by the consumers themselves.
     **{f"128x{bn}x64{c}d": Sm90Config(bn, max_stages(bn, direct_c=True), cluster=2 if c else 1, direct_c=True)
        for bn in (224, 240, 256) for c in ("", "c2")},
+    # Ping-pong consumers that store C themselves, under the other warpgroup's MMAs: 5 stages where the
+    # C tile left 4 (cuBLAS's non-cooperative 168- and 176-wide kernels run 5).
+    **{f"128x{bn}x64pd": Sm90Config(bn, max_stages(bn, direct_c=True, pingpong=True), pingpong=True, direct_c=True)
+       for bn in PINGPONG_DIRECT_WIDTHS},
 }
 for _c in CONFIGS.values():
     _c.validate()

@@ -91,7 +91,8 @@ CLUSTER_SHAPES = [(1100, 1792, 520), (300, 130, 72), (129, 100, 8), (2048, 4096,
                                        ("128x176x64", "128x176x64c2"), ("128x208x64", "128x208x64c2"),
                                        ("128x176x64", "128x176x64p"), ("128x176x64", "128x176x64c2p"),
                                        ("128x128x64", "128x128x64c2p"), ("128x256x64", "128x256x64d"),
-                                       ("128x224x64", "128x224x64c2d")])
+                                       ("128x224x64", "128x224x64c2d"), ("128x176x64", "128x176x64pd"),
+                                       ("128x168x64", "128x168x64pd")])
 @pytest.mark.parametrize("M,N,K", CLUSTER_SHAPES)
 def test_cluster_equals_single_cta_bitwise(M, N, K, tile, twin, dtype):
     """The same tiles with and without clusters (or ping-pong consumers, or direct C) sum the same k-blocks in the
@@ -262,7 +263,10 @@ STREAM_K_CASES = [(200, 300, 72, "128x256x64", 3, 1), (1000, 2000, 4104, "128x25
                   (2600, 4096, 14336, "128x192x64p", 132, 2), (777, 1000, 520, "128x176x64p", 5, 2),
                   # consumers that store C themselves (direct_c): runs and splits
                   (500, 3000, 1000, "128x256x64d", 13, 1), (300, 1000, 4104, "128x240x64d", 7, 4),
-                  (1536, 3584, 18944, "128x224x64d", 132, 2)]
+                  (1536, 3584, 18944, "128x224x64d", 132, 2),
+                  # ping-pong consumers that store C themselves (168: an odd last 8-column block)
+                  (500, 3000, 1000, "128x176x64pd", 13, 1), (777, 1000, 520, "128x176x64pd", 5, 2),
+                  (129, 4100, 2000, "128x168x64pd", 12, 4), (300, 1000, 4104, "128x168x64pd", 7, 1)]
 
 
 def _stream_k_config(cname, M, N, K, ctas, split):
@@ -539,6 +543,7 @@ def test_gemm_signal_rejects_bad_tables():
     # direct C: the consumers store, the store warps stamp the end (a partial last 64-column block)
     ("128x240x64d", 2000, 3000, 512, 64, "row", 5),
     ("128x256x64c2d", 1100, 1792, 256, 12, "row", 4),
+    ("128x168x64pd", 2000, 3000, 512, 64, "col", 3),
 ])
 def test_gemm_probe_waves_and_raster(cname, M, N, K, ctas, order, swizzle):
     cfg = gemm_sm90.CONFIGS[cname].with_raster(order, swizzle)
