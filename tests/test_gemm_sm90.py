@@ -237,14 +237,17 @@ def test_pingpong_direct_c_configs_take_a_fifth_stage():
         assert d.tile_name == pp.tile_name.replace("_s4", "_s5") + "_dc"
 
 
-def test_direct_c_configs_are_recorded_not_picked(monkeypatch):
-    """The picker never returns a direct-C config, even from a table whose direct rows would win."""
+def test_cooperative_direct_c_configs_are_recorded_not_picked(monkeypatch):
+    """The picker never returns a cooperative direct-C config, even from a table whose direct rows
+    would win; the ping-pong ones (stores under the other warpgroup's MMAs) are in its pool."""
     from pathlib import Path
 
     from fo_lib.gemm import tile_table
     C = gemm_sm90.CONFIGS
     assert {n for n, c in C.items() if c.direct_c} <= set(gemm_sm90.CANDIDATES)  # recorded in the table
-    assert not any(c.direct_c for c in gemm_sm90.candidate_pool().values())
+    pool = gemm_sm90.candidate_pool()
+    assert {n for n, c in pool.items() if c.direct_c} == {f"128x{bn}x64pd" for bn in gemm_sm90.PINGPONG_DIRECT_WIDTHS}
+    assert all(c.pingpong for c in pool.values() if c.direct_c)
     table = Path(__file__).resolve().parents[1] / "data/h200/runs/gemm_sm90_llm_9d1654a_direct_c/gemm_sm90_tiles.csv"
     monkeypatch.setenv("FO_SM90_TILES", str(table))
     loaded = tile_table.load(table, C)
@@ -252,6 +255,7 @@ def test_direct_c_configs_are_recorded_not_picked(monkeypatch):
     for M, N, K in ((512, 8448, 16384), (2048, 4096, 7168), (4096, 6144, 4096), (1100, 1792, 5120)):
         # weighed with every config, a direct one ranks among the first; the picker's pool has none
         assert any(c.direct_c for _, c in tile_table.ranked(loaded, everything, M, N, K, 132, MAX_SMEM)[:40])
-        assert not any(c.direct_c for _, c in tile_table.ranked(loaded, gemm_sm90.candidate_pool(), M, N, K, 132,
-                                                                  MAX_SMEM))
-        assert not gemm_sm90.default_config(M, N, K, 132).direct_c
+        assert not any(c.direct_c and not c.pingpong
+                       for _, c in tile_table.ranked(loaded, gemm_sm90.candidate_pool(), M, N, K, 132, MAX_SMEM))
+        picked = gemm_sm90.default_config(M, N, K, 132)
+        assert not picked.direct_c or picked.pingpong

@@ -30,16 +30,17 @@ COLUMNS = ("M", "N", "K", "config", "direct_c", "shortlisted", "model", "tune_ms
 
 def candidates(M: int, N: int, K: int, sms: int) -> tuple[list, list, object]:
     """``(shortlist, direct, model)``: what autotuning times for ``M x N x K`` on ``sms`` CTAs with
-    the current tile table, the direct-C config of each of its tiles that has one (same raster), and
-    the table's own pick (which autotuning keeps unless another beats it by ``autotune.WIN``)."""
+    the current tile table, the cooperative direct-C config of each of its cooperative tiles that
+    has one (same raster), and the table's own pick (which autotuning keeps unless another beats it
+    by ``autotune.WIN``)."""
     path = tile_table.table_path()
     if path is None:
         raise sm90.GemmError("no tile table for this GPU (FO_SM90_TILES or data/<gpu>/gemm_sm90_tiles.csv)")
     model = sm90.default_config(M, N, K, sms)
     shortlist = sm90.tuning_candidates(path, M, N, K, sms, model)
-    stages = {(c.BN, c.cluster): c.stages for c in sm90.CONFIGS.values() if c.direct_c}
+    stages = {(c.BN, c.cluster): c.stages for c in sm90.CONFIGS.values() if c.direct_c and not c.pingpong}
     twins = (replace(c, stages=stages[c.BN, c.cluster], direct_c=True) for c in shortlist
-             if (c.BN, c.cluster) in stages)  # (ping-pong tiles are narrower)
+             if (c.BN, c.cluster) in stages and not c.pingpong)
     return shortlist, list(dict.fromkeys(twins)), model
 
 

@@ -89,12 +89,13 @@ CANDIDATES = tuple(CONFIGS)
 
 def candidate_pool(stream_k: bool = True) -> dict:
     """The :data:`CANDIDATES` as the picker weighs them: with a stream-K tail where ``stream_k``
-    (clusters run whole waves). The direct-C configs are recorded but not picked: a run's config
-    for them (their deeper ring pays on few waves, their epilogue costs on many). Timed as the LLM
-    benchmark times, the best of them beat the shortlist's best by about 1 % on 3 of its 30 shapes
-    (long K) and lost elsewhere (docs/perf-log.md)."""
+    (clusters run whole waves). The cooperative direct-C configs are recorded but not picked: a
+    run's config for them (their deeper ring pays on few waves, their epilogue, on the consumers'
+    path, costs on many). Timed as the LLM benchmark times, the best of them beat the shortlist's
+    best by about 1 % on 3 of its 30 shapes (long K) and lost elsewhere (docs/perf-log.md). The
+    ping-pong ones store under the other warpgroup's MMAs, and are weighed."""
     return {n: replace(CONFIGS[n], stream_k=stream_k and CONFIGS[n].cluster == 1) for n in CANDIDATES
-            if not CONFIGS[n].direct_c}
+            if not CONFIGS[n].direct_c or CONFIGS[n].pingpong}
 
 
 def default_config(M: int, N: int, K: int, sm_count: int = 132, smem_limit: int = MAX_SMEM,
