@@ -448,18 +448,18 @@ struct Sm90Shape {
     static constexpr int BAR_BYTES = (2 * STAGES + 2 + (PINGPONG ? 4 : 0)) * 8;  // + ping-pong's two order pairs
     // + 1024: the dynamic shared memory is aligned up to the 1024-byte swizzle atom in the kernel.
     static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + C_BYTES + RO_BYTES + BAR_BYTES;
-    // Ping-pong: a consumer holds a whole tile's accumulators (BN per thread), so it takes more; with
-    // DIRECT_C it also holds the store addresses, and the store warps, which then only publish, need
-    // fewer.
-    static constexpr int PRODUCER_REGS = PINGPONG ? (DIRECT_C ? 32 : 40) : 56;
-    static constexpr int CONSUMER_REGS = PINGPONG ? (DIRECT_C ? 240 : 232) : 224;
+    // Ping-pong: a consumer holds a whole tile's accumulators (BN per thread), so it takes more.
+    static constexpr int PRODUCER_REGS = PINGPONG ? 40 : 56;
+    static constexpr int CONSUMER_REGS = PINGPONG ? 232 : 224;
 
     // wgmma m64nBN and a B stage of whole 1024-byte swizzle atoms need BN % 8 (clusters' halves of B: 16).
     static_assert(BN % 8 == 0 && BN >= 128 && BN <= 256, "BN must be a multiple of 8 in [128, 256]");
     static_assert(STAGES >= 2 && STAGES <= 8, "STAGES must be in [2, 8]");
     static_assert(STAGE_BYTES % 1024 == 0 && A_BYTES % 1024 == 0, "stages must keep 1024-byte alignment");
     static_assert(SMEM_BYTES <= 232448, "more shared memory than an sm_90 block can have");
-    static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 256 <= 65536, "register file overcommitted");
+    // setmaxnreg.inc only gets what setmaxnreg.dec gave back of the CTA's launch allocation (168 per
+    // thread: __launch_bounds__(384, 1)); asking for more waits forever.
+    static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 256 <= 168 * THREADS, "more registers than the launch holds");
 
     // Shared address of 16-byte chunk ch of row r of the C staging tile at smem_c.
     static __device__ __forceinline__ u32 c_chunk(u32 smem_c, int r, int ch) {
@@ -946,7 +946,8 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                             stmatrix_acc_last<T>(S::warp_c_chunk(buf, lr, BN / 8 - 1 - 8 * cb), acc[h], BN / 8 - 1);
                         __syncwarp();
                         const int ch = 8 * cb + (lane & 7);
-#pragma unroll
+                        // (ping-pong: not unrolled, a whole tile's accumulators are live here)
+#pragma unroll(PINGPONG ? 1 : 4)
                         for (int i = 0; i < 4; ++i) {
                             const int r = half * 64 + warp * 16 + (lane >> 3) + 4 * i;
                             bits16* trow = nullptr;
