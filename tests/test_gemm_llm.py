@@ -61,7 +61,8 @@ def test_measure_mode_records_what_it_measured(tmp_path, monkeypatch):
     monkeypatch.setattr(common, "have_gpu", lambda: True)
     seen = []
 
-    def fake_bench(M, N, K, dtype, rounds, inner, sms, seed, cluster=False):
+    def fake_bench(M, N, K, dtype, rounds, inner, sms, seed, cluster=False, control=False):
+        assert not control  # quick runs leave the control variants out
         seen.append((M, N, K, rounds, cluster))
         cfg = sm90.CONFIGS["128x256x64"].with_raster("row", 8)
         t = 1e-9 * M * N * K
@@ -73,6 +74,37 @@ def test_measure_mode_records_what_it_measured(tmp_path, monkeypatch):
     assert {r for *_, r, _ in seen} == {3} and not any(c for *_, c in seen)
     assert (tmp_path / "fake-gpu-quick" / "gemm_sm90_llm.csv").exists() and meta["kernel"] == "fo_lib.gemm.sm90"
     assert gemm_llm.ratios(df).tuned.to_list() == pytest.approx([0.99] * len(df), rel=1e-3)
+
+
+def test_control_variants_are_recorded_and_reported(monkeypatch):
+    """With ``control`` every row carries the second timings of ours and cuBLAS, and the summary line
+    names the shapes whose two timings differ by more than 2 %."""
+    import pandas as pd
+
+    from fo_lib.gemm import sm90
+
+    monkeypatch.setattr(gemm_llm.sm90, "sm_count", lambda *a: 132)
+    again = {1536: (1.0, 1.0), 4096: (0.93, 1.005)}  # (ours again / ours, cuBLAS again / cuBLAS) by M
+
+    def fake_bench(M, N, K, dtype, rounds, inner, sms, seed, cluster=False, control=False):
+        assert control
+        cfg = sm90.CONFIGS["128x256x64"].with_raster("row", 8)
+        t = 1e-9 * M * N * K
+        o, c = again[M]
+        return cfg, cfg, cfg, cfg, 1e-3, dict(ours=t, torch=t, signal=t, alt=t, guess=t, model=t,
+                                              ours_again=t * o, torch_again=t * c)
+
+    monkeypatch.setattr(gemm_llm, "bench_shape", fake_bench)
+    only = [i for i, (_, M, *_) in enumerate(gemm_llm.SHAPES) if M in again][:2]
+    df = pd.DataFrame(gemm_llm.measure_rows(3, 3, only=only, control=True))
+    assert (df.ours_again_ms / df.ours_ms).round(3).to_list() == [again[M][0] for M in df.M]
+    assert (df.cublas_again_ms / df.cublas_ms).round(3).to_list() == [again[M][1] for M in df.M]
+    line = gemm_llm.control_line(df)
+    assert "ours 0.930 .. 1.000" in line and "cuBLAS 1.000 .. 1.005" in line
+    assert "4096 x 6144 x 4096 (ours 0.930, cuBLAS 1.005)" in line and "1536 x" not in line
+    assert gemm_llm.summary(df)["control"] is not None
+    assert "none" in gemm_llm.control_line(df[df.M == 1536])
+    assert gemm_llm.FULL["control"]  # the record's protocol times them
 
 
 def _bench_csv(ratios, config="128x256x64/row8"):

@@ -24,7 +24,11 @@ timed on the shape's first call by :mod:`fo_lib.gemm.autotune` before these roun
 table), ``alt`` (the model's best config of another tile width), ``guess`` (the table-free picker's
 config, timed only where it differs from both), ``no_sk`` (ours in whole waves, timed where it has a
 stream-K tail), ``alt_flip`` (the other tile with the other stream-K choice, where its grid has a
-tail) and, with ``cluster``, ``twin`` (ours with the other cluster choice).
+tail), with ``cluster``, ``twin`` (ours with the other cluster choice) and, with ``control``,
+``ours_again`` and ``torch_again``: the same calls again, each in a graph of its own, so a run shows
+how far two timings of one thing in one process can differ (a shape's ratio that moves between
+processes while its variants agree within one is the GPU's state, one that moves inside a process
+is the variant's).
 """
 from __future__ import annotations
 
@@ -103,7 +107,7 @@ def cluster_twin(cfg):
     return replace(cfg, cluster=1)
 
 
-def bench_shape(M, N, K, dtype, rounds, inner, sms, seed, cluster=False):
+def bench_shape(M, N, K, dtype, rounds, inner, sms, seed, cluster=False, control=False):
     import torch
 
     from ..testing import tile_tables
@@ -121,7 +125,10 @@ def bench_shape(M, N, K, dtype, rounds, inner, sms, seed, cluster=False):
     def plain(c):
         return lambda i: sm90.gemm_nt(*sets[i % n], config=c)
 
-    fns = {"torch": lambda i: torch.matmul(sets[i % n][0], sets[i % n][1].T, out=sets[i % n][2]),
+    def cublas(i):
+        return torch.matmul(sets[i % n][0], sets[i % n][1].T, out=sets[i % n][2])
+
+    fns = {"torch": cublas,
            "ours": plain(cfg),
            "signal": lambda i: sm90.gemm_nt_signal(sets[i % n][0], sets[i % n][1], comm[i % 2], ro, tg, cnt,
                                                    config=cfg),
@@ -139,6 +146,9 @@ def bench_shape(M, N, K, dtype, rounds, inner, sms, seed, cluster=False):
     twin = cluster_twin(cfg) if cluster else None
     if twin is not None:  # the pick's tile with the other cluster choice (what clusters gain or cost here)
         fns["twin"] = plain(twin)
+    if control:  # the same calls again, in graphs of their own (another closure: another variant)
+        fns["ours_again"] = plain(cfg)
+        fns["torch_again"] = cublas
     _, err, res = check_and_time(fns, sm90.SM90, cfg, sets, M, N, K, rounds, inner, graph=True, seed=seed)
     ms = {k: v for k, (v, _) in res.items()}
     ms["guess"] = ms.get("guess", ms["ours"] if guess == cfg else ms["alt"])
@@ -159,7 +169,20 @@ def summary(df) -> dict:
                 sk_gain=(math.exp(np.log((df.no_sk_ms / df.ours_ms)[df.stream_k_tiles > 0]).mean())
                          if (df.stream_k_tiles > 0).any() else math.nan),
                 flips=int((df.config != df.guess_config).sum()), shapes=len(df),
-                twin=(df.twin_ms / df.ours_ms) if "twin_ms" in df else None)
+                twin=(df.twin_ms / df.ours_ms) if "twin_ms" in df else None,
+                control=((df.ours_again_ms / df.ours_ms, df.cublas_again_ms / df.cublas_ms)
+                         if "ours_again_ms" in df else None))
+
+
+def control_line(df, apart: float = 0.02) -> str:
+    """One line on the control variants (``ours_again``, ``torch_again``): each over its first
+    timing, min .. max, and the shapes where either differs by more than ``apart``."""
+    ours, cub = df.ours_again_ms / df.ours_ms, df.cublas_again_ms / df.cublas_ms
+    off = [f"{M} x {N} x {K} (ours {o:.3f}, cuBLAS {c:.3f})"
+           for M, N, K, o, c in zip(df.M, df.N, df.K, ours, cub) if abs(o - 1) > apart or abs(c - 1) > apart]
+    return (f"control, the same calls again in graphs of their own: ours {ours.min():.3f} .. {ours.max():.3f}, "
+            f"cuBLAS {cub.min():.3f} .. {cub.max():.3f}; apart by more than {apart:.0%}: "
+            + (", ".join(off) if off else "none"))
 
 
 def record_meta(rounds: int, inner: int) -> dict:
@@ -177,9 +200,10 @@ def record_meta(rounds: int, inner: int) -> dict:
 
 
 def measure_rows(rounds: int = 10, inner: int = 3, seed: int = 0, only=None, cluster: bool = False,
-                 on_row=None) -> list[dict]:
+                 on_row=None, control: bool = False) -> list[dict]:
     """One row per shape of :data:`SHAPES` (``only``: indices into it) on this GPU, bf16;
-    ``on_row(row, ms, predicted)`` after each (the script prints it)."""
+    ``on_row(row, ms, predicted)`` after each (the script prints it); ``cluster``: the twin's
+    columns, ``control``: ``ours_again_ms`` and ``cublas_again_ms`` (:func:`bench_shape`)."""
     import torch
 
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
@@ -189,7 +213,7 @@ def measure_rows(rounds: int = 10, inner: int = 3, seed: int = 0, only=None, clu
         if only and i not in only:
             continue
         cfg, model, alt, guess, err, ms = bench_shape(M, N, K, torch.bfloat16, rounds, inner, sms, seed,
-                                                      cluster=cluster)
+                                                      cluster=cluster, control=control)
         torch.cuda.empty_cache()  # the shapes' operands reach ~1.5 GB per input set
         pred, alt_pred = (sm90.predict_ms(c, M, N, K, sms) for c in (cfg, alt))
         sk_plan = (sm90.stream_k_plan(cfg.grid(M, N, sms).num_tiles, sms, ceil_div(K, cfg.BK)) if cfg.stream_k
@@ -208,6 +232,8 @@ def measure_rows(rounds: int = 10, inner: int = 3, seed: int = 0, only=None, clu
         if cluster:
             twin = cluster_twin(cfg)
             row.update(twin_config=twin and config_label(twin), twin_ms=round(ms["twin"], 5) if twin else None)
+        if control:
+            row.update(ours_again_ms=round(ms["ours_again"], 5), cublas_again_ms=round(ms["torch_again"], 5))
         rows.append(row)
         if on_row is not None:
             on_row(row, ms, pred)
@@ -216,7 +242,7 @@ def measure_rows(rounds: int = 10, inner: int = 3, seed: int = 0, only=None, clu
 
 # The record's protocol (data/h200/gemm_sm90_llm.csv), and ``run_all.sh --quick``'s: every third
 # shape, 3 rounds.
-FULL = dict(rounds=30, inner=3, cluster=True)
+FULL = dict(rounds=30, inner=3, cluster=True, control=True)
 QUICK = dict(rounds=3, inner=3, only=list(range(0, len(SHAPES), 3)))
 
 

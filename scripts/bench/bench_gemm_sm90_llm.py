@@ -5,7 +5,7 @@ The shapes, the variants timed per shape and how (interleaved rounds, random ord
 replays, inputs beyond the L2) are :mod:`fo_lib.experiments.gemm_llm`'s; this script runs them all,
 prints one line per shape and the summary, and writes the CSV + provenance sidecar. The table:
 data/<gpu>/gemm_sm90_tiles.csv, or ``--tiles PATH`` (sets ``FO_SM90_TILES``; ``guess`` for none).
-~25-60 s on an H200.
+~30-80 s on an H200 (the control variants included).
 
     python scripts/bench/bench_gemm_sm90_llm.py --out data/h200/gemm_sm90_llm.csv
     python scripts/bench/bench_gemm_sm90_llm.py --tiles /tmp/tiles.csv --rounds 10 --out /tmp/llm.csv
@@ -38,6 +38,9 @@ def main(argv=None):
     p.add_argument("--only", type=int, nargs="*", help="indices into SHAPES (default all)")
     p.add_argument("--cluster", action=argparse.BooleanOptionalAction, default=gemm_llm.FULL["cluster"],
                    help="also time the pick's tile with the other cluster choice (columns twin_config, twin_ms)")
+    p.add_argument("--control", action=argparse.BooleanOptionalAction, default=gemm_llm.FULL["control"],
+                   help="also time ours and cuBLAS again, each in a graph of its own (columns ours_again_ms, "
+                        "cublas_again_ms): how far two timings of the same calls differ in one process")
     args = p.parse_args(argv)
     if args.tiles:
         os.environ[tile_table.ENV_VAR] = args.tiles
@@ -56,7 +59,8 @@ def main(argv=None):
               + (f"  twin {row['twin_config']} {ms['torch'] / ms['twin']:.3f}" if "twin" in ms else ""),
               flush=True)
 
-    rows = gemm_llm.measure_rows(args.rounds, args.inner, args.seed, args.only, args.cluster, on_row=show)
+    rows = gemm_llm.measure_rows(args.rounds, args.inner, args.seed, args.only, args.cluster, on_row=show,
+                                 control=args.control)
     df = pd.DataFrame(rows)
     write_result(df, args.out, **gemm_llm.record_meta(args.rounds, args.inner))
     s = summary(df)
@@ -69,6 +73,8 @@ def main(argv=None):
     if s["twin"] is not None:
         r = s["twin"]
         print(f"cluster twin / ours: geomean {math.exp(np.log(r).mean()):.3f}, min {r.min():.3f}, max {r.max():.3f}")
+    if s["control"] is not None:
+        print(gemm_llm.control_line(df))
 
 
 if __name__ == "__main__":
