@@ -115,6 +115,24 @@ def test_cluster_equals_single_cta_bitwise(M, N, K, tile, twin, dtype):
             assert torch.equal(out, single), f"cluster != single CTA ({order}{swizzle}, {ctas} CTAs)"
 
 
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("M,N,K", CLUSTER_SHAPES)
+def test_cooperative_direct_c_at_an_odd_width_equals_the_staged_tile(M, N, K, dtype):
+    """Direct C at 168 wide with cooperative consumers (valid, not a named config): its last 8-column
+    block by stmatrix x2 in the warp buffers, bit for bit the 168-wide tile staged whole, and no write
+    outside the output."""
+    a, b = inputs(M, N, K, dtype, seed=M + N + K)
+    staged = gemm_sm90.CONFIGS["128x168x64"].with_raster("col", 4)
+    from fo_lib.gemm.sm90_configs import max_stages
+    direct = replace(staged, stages=max_stages(168, direct_c=True), direct_c=True).validate()
+    for ctas in (3, 132):
+        buf, out, mask = guarded_out(M, N, dtype)
+        gemm_sm90.gemm_nt(a, b, out, config=direct, ctas=ctas)
+        torch.cuda.synchronize()
+        assert not torch.isnan(out).any() and torch.isnan(buf[~mask]).all()
+        assert torch.equal(out, gemm_sm90.gemm_nt(a, b, config=staged, ctas=ctas))
+
+
 def test_cluster_needs_an_even_cta_count():
     a, b = inputs(256, 512, 64, "bf16", seed=5)
     with pytest.raises(gemm.GemmError, match="multiple of 2"):
