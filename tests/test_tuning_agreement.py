@@ -14,7 +14,7 @@ TABLE = Path(__file__).resolve().parents[1] / "data" / "h200" / "gemm_sm90_tiles
 def test_candidates_are_the_tuning_shortlist_and_its_direct_c_twins(monkeypatch):
     monkeypatch.setenv("FO_SM90_TILES", str(TABLE))
     shortlist, direct, model = ta.candidates(2048, 4096, 7168, 132)
-    assert model in shortlist and not any(c.direct_c for c in shortlist)
+    assert model in shortlist and not any(c.direct_c and not c.pingpong for c in shortlist)
     assert len(shortlist) >= autotune.TOP
     assert direct and all(c.direct_c and c.stages == 4 for c in direct)
     # each twin has a shortlisted cooperative tile of its width, cluster and raster
@@ -26,10 +26,30 @@ def test_candidates_are_the_tuning_shortlist_and_its_direct_c_twins(monkeypatch)
         ta.candidates(2048, 4096, 7168, 132)
 
 
-def _rows(shape, entries):
-    """The first entry is the model's pick."""
-    return [dict(M=shape[0], N=shape[1], K=shape[2], config=c, direct_c=d, shortlisted=not d, model=j == 0,
-                 tune_ms=i, graph_ms=g) for j, (c, d, i, g) in enumerate(entries)]
+def _rows(shape, entries, shortlisted_direct=()):
+    """The first entry is the model's pick; direct-C entries are twins (not shortlisted) unless named
+    in ``shortlisted_direct`` (a ping-pong direct-C config in the shortlist)."""
+    return [dict(M=shape[0], N=shape[1], K=shape[2], config=c, direct_c=d, shortlisted=not d or c in shortlisted_direct,
+                 model=j == 0, tune_ms=i, graph_ms=g) for j, (c, d, i, g) in enumerate(entries)]
+
+
+def test_a_shortlisted_pingpong_direct_config_is_weighed_as_the_shortlist():
+    """The table's own pick may be a ping-pong direct-C config (128x168x64pd on 2600 x 4096 x 14336):
+    it is one of the shortlist, not a twin, and the summary takes it as the model's pick."""
+    df = pd.DataFrame(_rows((2600, 4096, 14336), [("168pd", True, 1.00, 1.00), ("256", False, 1.05, 1.02),
+                                                  ("256d", True, 0.99, 0.97)], shortlisted_direct=("168pd",)))
+    s = ta.summary(df).iloc[0]
+    assert (s.tune_pick, s.graph_pick, s.pick_loss) == ("168pd", "168pd", 1.0)
+    assert s.direct_gain == pytest.approx(1.00 / 0.97)  # the twin only, not the shortlisted pd
+
+
+def test_the_shortlist_may_hold_a_pingpong_direct_config_apart_from_the_twins(monkeypatch):
+    """With the committed table, autotuning's shortlist holds a ping-pong direct-C config where the
+    table picks one, and no twin is also in the shortlist (measure marks rows by shortlist membership)."""
+    monkeypatch.setenv("FO_SM90_TILES", str(TABLE))
+    shortlist, direct, _ = ta.candidates(2600, 4096, 14336, 132)
+    assert any(c.direct_c and c.pingpong for c in shortlist)  # the table's pick there: 128x168x64pd
+    assert not set(shortlist) & set(direct)
 
 
 def test_summary_says_what_the_tuned_pick_costs_in_the_benchmark_regime():

@@ -7,12 +7,12 @@
 // Structure: one persistent CTA per SM, 384 threads = 3 warpgroups, tile 128 x BN x 64 (BN a multiple
 // of 8 in [128, 256], of 16 in clusters: tile widths between 128 and 256 let a grid fill
 // its last wave, as cuBLAS's 168-wide tile fills two waves of 1536 x 3584 on 132 SMs).
-//   * WG 0 (producer, setmaxnreg.dec to 40 registers):
+//   * WG 0 (producer, setmaxnreg.dec to 56 registers, ping-pong 40):
 //       - warp 0, lane 0: TMA loads of A (128 x 64) and B (BN x 64) into a STAGES-deep ring guarded
 //         by full/empty mbarriers; it runs ahead across tile boundaries.
 //       - warps 1-3 ("store warps"): take a finished C tile from shared memory, store it to global
 //         (C, or comm_buf through the row table), then publish it (signal / probe).
-//   * WG 1 and WG 2 (consumers, setmaxnreg.inc to 232): rows 0-63 and 64-127 of the tile,
+//   * WG 1 and WG 2 (consumers, setmaxnreg.inc to 224, ping-pong 232): rows 0-63 and 64-127 of the tile,
 //     wgmma.m64n{BN}k16 with A and B from shared-memory descriptors, fp32 accumulators in registers.
 //     After a tile's last k-block they write the accumulators (16-bit) to the C staging tile and go
 //     straight on to the next tile: the global stores, the fence and the atomic are off their path.
@@ -440,8 +440,9 @@ struct Sm90Shape {
     // consumers' path).
     static constexpr bool C_SWIZZLED = C_CHUNKS % 8 == 0;
     static constexpr int C_ROW_BYTES = 16 * (C_SWIZZLED ? C_CHUNKS : (C_CHUNKS | 1));
-    // DIRECT_C: no C tile; each consumer warp stages its 16 rows through two 16 x 64 buffers of its
-    // own (2 KB each, chunks XOR-swizzled by row & 7) on their way to global memory.
+    // DIRECT_C: no C tile; each consumer warp stages its 16 rows (of each half, ping-pong) through
+    // two 16 x 64 buffers of its own (2 KB each, chunks XOR-swizzled by row & 7) on their way to
+    // global memory.
     static constexpr int WARP_C_BYTES = 16 * 128;
     static constexpr int C_BYTES = DIRECT_C ? 8 * 2 * WARP_C_BYTES : BM * C_ROW_BYTES;
     static constexpr int RO_BYTES = BM * 8;
@@ -917,7 +918,8 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 bar_sync(bar_id, bar_count);
                 add_slot(2 * i64(blockIdx.x - 1), false);
             }
-            // Epilogue: accumulators -> smem C (16-bit), 16-byte chunks placed by Sm90Shape::c_chunk.
+            // Epilogue: accumulators -> smem C (16-bit), 16-byte chunks placed by Sm90Shape::c_chunk
+            // (DIRECT_C: through the warp's own buffers to global memory).
             // Fragment of wgmma m64nNk16: acc[h][4 j + 2 g + e] is row 16 warp + lane / 4 + 8 g,
             // column 8 j + 2 (lane % 4) + e of the half's 64 x BN block.
             mbar_wait(bar_c_empty, c_parity ^ 1u);  // the store warps are done with the previous tile

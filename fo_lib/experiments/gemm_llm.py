@@ -85,8 +85,9 @@ SHAPES = [
 
 
 def alt_config(cfg, M, N, K, sms):
-    """The model's best config of the other tile size (the table-free raster rule without a table)."""
-    other = {n: c for n, c in sm90.CONFIGS.items() if n in sm90.CANDIDATES and c.BN != cfg.BN}
+    """The model's best config of the other tile size among the picker's pool (the table-free raster
+    rule without a table)."""
+    other = {n: c for n, c in sm90.CONFIGS.items() if n in sm90.candidate_pool() and c.BN != cfg.BN}
     path = tile_table.table_path()
     if path is None:
         from ..gemm.config import pick_by_waves

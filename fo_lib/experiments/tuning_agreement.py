@@ -64,7 +64,7 @@ def measure(rounds: int = 10, inner: int = 3, seed: int = 0, only=None, on_shape
         tune = sm90.time_candidates(cfgs.values(), "bf16", sets[0][0], sets[0][1], sms, model, seed=seed)
         fns = {lbl: (lambda c: lambda j: sm90.gemm_nt(*sets[j % n], config=c))(c) for lbl, c in cfgs.items()}
         _, _, res = check_and_time(fns, sm90.SM90, shortlist[0], sets, M, N, K, rounds, inner, graph=True, seed=seed)
-        rows = [dict(M=M, N=N, K=K, config=lbl, direct_c=c.direct_c, shortlisted=not c.direct_c, model=c == model,
+        rows = [dict(M=M, N=N, K=K, config=lbl, direct_c=c.direct_c, shortlisted=c in shortlist, model=c == model,
                      tune_ms=round(tune[lbl], 5), graph_ms=round(res[lbl][0], 5)) for lbl, c in cfgs.items()]
         out_rows += rows
         fns = sets = None  # the shapes' operands reach ~1.5 GB per input set
@@ -78,14 +78,15 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
     """Per shape: ``tune_pick`` (autotuning's choice from its timings of the shortlist: the model's
     pick unless another is faster by ``autotune.WIN``), ``graph_pick`` (the fastest shortlisted one
     in the benchmark's regime), ``pick_loss`` = graph time of ``tune_pick`` / graph time of ``graph_pick`` (1.0: the regimes
-    agree), and ``direct_gain`` = graph time of ``graph_pick`` / the fastest direct-C config's
-    (above 1.0: a direct config would have beaten the shortlist in the benchmark's regime)."""
+    agree), and ``direct_gain`` = graph time of ``graph_pick`` / the fastest cooperative direct-C
+    twin's (the rows not shortlisted; above 1.0: a twin would have beaten the shortlist in the
+    benchmark's regime). The shortlist itself may hold ping-pong direct-C configs."""
     out = []
     for (M, N, K), g in df.groupby(["M", "N", "K"], sort=False):
         s = g[g.shortlisted].set_index("config")
         tune_pick = s.loc[autotune.choose(s.tune_ms.to_dict(), s.index[s.model.astype(bool)][0])]
         graph_pick = s.loc[s.graph_ms.idxmin()]
-        d = g[g.direct_c]
+        d = g[~g.shortlisted]
         out.append(dict(M=M, N=N, K=K, tune_pick=tune_pick.name, graph_pick=graph_pick.name,
                         pick_loss=tune_pick.graph_ms / graph_pick.graph_ms,
                         direct_gain=graph_pick.graph_ms / d.graph_ms.min() if len(d) else math.nan))

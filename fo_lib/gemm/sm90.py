@@ -271,7 +271,7 @@ def kernel_digest(dtype: str) -> str:
 def _kernel_digest(dtype: str, options: tuple) -> str:
     # Once per (dtype, options) and process, like the compiler's header snapshot (~0.1 s).
     from ..jit.compiler import source_key
-    # Over the picker's pool: a tuning that weighed other configs (the direct-C ones) does not apply.
+    # Over the picker's pool: a tuning that weighed other configs (the cooperative direct-C ones) does not apply.
     return autotune.digest([autotune.TIMING, repr(ONE_WAVE_RASTERS)] + [f"{n} {source_key(generate_source(CONFIGS[n], dtype, 'plain')[0], ARCH)}"
                                                 for n in candidate_pool()])
 

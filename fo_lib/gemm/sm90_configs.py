@@ -65,6 +65,8 @@ class Sm90Config(RasterMixin):
             bad("clusters run whole waves: stream_k must be False")
         if self.BN % 8 or not 128 <= self.BN <= 256:
             bad(f"BN must be a multiple of 8 in [128, 256] (wgmma m64nBN, whole swizzle atoms of B), got {self.BN}")
+        if self.pingpong and self.direct_c and self.cluster > 1:
+            bad("ping-pong consumers that store C themselves run single CTAs: cluster must be 1")
         if self.BN % 16 and self.cluster > 1:
             bad(f"clusters multicast halves of B: BN a multiple of 16, got {self.BN}")
         if not 2 <= self.stages <= 8:
