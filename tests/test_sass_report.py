@@ -50,3 +50,48 @@ def test_hot_sequence_keeps_modifiers_and_similarity_sees_order():
     moved = seq[1:] + seq[:1]
     assert 0 < sass.similarity(seq, moved) < 1
     assert sass.similarity(["IADD3"], ["IADD3.X"]) == 0.0
+
+
+HOPPER = """\
+.L_x_3:
+        /*0000*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4+0x30000], R2 ;
+        /*0010*/                   R2UR UR8, R6 ;
+        /*0020*/                   HGMMA.64x176x16.F32.BF16 R24, gdesc[UR8], RZ, !UPT ;
+        /*0030*/                   UIADD3 UR8, UR8, 0x2, URZ ;
+        /*0040*/                   HGMMA.64x176x16.F32.BF16 R24, gdesc[UR8], R24 ;
+        /*0050*/              @!P1 BRA `(.L_x_3) ;
+.L_x_4:
+        /*0060*/                   HMMA.16816.F32.BF16 R4, R8, R12, R4 ;
+        /*0070*/              @!P2 BRA `(.L_x_4) ;
+"""
+
+
+def test_the_hopper_k_loop_is_found_by_its_hgmma():
+    """``mma="HGMMA"``: the consumers' loop (an HMMA loop elsewhere is not it), with its R2UR."""
+    loop = sass.k_loop(HOPPER, mma="HGMMA")
+    assert loop[0] == ".L_x_3:" and sass.instruction_count(loop) == 6
+    ops = sass.hot_path(loop)
+    assert (ops["HGMMA"], ops["R2UR"], ops["UIADD3"]) == (2, 1, 1)
+    assert sass.k_loop(HOPPER)[0] == ".L_x_4:"  # the default still looks for HMMA
+
+
+def test_the_script_reports_hopper_configs_and_refuses_unknown_names(capsys, monkeypatch, nvrtc):
+    """``--sm90`` compiles through NVRTC (here without nvdisasm: registers only) and refuses, in one
+    line and exit status 2, a config or an epilogue the Hopper kernel does not have."""
+    import pytest
+
+    from script_loader import load_script
+    rep = load_script("scripts/profile/sass_report.py")
+    monkeypatch.setattr(rep, "find_nvdisasm", lambda given: None)
+    assert rep.main(["--sm90", "128x176x64pd", "--epilogues", "signal"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "no nvdisasm: registers only" in out[0]
+    assert out[2].split()[:4] == ["128x176x64pd", "signal", "168", "0"]
+    assert rep.main(["--sm90", "128x999x64"]) == 2
+    assert "not an sm90 config: 128x999x64" in capsys.readouterr().err
+    assert rep.main(["--sm90", "--epilogues", "signal_store"]) == 2
+    assert "not an sm90 epilogue: signal_store" in capsys.readouterr().err
+    assert rep.main(["--epilogues", "nope"]) == 2
+    assert "not a portable kernel: nope" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        rep.main(["--config", "nope"])

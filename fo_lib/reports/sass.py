@@ -17,8 +17,9 @@ _LABEL = re.compile(r"^(\.L_x_\d+):")
 _BRANCH = re.compile(r"BRA `\((\.L_x_\d+)\)")
 
 
-def k_loop(sass: str) -> list[str]:
-    """The lines of the shortest backward-branch loop that holds HMMA instructions (the k-loop)."""
+def k_loop(sass: str, mma: str = "HMMA") -> list[str]:
+    """The lines of the shortest backward-branch loop that holds ``mma`` instructions (the k-loop;
+    ``HGMMA``: the Hopper kernel's consumers)."""
     lines = sass.splitlines()
     labels = {m.group(1): i for i, line in enumerate(lines) if (m := _LABEL.match(line))}
     best = None
@@ -26,10 +27,10 @@ def k_loop(sass: str) -> list[str]:
         m = _BRANCH.search(line)
         if m and labels.get(m.group(1), i) < i:
             body = lines[labels[m.group(1)]:i + 1]
-            if any("HMMA" in b for b in body) and (best is None or len(body) < len(best)):
+            if any(mma in b for b in body) and (best is None or len(body) < len(best)):
                 best = body
     if best is None:
-        raise ValueError("no loop with HMMA instructions in this SASS")
+        raise ValueError(f"no loop with {mma} instructions in this SASS")
     return best
 
 

@@ -11,6 +11,13 @@ cursor's move to the next tile), and compared with the first epilogue's as an op
     python scripts/profile/sass_report.py                                    # 256x128x64, every instantiation
     python scripts/profile/sass_report.py --config 128x256x64 --epilogues plain signal_store --arch sm_80
     python scripts/profile/sass_report.py --dump /tmp/sass                   # also write the .sass files
+    python scripts/profile/sass_report.py --sm90                             # the Hopper kernel, every config
+    python scripts/profile/sass_report.py --sm90 128x256x64 128x176x64p --epilogues plain signal
+
+``--sm90``: the Hopper kernel's consumer k-loop (the innermost loop around its HGMMAs) per config and
+epilogue: instructions, HGMMAs and R2URs (a wgmma descriptor built in vector registers and moved to
+a uniform one in every k-block; where ptxas proves the loop warp-uniform it builds them on the
+uniform datapath and there are none).
 """
 from __future__ import annotations
 
@@ -45,10 +52,51 @@ def find_nvdisasm(given: str | None) -> str | None:
     return None
 
 
+def disassemble(disasm: str, cubin: bytes, name: str, dump: Path | None) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(dump or tmp) / f"{name}.cubin"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(cubin)
+        sass = subprocess.run([disasm, "-c", str(path)], check=True, capture_output=True, text=True).stdout
+        if dump:
+            path.with_suffix(".sass").write_text(sass)
+    return sass
+
+
+def sm90_report(names, epilogues, dtype, disasm, dump) -> int:
+    """One line per (config, epilogue) of the Hopper kernel (see the module's docstring)."""
+    from fo_lib.gemm import sm90
+
+    unknown = [n for n in names if n not in sm90.CONFIGS]
+    if unknown:
+        print(f"sass_report: not an sm90 config: {', '.join(unknown)} (one of {', '.join(sm90.CONFIGS)})",
+              file=sys.stderr)
+        return 2
+    print(f"sm90 {dtype} sm_90a" + ("" if disasm else "  (no nvdisasm: registers only)"))
+    print(f"{'config':16s} {'epilogue':13s} {'regs':>5s} {'spill B':>8s} {'loop':>6s} {'HGMMA':>6s} {'R2UR':>5s}")
+    for name in names:
+        for epi in epilogues:
+            src, kname = sm90.generate_source(sm90.CONFIGS[name], dtype, epi)
+            cubin, log = jit.compile_with_log(src, "sm_90a", extra_options=("--ptxas-options=-v",))
+            regs = re.search(r"Used (\d+) registers", log).group(1)
+            spill = re.search(r"(\d+) bytes spill stores", log).group(1)
+            row = f"{name:16s} {epi:13s} {regs:>5s} {spill:>8s}"
+            if disasm:
+                loop = k_loop(disassemble(disasm, cubin, kname, dump), mma="HGMMA")
+                ops = collections.Counter(op.split(".")[0] for op in hot_sequence(loop))
+                row += f" {instruction_count(loop):6d} {ops['HGMMA']:6d} {ops['R2UR']:5d}"
+            print(row)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sm90", nargs="*", metavar="CONFIG",
+                    help="the Hopper kernel instead: these sm90 configs (none named: every one), epilogues "
+                         "from --epilogues (default plain)")
     ap.add_argument("--config", default="256x128x64", choices=sorted(gemm.CONFIGS))
-    ap.add_argument("--epilogues", nargs="*", default=list(gemm.PORTABLE_KERNELS), choices=gemm.PORTABLE_KERNELS)
+    ap.add_argument("--epilogues", nargs="*", help=f"default every one: {', '.join(gemm.PORTABLE_KERNELS)} "
+                    f"(--sm90: plain; its epilogues are {', '.join(gemm.EPILOGUES)})")
     ap.add_argument("--dtype", default="bf16", choices=gemm.DTYPES)
     ap.add_argument("--arch", default="sm_90a", choices=jit.ARCHS)
     ap.add_argument("--nvdisasm", help="path of nvdisasm (default: PATH, then the nvidia-cuda-nvdisasm wheel)")
@@ -56,6 +104,22 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     disasm = find_nvdisasm(args.nvdisasm)
+    if args.sm90 is not None:
+        from fo_lib.gemm import sm90
+        epis = args.epilogues or ["plain"]
+        bad = [e for e in epis if e not in gemm.EPILOGUES]
+        if bad:
+            print(f"sass_report: not an sm90 epilogue: {', '.join(bad)} (one of {', '.join(gemm.EPILOGUES)})",
+                  file=sys.stderr)
+            return 2
+        return sm90_report(args.sm90 or list(sm90.CONFIGS), epis, args.dtype, disasm, args.dump)
+    if args.epilogues is None:
+        args.epilogues = list(gemm.PORTABLE_KERNELS)
+    bad = [e for e in args.epilogues if e not in gemm.PORTABLE_KERNELS]
+    if bad:
+        print(f"sass_report: not a portable kernel: {', '.join(bad)} (one of {', '.join(gemm.PORTABLE_KERNELS)})",
+              file=sys.stderr)
+        return 2
     cfg = gemm.CONFIGS[args.config]
     print(f"{cfg.tile_name} {args.dtype} {args.arch}" + ("" if disasm else "  (no nvdisasm: registers only)"))
     ref = args.epilogues[0] if args.epilogues else None
@@ -69,13 +133,7 @@ def main(argv=None) -> int:
         spill = re.search(r"(\d+) bytes spill stores", log).group(1)
         row = f"{epi:14s} {regs:>5s} {spill:>8s}"
         if disasm:
-            with tempfile.TemporaryDirectory() as tmp:
-                path = Path(args.dump or tmp) / f"{cfg.tile_name}_{args.dtype}_{epi}_{args.arch}.cubin"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(cubin)
-                sass = subprocess.run([disasm, "-c", str(path)], check=True, capture_output=True, text=True).stdout
-                if args.dump:
-                    path.with_suffix(".sass").write_text(sass)
+            sass = disassemble(disasm, cubin, f"{cfg.tile_name}_{args.dtype}_{epi}_{args.arch}", args.dump)
             loop = k_loop(sass)
             seq = hot_sequence(loop)
             hot = collections.Counter(op.split(".")[0] for op in seq)
