@@ -70,8 +70,8 @@ def test_the_hopper_k_loop_is_found_by_its_hgmma():
     """``mma="HGMMA"``: the consumers' loop (an HMMA loop elsewhere is not it), with its R2UR."""
     loop = sass.k_loop(HOPPER, mma="HGMMA")
     assert loop[0] == ".L_x_3:" and sass.instruction_count(loop) == 6
-    ops = sass.hot_path(loop)
-    assert (ops["HGMMA"], ops["R2UR"], ops["UIADD3"]) == (2, 1, 1)
+    ops = sass.opcodes(loop)
+    assert (ops["HGMMA"], ops["R2UR"], ops["UIADD3"], ops["SYNCS"]) == (2, 1, 1, 1) and sum(ops.values()) == 6
     assert sass.k_loop(HOPPER)[0] == ".L_x_4:"  # the default still looks for HMMA
 
 

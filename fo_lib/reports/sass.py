@@ -39,6 +39,12 @@ def instruction_count(lines: list[str]) -> int:
     return sum(1 for line in lines if _INSTR.match(line))
 
 
+def opcodes(lines: list[str]) -> collections.Counter:
+    """Opcode counts (without modifiers) of every instruction in ``lines`` (a Hopper k-loop's whole
+    body: its MMAs may sit in a block a branch skips, which :func:`hot_sequence` would leave out)."""
+    return collections.Counter(m.group(1).split(".")[0] for line in lines if (m := _INSTR.match(line)))
+
+
 def hot_sequence(loop: list[str]) -> list[str]:
     """The loop's opcodes (with their modifiers, e.g. ``IADD3.X``) in order, without its once-per-tile
     block: the block after the forward
