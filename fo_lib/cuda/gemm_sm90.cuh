@@ -891,7 +891,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                     // bar.sync orders every consumer's stores before thread 0's release (cumulative,
                     // gpu scope): the finisher's acquire then sees the whole slot (the signal's protocol).
                     bar_sync(bar_id, bar_count);
-                    if (lead) red_release_gpu_add(sk_flag + (w.s - dp), 1u);
+                    red_release_gpu_add_if(lead, sk_flag + (w.s - dp), 1u);
                 }
                 pass_epilogue();
                 continue;
@@ -899,23 +899,22 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             if (part == kSplitLast) {
                 // The tile's other parts are the first units of CTAs b - sk, b - 2 sk, ..., which
                 // wait on nothing; added from the latest k range down (deterministic).
-                if (lead) {
-                    while (ld_acquire_gpu(sk_flag + (w.s - dp)) != u32(w.split - 1)) {
-                    }
-                    sk_flag[w.s - dp] = 0u;  // ready for the next launch
+                // Every warp polls, by a vote: a loop no lane leaves alone keeps the warps converged,
+                // and with them the main loop's descriptors in uniform registers (a lone thread's
+                // spin made ptxas move them through vector registers in every k-block).
+                while (!__all_sync(0xffffffffu, ld_acquire_gpu(sk_flag + (w.s - dp)) == u32(w.split - 1))) {
                 }
                 bar_sync(bar_id, bar_count);
+                if (lead) sk_flag[w.s - dp] = 0u;  // ready for the next launch (every warp has seen it)
                 for (int i = 1; i < w.split; ++i) add_slot(2 * i64(int(blockIdx.x) - i * w.sk), false);
             }
             if (part == kTailTile || part == kFinishParked) {
                 if (part == kFinishParked) add_slot(2 * i64(blockIdx.x) + 1, true);  // the parked tail back
                 // The head of this tile is the first unit of CTA b - 1's run.
-                if (lead) {
-                    while (ld_acquire_gpu(sk_flag + (w.s - dp)) == 0u) {
-                    }
-                    sk_flag[w.s - dp] = 0u;  // ready for the next launch
+                while (!__all_sync(0xffffffffu, ld_acquire_gpu(sk_flag + (w.s - dp)) != 0u)) {  // (as above)
                 }
                 bar_sync(bar_id, bar_count);
+                if (lead) sk_flag[w.s - dp] = 0u;  // ready for the next launch (every warp has seen it)
                 add_slot(2 * i64(blockIdx.x - 1), false);
             }
             // Epilogue: accumulators -> smem C (16-bit), 16-byte chunks placed by Sm90Shape::c_chunk
