@@ -260,3 +260,21 @@ def test_cooperative_direct_c_configs_are_recorded_not_picked(monkeypatch):
                        for _, c in tile_table.ranked(loaded, gemm_sm90.candidate_pool(), M, N, K, 132, MAX_SMEM))
         picked = gemm_sm90.default_config(M, N, K, 132)
         assert not picked.direct_c or picked.pingpong
+
+
+@pytest.mark.parametrize("cname", list(gemm_sm90.CONFIGS))
+def test_cooperative_k_loops_build_their_descriptors_on_the_uniform_datapath(cname, nvrtc):
+    """The consumers' k-loop (SASS, nvdisasm of the test extra): 4 HGMMAs per k-block (8 in ping-pong:
+    two halves) and, for cooperative consumers, no R2UR: ptxas proved the tile loop warp-uniform and
+    steps the wgmma descriptors on the uniform datapath. A branch only one lane takes in that loop (a
+    lone thread's spin on a stream-K flag did) moves every k-block's descriptors through vector
+    registers (docs/perf-log.md). Ping-pong's warpgroup index is not uniform to ptxas yet: R2URs there."""
+    from script_loader import load_script
+    rep = load_script("scripts/profile/sass_report.py")
+    disasm = rep.find_nvdisasm(None)
+    assert disasm, "no nvdisasm: the test extra installs the nvidia-cuda-nvdisasm wheel"
+    cfg = gemm_sm90.CONFIGS[cname]
+    n = rep.sm90_counts(cfg, "plain", "bf16", disasm)
+    assert n["HGMMA"] == (8 if cfg.pingpong else 4) and n["spill"] == 0
+    if not cfg.pingpong:
+        assert n["R2UR"] == 0, f"{cname}: {n['R2UR']} R2UR in a k-block loop of {n['loop']} instructions"
