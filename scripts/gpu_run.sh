@@ -42,7 +42,7 @@ tiles_arg=()
 step tests 420 python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/gpu ${FO_TEST_ARGS:-}
 step sanitize 150 bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/profile/sanitize_kernels.py && compute-sanitizer --tool racecheck --error-exitcode 9 python3 scripts/profile/sanitize_kernels.py"
 # cuda-bindings probes the driver with cuGetProcAddress calls that fail by design: not kernel errors.
-step sanitize_sm90 150 bash -c "compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python3 scripts/profile/sanitize_kernels.py --sm90 && compute-sanitizer --tool racecheck --report-api-errors no --error-exitcode 9 python3 scripts/profile/sanitize_kernels.py --sm90"
+step sanitize_sm90 300 bash -c "compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python3 scripts/profile/sanitize_kernels.py --sm90 && compute-sanitizer --tool racecheck --report-api-errors no --error-exitcode 9 python3 scripts/profile/sanitize_kernels.py --sm90"
 step bench_gemm 240 python3 scripts/bench/bench_gemm.py ${FO_GEMM_ARGS:-} --out "$OUT/data/gemm_portable.csv"
 # Kernel experiments: the portable benchmark once per NVRTC option set in FO_EXP_OPTIONS (';'-separated,
 # e.g. "-DFO_SIGNAL_RELEASE_KTILE=0;-DFO_SIGNAL_RELEASE_KTILE=2"), short (FO_EXP_ARGS), each its own CSV.

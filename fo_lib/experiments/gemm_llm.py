@@ -87,7 +87,7 @@ SHAPES = [
 def alt_config(cfg, M, N, K, sms):
     """The model's best config of the other tile size among the picker's pool (the table-free raster
     rule without a table)."""
-    other = {n: c for n, c in sm90.CONFIGS.items() if n in sm90.candidate_pool() and c.BN != cfg.BN}
+    other = {n: c for n, c in sm90.candidate_pool(stream_k=False).items() if c.BN != cfg.BN}
     path = tile_table.table_path()
     if path is None:
         from ..gemm.config import pick_by_waves
@@ -171,14 +171,18 @@ def summary(df) -> dict:
                          if (df.stream_k_tiles > 0).any() else math.nan),
                 flips=int((df.config != df.guess_config).sum()), shapes=len(df),
                 twin=(df.twin_ms / df.ours_ms) if "twin_ms" in df else None,
-                control=((df.ours_again_ms / df.ours_ms, df.cublas_again_ms / df.cublas_ms)
-                         if "ours_again_ms" in df else None))
+                control=control_ratios(df) if "ours_again_ms" in df else None)
+
+
+def control_ratios(df) -> tuple:
+    """The control variants' second timings over their first: ``(ours, cuBLAS)`` per shape."""
+    return df.ours_again_ms / df.ours_ms, df.cublas_again_ms / df.cublas_ms
 
 
 def control_line(df, apart: float = 0.02) -> str:
     """One line on the control variants (``ours_again``, ``torch_again``): each over its first
     timing, min .. max, and the shapes where either differs by more than ``apart``."""
-    ours, cub = df.ours_again_ms / df.ours_ms, df.cublas_again_ms / df.cublas_ms
+    ours, cub = control_ratios(df)
     off = [f"{M} x {N} x {K} (ours {o:.3f}, cuBLAS {c:.3f})"
            for M, N, K, o, c in zip(df.M, df.N, df.K, ours, cub) if abs(o - 1) > apart or abs(c - 1) > apart]
     return (f"control, the same calls again in graphs of their own: ours {ours.min():.3f} .. {ours.max():.3f}, "

@@ -52,6 +52,19 @@ def find_nvdisasm(given: str | None) -> str | None:
     return None
 
 
+def compile_counted(src: str, arch: str) -> tuple[bytes, int, int]:
+    """``(cubin, registers, spill store bytes)`` of ``src`` as fo_lib compiles it, from ptxas' report."""
+    cubin, log = jit.compile_with_log(src, arch, extra_options=("--ptxas-options=-v",))
+    return (cubin, int(re.search(r"Used (\d+) registers", log).group(1)),
+            int(re.search(r"(\d+) bytes spill stores", log).group(1)))
+
+
+def refuse(what: str, bad: list, allowed) -> int:
+    """One line on stderr naming what is not ``what`` (and what is), exit status 2."""
+    print(f"sass_report: not {what}: {', '.join(bad)} (one of {', '.join(allowed)})", file=sys.stderr)
+    return 2
+
+
 def disassemble(disasm: str, cubin: bytes, name: str, dump: Path | None) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(dump or tmp) / f"{name}.cubin"
@@ -69,9 +82,8 @@ def sm90_counts(cfg, epilogue: str, dtype: str, disasm: str | None, dump: Path |
     from fo_lib.gemm import sm90
 
     src, kname = sm90.generate_source(cfg, dtype, epilogue)
-    cubin, log = jit.compile_with_log(src, "sm_90a", extra_options=("--ptxas-options=-v",))
-    out = dict(regs=int(re.search(r"Used (\d+) registers", log).group(1)),
-               spill=int(re.search(r"(\d+) bytes spill stores", log).group(1)))
+    cubin, regs, spill = compile_counted(src, "sm_90a")
+    out = dict(regs=regs, spill=spill)
     if disasm:
         loop = k_loop(disassemble(disasm, cubin, kname, dump), mma="HGMMA")
         ops = opcodes(loop)  # the whole loop: its MMAs may sit in a block a branch skips (a phantom's)
@@ -85,9 +97,7 @@ def sm90_report(names, epilogues, dtype, disasm, dump) -> int:
 
     unknown = [n for n in names if n not in sm90.CONFIGS]
     if unknown:
-        print(f"sass_report: not an sm90 config: {', '.join(unknown)} (one of {', '.join(sm90.CONFIGS)})",
-              file=sys.stderr)
-        return 2
+        return refuse("an sm90 config", unknown, sm90.CONFIGS)
     print(f"sm90 {dtype} sm_90a" + ("" if disasm else "  (no nvdisasm: registers only)"))
     print(f"{'config':16s} {'epilogue':13s} {'regs':>5s} {'spill B':>8s} {'loop':>6s} {'HGMMA':>6s} {'R2UR':>5s}")
     for name in names:
@@ -120,17 +130,13 @@ def main(argv=None) -> int:
         epis = args.epilogues or ["plain"]
         bad = [e for e in epis if e not in gemm.EPILOGUES]
         if bad:
-            print(f"sass_report: not an sm90 epilogue: {', '.join(bad)} (one of {', '.join(gemm.EPILOGUES)})",
-                  file=sys.stderr)
-            return 2
+            return refuse("an sm90 epilogue", bad, gemm.EPILOGUES)
         return sm90_report(args.sm90 or list(sm90.CONFIGS), epis, args.dtype, disasm, args.dump)
     if args.epilogues is None:
         args.epilogues = list(gemm.PORTABLE_KERNELS)
     bad = [e for e in args.epilogues if e not in gemm.PORTABLE_KERNELS]
     if bad:
-        print(f"sass_report: not a portable kernel: {', '.join(bad)} (one of {', '.join(gemm.PORTABLE_KERNELS)})",
-              file=sys.stderr)
-        return 2
+        return refuse("a portable kernel", bad, gemm.PORTABLE_KERNELS)
     cfg = gemm.CONFIGS[args.config]
     print(f"{cfg.tile_name} {args.dtype} {args.arch}" + ("" if disasm else "  (no nvdisasm: registers only)"))
     ref = args.epilogues[0] if args.epilogues else None
@@ -139,10 +145,8 @@ def main(argv=None) -> int:
     ref_hot = None
     for epi in args.epilogues:
         src, _ = gemm.generate_source(cfg, args.dtype, epi)
-        cubin, log = jit.compile_with_log(src, args.arch, extra_options=("--ptxas-options=-v",))
-        regs = re.search(r"Used (\d+) registers", log).group(1)
-        spill = re.search(r"(\d+) bytes spill stores", log).group(1)
-        row = f"{epi:14s} {regs:>5s} {spill:>8s}"
+        cubin, regs, spill = compile_counted(src, args.arch)
+        row = f"{epi:14s} {regs:5d} {spill:8d}"
         if disasm:
             sass = disassemble(disasm, cubin, f"{cfg.tile_name}_{args.dtype}_{epi}_{args.arch}", args.dump)
             loop = k_loop(sass)
