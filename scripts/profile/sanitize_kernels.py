@@ -3,6 +3,7 @@
     compute-sanitizer --tool memcheck  python3 scripts/profile/sanitize_kernels.py
     compute-sanitizer --tool racecheck python3 scripts/profile/sanitize_kernels.py
     compute-sanitizer --tool memcheck  python3 scripts/profile/sanitize_kernels.py --sm90   # the sm_90a GEMM only
+    compute-sanitizer --tool racecheck python3 scripts/profile/sanitize_kernels.py --sm90 --stream-k  # its stream-K tails only
 
 Shapes have tails in M and N so predicated loads/stores are exercised; results are checked too,
 so a silent wrong answer fails as well. Prints 'sanitize: ok' at the end.
@@ -80,8 +81,9 @@ def main() -> None:
     print("sanitize: ok")
 
 
-def sm90() -> None:
-    """The sm_90a GEMM (TMA + wgmma) in every epilogue, tails in M, N and K, few CTAs."""
+def sm90(stream_k_only: bool = False) -> None:
+    """The sm_90a GEMM (TMA + wgmma) in every epilogue, tails in M, N and K, few CTAs; then its
+    stream-K tails (only those with ``stream_k_only``)."""
     from dataclasses import replace
 
     from fo_lib.gemm import sm90 as gemm_sm90
@@ -91,7 +93,8 @@ def sm90() -> None:
     # them only in constants; every direct-C config (its own epilogue, a partial last 64-column block
     # at BN 224 and 240).
     configs = [c for n, c in gemm_sm90.CONFIGS.items() if c.BN in (128, 168, 176, 192, 256) or c.direct_c]
-    exercise(gemm_sm90.SM90, configs, ((130, 200, 72), (257, 136, 40), (300, 520, 136)))
+    if not stream_k_only:
+        exercise(gemm_sm90.SM90, configs, ((130, 200, 72), (257, 136, 40), (300, 520, 136)))
     # The stream-K tail on 3 CTAs, partial sums through the workspace: runs of k-blocks (200 x 300 x
     # 72, 140 x 520 x 200) and the split tail (130 x 520 x 520: the last of ten 128 x 128 tiles in 2
     # parts; 130 x 1800 x 1024: the last of 16 128 x 256 tiles in 3).
@@ -104,4 +107,4 @@ def sm90() -> None:
 
 
 if __name__ == "__main__":
-    sm90() if "--sm90" in sys.argv[1:] else main()
+    sm90("--stream-k" in sys.argv[1:]) if "--sm90" in sys.argv[1:] else main()
