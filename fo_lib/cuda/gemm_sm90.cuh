@@ -745,12 +745,14 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             const bool phantom = w.s >= tiles;
             int tm = 0, tn = 0;
             if (!phantom) raster.tile(w.s, tm, tn);
-            // DIRECT_C with a row table or tile places: where row r of the tile goes (null past M).
-            // Cooperative: this lane's four rows (16 warp + lane / 8 + 4 i of its half) fetched before
-            // the main loop, so their latency hides under it; ping-pong: at each store (the other
-            // warpgroup's MMAs hide it, and a whole tile's accumulators leave no registers for the
-            // pointers). C's rows are computed at each store (four 64-bit pointers made the 256-wide
-            // tile spill).
+            // DIRECT_C with a row table or tile places: where row r of the tile goes (null past M),
+            // fetched before the main loop, so the loads' latency hides under it (fetched at each
+            // store, a chain of dependent loads held up the last tile's stores, the kernel's tail).
+            // Cooperative: this lane's four rows (16 warp + lane / 8 + 4 i of its half); ping-pong
+            // (a whole tile's accumulators leave registers for one pointer): lane l holds row
+            // 64 (l / 16) + 16 warp + l % 16, the warp's 16 rows of both halves, and each store takes
+            // its row's from the lane that holds it. C's rows are computed at each store (four 64-bit
+            // pointers made the 256-wide tile spill).
             const auto table_row = [&](int r) -> bits16* {
                 if (r >= M - tm * BM) return nullptr;
                 if (kTableStore) return comm_buf + row_offset[i64(tm * BM + r) * tiles_n + tn];
@@ -762,6 +764,9 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
 #pragma unroll
                 for (int i = 0; i < 4; ++i) row_dst[i] = table_row(c * 64 + warp * 16 + (lane >> 3) + 4 * i);
             }
+            bits16* lane_row = nullptr;
+            if (DIRECT_C && PINGPONG && (kTableStore || kPlaced) && stages_c)
+                lane_row = table_row((lane >> 4) * 64 + warp * 16 + (lane & 15));
             if (EPILOGUE == 2 && stages_c && lead) probe[(tm * tiles_n + tn) * 4 + 0] = globaltimer_ns();
             if (kMmaInFlight) {
                 // One k-block of MMAs in flight: k-block kb's stage is freed once kb + 1's are issued
@@ -952,7 +957,12 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                         for (int i = 0; i < 4; ++i) {
                             const int r = half * 64 + warp * 16 + (lane >> 3) + 4 * i;
                             bits16* trow = nullptr;
-                            if (kTableStore || kPlaced) trow = !PINGPONG ? row_dst[i] : ch * 8 < cols ? table_row(r) : nullptr;
+                            if ((kTableStore || kPlaced) && !PINGPONG) trow = row_dst[i];
+                            if ((kTableStore || kPlaced) && PINGPONG) {
+                                trow = reinterpret_cast<bits16*>(__shfl_sync(
+                                    0xffffffffu, reinterpret_cast<unsigned long long>(lane_row), h * 16 + (lane >> 3) + 4 * i));
+                                if (ch * 8 >= cols) trow = nullptr;
+                            }
                             const bool row_in = (kTableStore || kPlaced) ? trow != nullptr : r < M - tm * BM;
                             if (row_in && ch * 8 < cols) {  // (ch * 8 < cols <= BN: a chunk of the tile)
                                 u32 v[4];
