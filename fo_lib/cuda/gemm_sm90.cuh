@@ -98,6 +98,12 @@
 #include "common.cuh"
 #include "tile_schedule.cuh"
 
+// A/B switch (FO_NVRTC_OPTIONS=-DFO_SM90_ORDER_AT_ISSUE=0): ping-pong hands the tensor cores to the
+// other warpgroup after its last k-block's MMAs are issued (1) or done (0).
+#ifndef FO_SM90_ORDER_AT_ISSUE
+#define FO_SM90_ORDER_AT_ISSUE 1
+#endif
+
 namespace fo {
 
 // The driver's CUtensorMap (cuTensorMapEncodeTiled): 128 opaque bytes, 64-byte aligned. Kernels take
@@ -799,6 +805,12 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                         phase ^= 1u;
                     }
                 }
+#if FO_SM90_ORDER_AT_ISSUE
+                // Ping-pong: every stage of this unit has been waited for, so the other warpgroup may
+                // start its next unit now: its MMAs queue behind this unit's last ones, and the tensor
+                // cores do not drain between the two warpgroups' units.
+                if (PINGPONG && !phantom) mbar_arrive_pred<1>(bar_order + 8 * (c ^ 1), 0u, one);
+#endif
                 wgmma_wait<0>();
 #pragma unroll
                 for (int h = 0; h < H; ++h) fence_acc(acc[h]);
@@ -813,7 +825,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                     }
                 }
                 // Every stage of this unit has been waited for: the other warpgroup may start its next.
-                if (PINGPONG) mbar_arrive_pred<1>(bar_order + 8 * (c ^ 1), 0u, one);
+                if (PINGPONG && (phantom || !FO_SM90_ORDER_AT_ISSUE)) mbar_arrive_pred<1>(bar_order + 8 * (c ^ 1), 0u, one);
             } else {
 #pragma unroll 1
                 for (int kb = k0; kb < w.k1; ++kb) {
