@@ -809,7 +809,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 // Ping-pong: every stage of this unit has been waited for, so the other warpgroup may
                 // start its next unit now: its MMAs queue behind this unit's last ones, and the tensor
                 // cores do not drain between the two warpgroups' units.
-                if (PINGPONG && !phantom) mbar_arrive_pred<1>(bar_order + 8 * (c ^ 1), 0u, one);
+                if (PINGPONG && (CLUSTER == 1 || !phantom)) mbar_arrive_pred<1>(bar_order + 8 * (c ^ 1), 0u, one);
 #endif
                 wgmma_wait<0>();
 #pragma unroll
@@ -825,7 +825,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                     }
                 }
                 // Every stage of this unit has been waited for: the other warpgroup may start its next.
-                if (PINGPONG && (phantom || !FO_SM90_ORDER_AT_ISSUE)) mbar_arrive_pred<1>(bar_order + 8 * (c ^ 1), 0u, one);
+                if (PINGPONG && ((CLUSTER > 1 && phantom) || !FO_SM90_ORDER_AT_ISSUE)) mbar_arrive_pred<1>(bar_order + 8 * (c ^ 1), 0u, one);
             } else {
 #pragma unroll 1
                 for (int kb = k0; kb < w.k1; ++kb) {
