@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
-# Call 6 on one H200, the final code: the sm90 GPU tests of every config whose kernels changed this
-# session (single-CTA cooperative: uniform descriptors; ping-pong, clusters included: the hand-over at
-# issue; the cooperative cluster configs' cubins are bit-identical to 9cf78eb's, NVRTC 12.9, CPU check).
+# Call 6 on one H200, the final code (little device time left: the files go straight to $OUT, the
+# tests last under what time remains): the LLM benchmark in two processes (fresh tunings each), then
+# the sm90 GPU tests of the single-CTA cooperative configs (uniform descriptors), every epilogue and dtype.
 export PYTHONPATH=$PWD FO_CACHE_DIR=/tmp/fo_cache FO_GIT_SHA=${FO_GIT_SHA:?} PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+t0=$SECONDS
 ( time timeout 150 python3 -m fo_lib build ) > $OUT/run.log 2>&1; echo "build rc=$?" | tee -a $OUT/run.log
-timeout 330 python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/gpu/test_gemm_sm90_gpu.py -k "not c2 or c2p" > $OUT/tests.log 2>&1
+FO_SM90_AUTOTUNE_FILE=$OUT/llm.autotune.json timeout 100 python3 scripts/bench/bench_gemm_sm90_llm.py --rounds 30 --out $OUT/llm.csv > $OUT/run_llm.log 2>&1
+echo "llm rc=$?: $(grep 'over 30 shapes' $OUT/run_llm.log)" | tee -a $OUT/run.log
+FO_SM90_AUTOTUNE_FILE=$OUT/llm_seed1.autotune.json timeout 100 python3 scripts/bench/bench_gemm_sm90_llm.py --rounds 30 --seed 1 --out $OUT/llm_seed1.csv > $OUT/run_llm_seed1.log 2>&1
+echo "llm seed 1 rc=$?: $(grep 'over 30 shapes' $OUT/run_llm_seed1.log)" | tee -a $OUT/run.log
+left=$(( ${FO_BUDGET_S:-290} - (SECONDS - t0) ))
+echo "tests get ${left}s" | tee -a $OUT/run.log
+timeout $left python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/gpu/test_gemm_sm90_gpu.py \
+  -k "not c2 and not 64p and not pd" > $OUT/tests.log 2>&1
 echo "tests rc=$?: $(tail -1 $OUT/tests.log)" | tee -a $OUT/run.log
 grep -E "^(FAILED|ERROR)" $OUT/tests.log | head -20
-cd $OUT && tar czf all.tgz *.log && echo tar ok
