@@ -5,10 +5,11 @@
 export PYTHONPATH=$PWD FO_CACHE_DIR=/tmp/fo_cache FO_GIT_SHA=${FO_GIT_SHA:?} PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 t0=$SECONDS
 ( time timeout 150 python3 -m fo_lib build ) > $OUT/run.log 2>&1; echo "build rc=$?" | tee -a $OUT/run.log
-FO_SM90_AUTOTUNE_FILE=$OUT/llm.autotune.json timeout 100 python3 scripts/bench/bench_gemm_sm90_llm.py --rounds 30 --out $OUT/llm.csv > $OUT/run_llm.log 2>&1
-echo "llm rc=$?: $(grep 'over 30 shapes' $OUT/run_llm.log)" | tee -a $OUT/run.log
-FO_SM90_AUTOTUNE_FILE=$OUT/llm_seed1.autotune.json timeout 100 python3 scripts/bench/bench_gemm_sm90_llm.py --rounds 30 --seed 1 --out $OUT/llm_seed1.csv > $OUT/run_llm_seed1.log 2>&1
-echo "llm seed 1 rc=$?: $(grep 'over 30 shapes' $OUT/run_llm_seed1.log)" | tee -a $OUT/run.log
+FO_SM90_AUTOTUNE_FILE=$OUT/llm.autotune.json timeout 100 python3 scripts/bench/bench_gemm_sm90_llm.py --rounds 30 --out $OUT/llm.csv > $OUT/llm.log 2>&1
+echo "llm rc=$?: $(grep 'over 30 shapes' $OUT/llm.log)" | tee -a $OUT/run.log
+FO_SM90_AUTOTUNE_FILE=$OUT/llm_seed1.autotune.json timeout 100 python3 scripts/bench/bench_gemm_sm90_llm.py --rounds 30 --seed 1 --out $OUT/llm_seed1.csv > $OUT/llm_seed1.log 2>&1
+echo "llm seed 1 rc=$?: $(grep 'over 30 shapes' $OUT/llm_seed1.log)" | tee -a $OUT/run.log
+(cd $OUT && cat llm_seed1.log >> llm.log && tar czf side.tgz *.json && rm -f *.json llm_seed1.log)
 left=$(( ${FO_BUDGET_S:-290} - (SECONDS - t0) ))
 echo "tests get ${left}s" | tee -a $OUT/run.log
 timeout $left python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/gpu/test_gemm_sm90_gpu.py \
