@@ -91,9 +91,9 @@ ex.save(fig, "14_gemm_baseline", figures_dir)
 # the fill of 128 x 256 is poor and a narrower width fills the waves; the model's pick weighs the fill
 # with the tile table's measured speed per width, and autotuning settles the last percent by timing.
 # Configs ending in `p` run "ping-pong" consumers (each consumer warpgroup computes its own tile, one's
-# epilogue under the other's main loop), as cuBLAS does on few-wave shapes. What remains behind cuBLAS
-# is per-wave speed on few-wave shapes: on four of them Nsight Compute puts our compute throughput
-# (the tensor pipe's) at 87-91 % of peak against cuBLAS's 91-96 % (docs/perf-log.md).
-
+# epilogue under the other's main loop), as cuBLAS does on few-wave shapes; `pd` ping-pong consumers
+# that store C themselves (no staging tile, so a fifth pipeline stage). What remains behind cuBLAS on
+# the slowest shapes (0.97-0.99) is per-wave speed: there Nsight Compute shows our tensor cores idle
+# 3-4 % more of the time than cuBLAS's, which runs those shapes in clusters of 2 (docs/perf-log.md).
 # %%
 {k: dict(geomean=round(v[0], 3), median=round(v[1], 3), worst=round(v[2], 3)) for k, v in summary.items()}
