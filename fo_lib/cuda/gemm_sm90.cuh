@@ -62,8 +62,9 @@
 //
 // Ping-pong (PINGPONG): the two consumer warpgroups take turns, warpgroup c computing whole tiles
 // (both 64-row halves) of the units u with u % 2 == c; it starts a unit's main loop only after the
-// other has waited for every stage of the unit before (order barriers), so their main loops
-// alternate on the tensor cores and one's epilogue (and stream-K fixup) runs under the other's MMAs;
+// other has waited for every stage of the unit before (order barriers: handed over once the other's
+// last MMAs are issued, which then queue ahead of this one's), so their main loops alternate on the
+// tensor cores and one's epilogue (and stream-K fixup) runs under the other's MMAs;
 // each keeps one k-block of MMAs in flight (wgmma.wait_group 1). The producer and the store warps
 // walk the units as before. Cooperative consumers keep one in flight too where the ring has 4+
 // stages (kMmaInFlight); with fewer they wait for each k-block's MMAs (wgmma.wait_group 0).
@@ -78,7 +79,8 @@
 //               (DIRECT_C: publish the tile)
 //   c_empty   : 96 arrivals (every store thread after its ld.shared of C; DIRECT_C: after its wait
 //               on c_full, so c_full never completes a phase unseen) -> consumers may write C
-//   order[c]  : ping-pong, 1 arrival (the other consumer WG, after its unit's main loop)
+//   order[c]  : ping-pong, 1 arrival (the other consumer WG, once its unit's last MMAs are issued;
+//               a phantom's after its walk of the stages; FO_SM90_ORDER_AT_ISSUE=0: once they are done)
 //   epi[c]    : ping-pong, 1 arrival (the other consumer WG, after staging its unit's C tile, or
 //               passing a unit without one)
 //   named barrier 1: the 96 store threads; named barrier 2: the 256 consumer threads (stream-K;
@@ -701,7 +703,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
         // Cooperative: warpgroup c computes rows 64 c .. 64 c + 63 of every unit (H = 1 half, half c).
         // Ping-pong: warpgroup c computes whole tiles, the units u with u % 2 == c (H = 2 halves), its
         // main loop after the other's (order barriers), so one's epilogue runs under the other's
-        // MMAs; it keeps one k-block of MMAs in flight (alone on the tensor cores).
+        // MMAs; it keeps one k-block of MMAs in flight.
         const int c = wg - 1;
         constexpr int H = PINGPONG ? 2 : 1;
         // One k-block of MMAs in flight, so the tensor cores do not drain at every k-block while the

@@ -3,7 +3,7 @@
     compute-sanitizer --tool memcheck  python3 scripts/profile/sanitize_kernels.py
     compute-sanitizer --tool racecheck python3 scripts/profile/sanitize_kernels.py
     compute-sanitizer --tool memcheck  python3 scripts/profile/sanitize_kernels.py --sm90   # the sm_90a GEMM only
-    compute-sanitizer --tool racecheck python3 scripts/profile/sanitize_kernels.py --sm90 --stream-k  # its stream-K tails only
+    compute-sanitizer --tool synccheck python3 scripts/profile/sanitize_kernels.py --sm90 --stream-k  # its stream-K tails only
 
 Shapes have tails in M and N so predicated loads/stores are exercised; results are checked too,
 so a silent wrong answer fails as well. Prints 'sanitize: ok' at the end.
@@ -107,4 +107,6 @@ def sm90(stream_k_only: bool = False) -> None:
 
 
 if __name__ == "__main__":
+    if "--stream-k" in sys.argv[1:] and "--sm90" not in sys.argv[1:]:
+        sys.exit("sanitize_kernels: --stream-k selects the sm_90a GEMM's stream-K tails: give it with --sm90")
     sm90("--stream-k" in sys.argv[1:]) if "--sm90" in sys.argv[1:] else main()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Call 6 on one H200, the final code (little device time left: the files go straight to $OUT, the
-# tests last under what time remains): the LLM benchmark in two processes (fresh tunings each), then
+# tests last under what time remains): the LLM benchmark in two processes (fresh tunings each), synccheck
+# of the stream-K tails (their warps' votes and barriers), then
 # the sm90 GPU tests of the single-CTA cooperative configs (uniform descriptors), every epilogue and dtype.
 export PYTHONPATH=$PWD FO_CACHE_DIR=/tmp/fo_cache FO_GIT_SHA=${FO_GIT_SHA:?} PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 t0=$SECONDS
@@ -10,6 +11,8 @@ echo "llm rc=$?: $(grep 'over 30 shapes' $OUT/llm.log)" | tee -a $OUT/run.log
 FO_SM90_AUTOTUNE_FILE=$OUT/llm_seed1.autotune.json timeout 100 python3 scripts/bench/bench_gemm_sm90_llm.py --rounds 30 --seed 1 --out $OUT/llm_seed1.csv > $OUT/llm_seed1.log 2>&1
 echo "llm seed 1 rc=$?: $(grep 'over 30 shapes' $OUT/llm_seed1.log)" | tee -a $OUT/run.log
 (cd $OUT && cat llm_seed1.log >> llm.log && tar czf side.tgz *.json && rm -f *.json llm_seed1.log)
+( time timeout 60 compute-sanitizer --tool synccheck --report-api-errors no --error-exitcode 9 python3 scripts/profile/sanitize_kernels.py --sm90 --stream-k ) > $OUT/synccheck.log 2>&1
+echo "synccheck rc=$?: $(grep -E 'ERROR SUMMARY|sanitize: ok|real' $OUT/synccheck.log | tr '\n' ' ')" | tee -a $OUT/run.log
 left=$(( ${FO_BUDGET_S:-290} - (SECONDS - t0) ))
 echo "tests get ${left}s" | tee -a $OUT/run.log
 timeout $left python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/gpu/test_gemm_sm90_gpu.py \
