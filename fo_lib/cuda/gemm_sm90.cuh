@@ -782,6 +782,9 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 const u32 one = tid == 0;
                 const int nk = phantom ? 0 : w.k1 - k0;  // a phantom keeps step below instead
                 int prev = stage;
+                // Ping-pong: the other warpgroup's turn once this unit's last MMAs are issued (a phantom's
+                // after its walk of the stages below; FO_SM90_ORDER_AT_ISSUE=0: once they are done).
+                const bool order_at_issue = FO_SM90_ORDER_AT_ISSUE && (CLUSTER == 1 || !phantom);
 #pragma unroll 1
                 for (int i = 0; i < nk; ++i) {
                     mbar_wait_in_asm(bar_full + 8 * stage, phase);
@@ -807,12 +810,10 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                         phase ^= 1u;
                     }
                 }
-#if FO_SM90_ORDER_AT_ISSUE
-                // Ping-pong: every stage of this unit has been waited for, so the other warpgroup may
-                // start its next unit now: its MMAs queue behind this unit's last ones, and the tensor
-                // cores do not drain between the two warpgroups' units.
-                if (PINGPONG && (CLUSTER == 1 || !phantom)) mbar_arrive_pred<1>(bar_order + 8 * (c ^ 1), 0u, one);
-#endif
+                // Every stage of this unit has been waited for, so the other warpgroup may start its
+                // next unit now: its MMAs queue behind this unit's last ones, and the tensor cores do
+                // not drain between the two warpgroups' units.
+                if (PINGPONG && order_at_issue) mbar_arrive_pred<1>(bar_order + 8 * (c ^ 1), 0u, one);
                 wgmma_wait<0>();
 #pragma unroll
                 for (int h = 0; h < H; ++h) fence_acc(acc[h]);
@@ -827,7 +828,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                     }
                 }
                 // Every stage of this unit has been waited for: the other warpgroup may start its next.
-                if (PINGPONG && ((CLUSTER > 1 && phantom) || !FO_SM90_ORDER_AT_ISSUE)) mbar_arrive_pred<1>(bar_order + 8 * (c ^ 1), 0u, one);
+                if (PINGPONG && !order_at_issue) mbar_arrive_pred<1>(bar_order + 8 * (c ^ 1), 0u, one);
             } else {
 #pragma unroll 1
                 for (int kb = k0; kb < w.k1; ++kb) {
@@ -970,13 +971,10 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
 #pragma unroll(PINGPONG ? 1 : 4)
                         for (int i = 0; i < 4; ++i) {
                             const int r = half * 64 + warp * 16 + (lane >> 3) + 4 * i;
-                            bits16* trow = nullptr;
-                            if ((kTableStore || kPlaced) && !PINGPONG) trow = row_dst[i];
-                            if ((kTableStore || kPlaced) && PINGPONG) {
-                                trow = reinterpret_cast<bits16*>(__shfl_sync(
+                            bits16* trow = nullptr;  // (ping-pong: from the lane that holds row r; every lane shuffles)
+                            if (kTableStore || kPlaced)
+                                trow = !PINGPONG ? row_dst[i] : reinterpret_cast<bits16*>(__shfl_sync(
                                     0xffffffffu, reinterpret_cast<unsigned long long>(lane_row), h * 16 + (lane >> 3) + 4 * i));
-                                if (ch * 8 >= cols) trow = nullptr;
-                            }
                             const bool row_in = (kTableStore || kPlaced) ? trow != nullptr : r < M - tm * BM;
                             if (row_in && ch * 8 < cols) {  // (ch * 8 < cols <= BN: a chunk of the tile)
                                 u32 v[4];
