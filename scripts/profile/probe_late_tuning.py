@@ -47,26 +47,32 @@ def gpu_state() -> dict:
     return {"error": error}
 
 
-def time_candidates(index: int, reps_list, label: str) -> None:
+def time_candidates(index: int, reps_list, label: str, tune_rounds=(None,)) -> None:
+    """Time shape ``index``'s tuning candidates once per entry of ``reps_list`` (calls per graph) and
+    of ``tune_rounds`` (rounds per timing; None: autotuning's own), printing the pick and every median."""
     import torch
 
     from fo_lib.experiments.gemm_llm import SHAPES
     from fo_lib.experiments.kernel_bench import input_sets
     from fo_lib.experiments.tuning_agreement import candidates
-    from fo_lib.gemm import sm90
+    from fo_lib.gemm import autotune, sm90
 
     _, M, N, K = SHAPES[index]
     sms = sm90.sm_count()
     sets = input_sets(M, N, K, torch.bfloat16)
     cands, _, model = candidates(M, N, K, sms)
+    a, b = sets[0][0], sets[0][1]
     for reps in reps_list:
-        before, t0 = gpu_state(), time.perf_counter()
-        ms = sm90.time_candidates(cands, "bf16", sets[0][0], sets[0][1], sms, model, reps)
-        after = gpu_state()
-        lo, hi = min(ms, key=ms.get), max(ms, key=ms.get)
-        print(f"{label:6s} {M}x{N}x{K} reps {reps:2d}: fastest {lo} {ms[lo] * 1e3:.2f} us, slowest {hi} "
-              f"{ms[hi] * 1e3:.2f} us, model {sm90.config_label(model)} {ms[sm90.config_label(model)] * 1e3:.2f} us "
-              f"({time.perf_counter() - t0:.2f} s) | before {before} | after {after}", flush=True)
+        for rounds in tune_rounds:
+            rounds = rounds or autotune.ROUNDS
+            before, t0 = gpu_state(), time.perf_counter()
+            ms = autotune.time_launches(sm90.tuning_runs(cands, "bf16", a, b, sms, reps), rounds=rounds, reps=reps,
+                                        settle_s=sm90.tuning_settle_s(model, M, N, sms))
+            after = gpu_state()
+            pick = autotune.choose(ms, sm90.config_label(model))
+            every = " ".join(f"{k}={v * 1e3:.1f}" for k, v in sorted(ms.items(), key=lambda kv: kv[1]))
+            print(f"{label:6s} {M}x{N}x{K} reps {reps:2d} rounds {rounds:2d}: pick {pick} | {every} us "
+                  f"({time.perf_counter() - t0:.2f} s) | before {before} | after {after}", flush=True)
 
 
 def main(argv=None):
@@ -75,6 +81,8 @@ def main(argv=None):
     p.add_argument("--reps", type=int, nargs="+", default=[3, 10, 3], help="calls per graph, one timing each")
     p.add_argument("--rounds", type=int, default=30, help="rounds of the shapes benchmarked before")
     p.add_argument("--fresh", action="store_true", help="also time the candidates before any other shape")
+    p.add_argument("--tune-rounds", type=int, nargs="+", default=[0],
+                   help="rounds per timing, each reps entry timed with each (0: autotuning's own)")
     args = p.parse_args(argv)
     from fo_lib.experiments import gemm_llm
     from fo_lib.gemm import sm90
@@ -87,11 +95,11 @@ def main(argv=None):
     autotune.forget()
     print(f"tunings go to {autotune.cache_path()}", flush=True)
     if args.fresh:
-        time_candidates(args.shape, args.reps, "fresh")
+        time_candidates(args.shape, args.reps, "fresh", args.tune_rounds)
     print(f"idle {gpu_state()}", flush=True)
     if args.shape:  # (an empty list would mean every shape)
         gemm_llm.measure_rows(args.rounds, 3, 0, list(range(args.shape)), cluster=False)
-    time_candidates(args.shape, args.reps, "late")
+    time_candidates(args.shape, args.reps, "late", args.tune_rounds)
 
 
 if __name__ == "__main__":
