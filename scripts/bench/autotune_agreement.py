@@ -3,7 +3,7 @@
 one process
 (:mod:`fo_lib.experiments.tuning_agreement`). Prints per shape autotuning's pick, the benchmark
 regime's pick, what the first costs in the second regime and what a direct-C config would add.
-~20 s on an H200 (10 rounds).
+~20 s on an H200 (10 rounds for the benchmark regime).
 
     python scripts/bench/autotune_agreement.py --out /tmp/agree.csv
 """
