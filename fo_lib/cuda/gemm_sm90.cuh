@@ -27,13 +27,15 @@
 //     reserved, unused.)
 //   * Tile schedule: CTA b of P runs s = b, b + P, ... through fo::raster_tile (tile_schedule.cuh),
 //     the same function as the portable kernel, so fo_lib.tiling's wave model holds.
-//   * Clusters (CLUSTER 2, along M): P is even, so cluster ranks 0 and 1 run schedule indices 2 i and
+//   * Clusters (CLUSTER 2): P is even, so cluster ranks 0 and 1 run schedule indices 2 i and
 //     2 i + 1 in step. When both are tiles of one tile column (a row raster with an even swizzle
 //     pairs every tile but an odd edge band's) they share the B tile: each producer loads its A and
-//     one half of B, multicast into both CTAs' stage at the same offset, and a stage may be refilled
+//     one half of B, multicast into both CTAs' stage at the same offset; when both are tiles of one
+//     tile row (a row raster of swizzle 1, a column raster with an even swizzle) they share A the
+//     same way. A stage may be refilled
 //     only when the consumers of both CTAs are done with it (each consumer warpgroup arrives on
-//     both CTAs' empty barrier). Unshared pairs load their whole B themselves under the same
-//     handshake. An odd tile count gives the CTA paired with the last tile's a phantom unit
+//     both CTAs' empty barrier). Unshared pairs load their whole tiles themselves under the same
+//     handshake. (Both operands' tensor maps have boxes of half a tile here.) An odd tile count gives the CTA paired with the last tile's a phantom unit
 //     (schedule index s == tiles: no loads, no MMA, no store)
 //     so both CTAs walk the same k-blocks; no stream-K tail in clusters.
 //   * Split tail (sk_split >= 2, sk_tiles * sk_split <= P; fo_lib.tiling.stream_k_plan): each of the
@@ -100,6 +102,11 @@
 #include "common.cuh"
 #include "tile_schedule.cuh"
 
+// A/B switch (FO_NVRTC_OPTIONS=-DFO_SM90_SHARE_A=0): cluster pairs on one tile row load A each for
+// itself, as pairs that share nothing (before, only B was shared).
+#ifndef FO_SM90_SHARE_A
+#define FO_SM90_SHARE_A 1
+#endif
 // A/B switch (FO_NVRTC_OPTIONS=-DFO_SM90_ORDER_AT_ISSUE=0): ping-pong hands the tensor cores to the
 // other warpgroup after its last k-block's MMAs are issued (1) or done (0).
 #ifndef FO_SM90_ORDER_AT_ISSUE
@@ -521,7 +528,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                                                u32* sk_flag) {
     using S = Sm90Shape<BN, STAGES, PINGPONG, DIRECT_C>;
     using namespace sm90;
-    static_assert(CLUSTER == 1 || CLUSTER == 2, "CLUSTER is 1 or 2 CTAs along M");
+    static_assert(CLUSTER == 1 || CLUSTER == 2, "CLUSTER is 1 or 2 CTAs");
     static_assert(CLUSTER == 1 || BN % 16 == 0, "clusters multicast halves of B: BN a multiple of 16");
     static_assert(EPILOGUE >= 0 && EPILOGUE <= 5,
                   "EPILOGUE is 0 plain, 1 signal, 2 probe, 3 scatter, 4 signal_rows or 5 signal_tiles");
@@ -589,12 +596,14 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                     int tm = 0, tn = 0;
                     if (!phantom) raster.tile(w.s, tm, tn);
                     // Cluster 2: CTA ranks 0 and 1 run schedule indices 2 i and 2 i + 1 (P is even); when
-                    // both are tiles of one tile column they share B, and each loads half of it for both.
-                    bool share_b = false;
+                    // both are tiles of one tile column they share B, of one tile row A, and each loads
+                    // half of the shared tile for both.
+                    bool share_a = false, share_b = false;
                     if (CLUSTER > 1 && !phantom && (w.s ^ 1) < tiles) {
                         int pm, pn;
                         raster.tile(w.s ^ 1, pm, pn);
                         share_b = pn == tn;
+                        share_a = FO_SM90_SHARE_A && pm == tm;
                     }
 #pragma unroll 1
                     for (int kb = w.k0; kb < w.k1; ++kb) {
@@ -606,15 +615,25 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                             mbar_arrive(full);  // nothing to load: the consumers only keep step
                         } else {
                             mbar_arrive_expect_tx(full, S::STAGE_BYTES);
-                            tma_load_2d(dst, tma_a, full, kb * BK, tm * BM);
                             if (CLUSTER == 1) {
+                                tma_load_2d(dst, tma_a, full, kb * BK, tm * BM);
                                 tma_load_2d(dst + S::A_BYTES, tma_b, full, kb * BK, tn * BN);
-                            } else if (share_b) {  // B's tensor map has boxes of BN / 2 rows here
-                                tma_load_2d_multicast(dst + S::A_BYTES + rank * (S::B_BYTES / 2), tma_b, full,
-                                                      kb * BK, tn * BN + int(rank) * (BN / 2), 0x3);
-                            } else {
-                                tma_load_2d(dst + S::A_BYTES, tma_b, full, kb * BK, tn * BN);
-                                tma_load_2d(dst + S::A_BYTES + S::B_BYTES / 2, tma_b, full, kb * BK, tn * BN + BN / 2);
+                            } else {  // both tensor maps have boxes of half a tile here
+                                if (share_a) {
+                                    tma_load_2d_multicast(dst + rank * (S::A_BYTES / 2), tma_a, full,
+                                                          kb * BK, tm * BM + int(rank) * (BM / 2), 0x3);
+                                } else {
+                                    tma_load_2d(dst, tma_a, full, kb * BK, tm * BM);
+                                    tma_load_2d(dst + S::A_BYTES / 2, tma_a, full, kb * BK, tm * BM + BM / 2);
+                                }
+                                if (share_b) {
+                                    tma_load_2d_multicast(dst + S::A_BYTES + rank * (S::B_BYTES / 2), tma_b, full,
+                                                          kb * BK, tn * BN + int(rank) * (BN / 2), 0x3);
+                                } else {
+                                    tma_load_2d(dst + S::A_BYTES, tma_b, full, kb * BK, tn * BN);
+                                    tma_load_2d(dst + S::A_BYTES + S::B_BYTES / 2, tma_b, full, kb * BK,
+                                                tn * BN + BN / 2);
+                                }
                             }
                         }
                         if (++stage == STAGES) {

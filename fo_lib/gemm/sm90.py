@@ -25,9 +25,9 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
   consumers store the tile themselves, the store warps publish it), so a tile's probe interval
   may overlap the next tile's start on the same CTA (start = the consumers begin the tile's main
   loop, end = the tile is in global memory: the moment the signal is sent).
-* Clusters (``Sm90Config.cluster = 2``, the ``...c2`` configs): CTA pairs along M run schedule
-  indices 2 i and 2 i + 1 in step and, where both tiles lie in one tile column, load half of the
-  shared B tile each by TMA multicast. ``ctas`` must be even; no stream-K tail; the schedule (and so
+* Clusters (``Sm90Config.cluster = 2``, the ``...c2`` configs): CTA pairs run schedule indices
+  2 i and 2 i + 1 in step and, where both tiles lie in one tile column (one tile row), load half of
+  the shared B (A) tile each by TMA multicast. ``ctas`` must be even; no stream-K tail; the schedule (and so
   the wave model) is that of single CTAs. :func:`cluster_capacity` is the driver's count of
   clusters that fit at once (66 of 2 on an H200).
 * Stream-K tail (``Sm90Config.stream_k``): when the last wave would leave at least
@@ -389,8 +389,8 @@ def config_for(a, b, ctas: int | None = None) -> Sm90Config:
 def _sm90_operand_args(cfg, dtype, a, b, c_ptr, ldc):
     import numpy as np
     M, K = a.shape
-    # Cluster 2: each CTA loads half of a B tile per TMA box.
-    return (operand_desc(a, cfg.BM, dtype), operand_desc(b, cfg.BN // cfg.cluster, dtype), np.uint64(c_ptr), np.int32(M),
+    # Cluster 2: each CTA loads half of an A or B tile per TMA box (half of a shared one for both).
+    return (operand_desc(a, cfg.BM // cfg.cluster, dtype), operand_desc(b, cfg.BN // cfg.cluster, dtype), np.uint64(c_ptr), np.int32(M),
             np.int32(b.shape[0]), np.int32(K), np.int64(ldc))
 
 

@@ -26,7 +26,7 @@ class Sm90Config(RasterMixin):
     pingpong: bool = False
     direct_c: bool = False
 
-    # Compiled in: ``cluster`` (1 or 2 CTAs along M sharing B, see fo_lib.gemm.sm90), ``pingpong``
+    # Compiled in: ``cluster`` (1 or 2 CTAs sharing the B or A tile they have in common, see fo_lib.gemm.sm90), ``pingpong``
     # (each consumer warpgroup its own tiles) and ``direct_c`` (the consumers store C themselves
     # through small per-warp buffers instead of a whole C tile: room for a 4th stage at BN 224-256,
     # a 5th at 168-176).
@@ -106,7 +106,7 @@ CONFIGS: dict[str, Sm90Config] = {
     "128x256x64": Sm90Config(256, 3),
     # Small N / many tiles: 5 x 32 KB stages + the 32 KB C tile.
     "128x128x64": Sm90Config(128, 5),
-    # The same tiles in clusters of 2 along M sharing B (TMA multicast).
+    # The same tiles in clusters of 2 sharing B or A (TMA multicast).
     "128x256x64c2": Sm90Config(256, 3, cluster=2),
     "128x128x64c2": Sm90Config(128, 5, cluster=2),
     # The widths in between, each with the deepest ring that fits (5 stages at 160, 4 at 176-208,

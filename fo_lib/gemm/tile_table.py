@@ -247,10 +247,10 @@ def candidates(table: TileTable, configs: dict, M: int, N: int, sm_count: int):
         if not table.has(name) or sm_count % cluster:  # clusters need a whole number of them
             continue
         tm, tn = ceil_div(M, cfg.BM), ceil_div(N, cfg.BN)
-        if cluster > 1 and tm < 2:  # clusters along M share B only between two tile rows
+        if cluster > 1 and tm < 2:  # clusters are recorded (and ranked) sharing B: two tile rows at least
             continue
         if tm * tn <= sm_count:
-            # Clusters of 2 along M share B only in a raster that pairs tiles down a tile column.
+            # Clusters: swizzle 2 pairs tiles down a tile column (sharing B), as recorded.
             yield name, cfg.with_raster("row", 1 if cluster == 1 else 2).whole_waves()
             continue
         # A config says what runs: stream_k only where the grid has a tail to share.
