@@ -95,7 +95,8 @@ ex.save(fig, "14_gemm_baseline", figures_dir)
 # that store C themselves (no staging tile, so a fifth pipeline stage). What remains behind cuBLAS on
 # the slowest shapes (0.96-0.99) is per-wave speed: there Nsight Compute shows our tensor cores idle
 # 3-4 % more of the time than cuBLAS's, which runs those shapes in clusters of 2. The one-wave shape
-# 1100 x 1792 x 5120 (about 40 us) moves most from one process to the next: with the same configs its
-# ratio ran from 0.965 to 1.014 over six processes (docs/perf-log.md).
+# 1100 x 1792 x 5120 (about 40 us) moves most from one process to the next (0.965 to 1.014 over six
+# processes with the same configs); its cluster pairs now share whichever operand tile they have in
+# common, A or B, which lifted it 1-2 % (docs/perf-log.md).
 # %%
 {k: dict(geomean=round(v[0], 3), median=round(v[1], 3), worst=round(v[2], 3)) for k, v in summary.items()}
