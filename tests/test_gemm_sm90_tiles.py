@@ -396,7 +396,7 @@ def test_a_cluster_is_taken_where_it_is_measured_faster_and_ties_go_without(data
     _table(data_dir, _cluster_rows(1.0, c2_speed))
     cfg = sm90.default_config(4096, 8192, 4096, 132)
     assert cfg.cluster == want and not cfg.stream_k
-    if want == 2:  # clusters of 2 along M share B only in a row raster with an even swizzle
+    if want == 2:  # clusters are recorded and ranked in row rasters with an even swizzle (B shared)
         assert cfg.order == "row" and cfg.swizzle % 2 == 0
 
 

@@ -30,14 +30,14 @@
 //   * Clusters (CLUSTER 2): P is even, so cluster ranks 0 and 1 run schedule indices 2 i and
 //     2 i + 1 in step. When both are tiles of one tile column (a row raster with an even swizzle
 //     pairs every tile but an odd edge band's) they share the B tile: each producer loads its A and
-//     one half of B, multicast into both CTAs' stage at the same offset; when both are tiles of one
-//     tile row (a row raster of swizzle 1, a column raster with an even swizzle) they share A the
-//     same way. A stage may be refilled
-//     only when the consumers of both CTAs are done with it (each consumer warpgroup arrives on
-//     both CTAs' empty barrier). Unshared pairs load their whole tiles themselves under the same
-//     handshake. (Both operands' tensor maps have boxes of half a tile here.) An odd tile count gives the CTA paired with the last tile's a phantom unit
-//     (schedule index s == tiles: no loads, no MMA, no store)
-//     so both CTAs walk the same k-blocks; no stream-K tail in clusters.
+//     one half of B, multicast into both CTAs' stage at the same offset. When both are tiles of one
+//     tile row (a column raster with an even swizzle, an odd edge band, most pairs of a row raster
+//     of swizzle 1) they share A the same way. Both operands' tensor maps have half-tile boxes
+//     here. A stage may be refilled only when the consumers of both CTAs are done with it (each
+//     consumer warpgroup arrives on both CTAs' empty barrier). Unshared pairs load their whole
+//     tiles themselves under the same handshake. An odd tile count gives the CTA paired with the
+//     last tile's a phantom unit (schedule index s == tiles: no loads, no MMA, no store) so both
+//     CTAs walk the same k-blocks; no stream-K tail in clusters.
 //   * Split tail (sk_split >= 2, sk_tiles * sk_split <= P; fo_lib.tiling.stream_k_plan): each of the
 //     last sk_tiles tiles (the partial last wave) runs as sk_split k ranges on as many CTAs, all
 //     starting together after the whole tiles; the other parts go to slot 2 b of sk_partial and add 1
@@ -103,7 +103,7 @@
 #include "tile_schedule.cuh"
 
 // A/B switch (FO_NVRTC_OPTIONS=-DFO_SM90_SHARE_A=0): cluster pairs on one tile row load A each for
-// itself, as pairs that share nothing (before, only B was shared).
+// itself (as before A was shared too, but in two half boxes), as pairs that share nothing.
 #ifndef FO_SM90_SHARE_A
 #define FO_SM90_SHARE_A 1
 #endif

@@ -40,7 +40,7 @@ ASPECTS = (1 / 16, 1.0, 16.0)  # tile rows / tile columns of the 128 x 256 grid:
 WAVES = 8
 KS = (1024, 4096, 8192, 16384)  # the picker interpolates between them, and extrapolates past 16384
 RASTERS = tuple((order, swizzle) for order in ("row", "col") for swizzle in (1, 2, 4, 8))
-# Clusters of 2 along M share B only where a raster pairs tiles down a tile column.
+# Recorded for clusters of 2: the rasters that pair tiles down a tile column (B shared).
 CLUSTER_RASTERS = (("row", 2), ("row", 4), ("row", 8))
 # The widths between 128 and 256 (sm90.MID_WIDTHS), in the rasters the picker took for the two
 # others on the LLM shapes (bands of 8 tile rows, bands of 4 tile columns on wide grids, plain rows).

@@ -1,7 +1,8 @@
 """Random-interleaving simulation of gemm_sm90.cuh's consumer protocol (cooperative and ping-pong; one
 k-block of MMAs in flight for ping-pong and 4+ stages, as the kernel's kMmaInFlight).
 Processes per CTA: producer, TMA completions (async), consumer WG0, WG1, store warps; cross-CTA
-stream-K flags and slots; clusters of 2 (remote arrivals, multicast halves of B, the phantom unit).
+stream-K flags and slots; clusters of 2 (remote arrivals, multicast halves of the shared tile, B
+or A: the same bytes and barriers; the phantom unit).
 mbarrier: count, pending arrivals, tx count, completed phases n; try_wait.parity(P) true iff n % 2 != P.
 ``order_fix`` (argument ``fix``) is the kernel's epi[c] barriers (C tiles staged in unit order); without
 them ping-pong races on the C staging buffer, which the model finds (tests/test_sm90_protocol_sim.py).
@@ -142,9 +143,9 @@ def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0,
                     C["full"][stage].expect_tx(4)
                     C["ring"][stage] = ("d", gk)
                     if share:
-                        events.append((C, stage, 2, gk))  # A
-                        events.append((C, stage, 1, gk))  # own half of B, to self
-                        events.append((ctas[C["b"] ^ 1], stage, 1, gk))  # own half of B, to the partner
+                        events.append((C, stage, 2, gk))  # the unshared tile (A, or B where A is shared)
+                        events.append((C, stage, 1, gk))  # own half of the shared tile, to self
+                        events.append((ctas[C["b"] ^ 1], stage, 1, gk))  # own half of it, to the partner
                     else:
                         events.append((C, stage, 4, gk))
                 stage += 1

@@ -80,8 +80,8 @@ def test_gemm_default_and_ctas(M, N, K, ctas, order, swizzle):
     assert torch.equal(out1, out2), "raster/ctas must not change the result (same k order per tile)"
 
 
-# --- clusters of 2 (B shared by TMA multicast) ---------------------------------------------------
-# Odd tile counts (a phantom unit), odd tile rows (edge bands whose pairs do not share B), N tails
+# --- clusters of 2 (B or A shared by TMA multicast) ----------------------------------------------
+# Odd tile counts (a phantom unit), odd tile rows (edge bands whose pairs share A or nothing), N tails
 # inside and past the first half of B (a half box wholly out of bounds), grids smaller than ctas.
 CLUSTER_SHAPES = [(1100, 1792, 520), (300, 130, 72), (129, 100, 8), (2048, 4096, 1024), (777, 1000, 4104)]
 
