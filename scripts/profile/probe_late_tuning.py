@@ -1,13 +1,15 @@
 """Why a tuning late in a long process can time every candidate alike (issue 23): the LLM benchmark's
 shapes before one shape (default: the 26 before the one-wave 1100 x 1792 x 5120, without the cluster
 twins, as ``ab_sm90_llm.py`` runs them), then that shape's tuning candidates timed as autotuning
-times them (:func:`fo_lib.gemm.sm90.time_candidates`) several times over, each timing between two
-readings of the GPU's clocks, power, temperature and throttle reasons (``nvidia-smi``). Prints a table;
+times them (as :func:`fo_lib.gemm.sm90.time_candidates`, in ``--tune-rounds`` rounds) several times over, each timing between two
+readings of the GPU's clocks, power, temperature and throttle reasons (``nvidia-smi``). Prints a line
+per timing: the pick (``autotune.choose``) and every candidate's median;
 ``--fresh`` times the candidates first, before any other shape, for comparison. The shapes before it
 tune afresh: autotuning writes to a temporary file (``FO_SM90_AUTOTUNE_FILE``), the kernels come
 from the usual cache.
 
     python scripts/profile/probe_late_tuning.py --shape 26 --reps 3 10 3
+    python scripts/profile/probe_late_tuning.py --shape 3 --fresh --reps 3 3 3 --tune-rounds 10 30  # picks by rounds
 """
 from __future__ import annotations
 
