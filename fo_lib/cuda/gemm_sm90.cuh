@@ -619,21 +619,19 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                                 tma_load_2d(dst, tma_a, full, kb * BK, tm * BM);
                                 tma_load_2d(dst + S::A_BYTES, tma_b, full, kb * BK, tn * BN);
                             } else {  // both tensor maps have boxes of half a tile here
-                                if (share_a) {
-                                    tma_load_2d_multicast(dst + rank * (S::A_BYTES / 2), tma_a, full,
-                                                          kb * BK, tm * BM + int(rank) * (BM / 2), 0x3);
-                                } else {
-                                    tma_load_2d(dst, tma_a, full, kb * BK, tm * BM);
-                                    tma_load_2d(dst + S::A_BYTES / 2, tma_a, full, kb * BK, tm * BM + BM / 2);
-                                }
-                                if (share_b) {
-                                    tma_load_2d_multicast(dst + S::A_BYTES + rank * (S::B_BYTES / 2), tma_b, full,
-                                                          kb * BK, tn * BN + int(rank) * (BN / 2), 0x3);
-                                } else {
-                                    tma_load_2d(dst + S::A_BYTES, tma_b, full, kb * BK, tn * BN);
-                                    tma_load_2d(dst + S::A_BYTES + S::B_BYTES / 2, tma_b, full, kb * BK,
-                                                tn * BN + BN / 2);
-                                }
+                                // One operand tile in two halves; shared: this CTA's half, into both CTAs.
+                                const auto load_halves = [&](const TmaDesc& map, u32 to, int row0, int half_rows,
+                                                             u32 half_bytes, bool shared) {
+                                    if (shared) {
+                                        tma_load_2d_multicast(to + rank * half_bytes, map, full, kb * BK,
+                                                              row0 + int(rank) * half_rows, 0x3);
+                                    } else {
+                                        tma_load_2d(to, map, full, kb * BK, row0);
+                                        tma_load_2d(to + half_bytes, map, full, kb * BK, row0 + half_rows);
+                                    }
+                                };
+                                load_halves(tma_a, dst, tm * BM, BM / 2, S::A_BYTES / 2, share_a);
+                                load_halves(tma_b, dst + S::A_BYTES, tn * BN, BN / 2, S::B_BYTES / 2, share_b);
                             }
                         }
                         if (++stage == STAGES) {
