@@ -372,11 +372,12 @@ def tuning_runs(configs, dtype: str, a, b, ctas: int, reps: int = autotune.REPS)
 
 
 def time_candidates(configs, dtype: str, a, b, ctas: int, model: Sm90Config, reps: int = autotune.REPS,
-                    seed: int = 0) -> dict:
+                    seed: int = 0, rounds: int = autotune.ROUNDS) -> dict:
     """``{config_label: median ms per call}`` of ``configs`` on ``a`` and ``b`` as autotuning times
     them: :func:`fo_lib.gemm.autotune.time_launches` of :func:`tuning_runs`, ``reps`` calls per graph,
-    after :func:`tuning_settle_s` of idle (``model``: the tile table's pick, whose grid says one wave)."""
-    return autotune.time_launches(tuning_runs(configs, dtype, a, b, ctas, reps), seed=seed, reps=reps,
+    ``rounds`` rounds, after :func:`tuning_settle_s` of idle (``model``: the tile table's pick, whose
+    grid says one wave)."""
+    return autotune.time_launches(tuning_runs(configs, dtype, a, b, ctas, reps), rounds=rounds, seed=seed, reps=reps,
                                   settle_s=tuning_settle_s(model, a.shape[0], b.shape[0], ctas))
 
 

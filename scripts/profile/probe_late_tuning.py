@@ -1,10 +1,10 @@
 """Why a tuning late in a long process can time every candidate alike (issue 23): the LLM benchmark's
 shapes before one shape (default: the 26 before the one-wave 1100 x 1792 x 5120, without the cluster
 twins, as ``ab_sm90_llm.py`` runs them), then that shape's tuning candidates timed as autotuning
-times them (as :func:`fo_lib.gemm.sm90.time_candidates`, in ``--tune-rounds`` rounds) several times over, each timing between two
-readings of the GPU's clocks, power, temperature and throttle reasons (``nvidia-smi``). Prints a line
-per timing: the pick (``autotune.choose``) and every candidate's median;
-``--fresh`` times the candidates first, before any other shape, for comparison. The shapes before it
+times them (:func:`fo_lib.gemm.sm90.time_candidates`, in ``--tune-rounds`` rounds) several times
+over, each timing between two readings of the GPU's clocks, power, temperature and throttle reasons
+(``nvidia-smi``). Prints a line per timing: the pick (``autotune.choose``) and every candidate's
+median; ``--fresh`` times the candidates first, before any other shape, for comparison. The shapes before it
 tune afresh: autotuning writes to a temporary file (``FO_SM90_AUTOTUNE_FILE``), the kernels come
 from the usual cache.
 
@@ -68,8 +68,7 @@ def time_candidates(index: int, reps_list, label: str, tune_rounds=(None,)) -> N
         for rounds in tune_rounds:
             rounds = rounds or autotune.ROUNDS
             before, t0 = gpu_state(), time.perf_counter()
-            ms = autotune.time_launches(sm90.tuning_runs(cands, "bf16", a, b, sms, reps), rounds=rounds, reps=reps,
-                                        settle_s=sm90.tuning_settle_s(model, M, N, sms))
+            ms = sm90.time_candidates(cands, "bf16", a, b, sms, model, reps, rounds=rounds)
             after = gpu_state()
             pick = autotune.choose(ms, sm90.config_label(model))
             every = " ".join(f"{k}={v * 1e3:.1f}" for k, v in sorted(ms.items(), key=lambda kv: kv[1]))

@@ -27,7 +27,8 @@ def exercise(family, configs, shapes) -> None:
     torch.manual_seed(0)
     for cfg in configs:
         for M, N, K in shapes:
-            cfg = cfg.with_raster("row", 2)  # clusters: pairs down a tile column share B; an odd last band's along its row, A
+            # Clusters: pairs down a tile column share B; an odd last band's, along its row, share A.
+            cfg = cfg.with_raster("row", 2)
             ctas = 3 if cfg.cluster == 1 else 4  # clusters of 2: an even count
             a = torch.randn(M, K, device="cuda").bfloat16()
             b = torch.randn(N, K, device="cuda").bfloat16()
