@@ -1,6 +1,9 @@
-"""CPU checks of scripts/profile/probe_late_tuning.py: reading nvidia-smi, refusing a bad shape index."""
+"""CPU checks of scripts/profile/probe_late_tuning.py (refusing a bad shape index) and of the
+nvidia-smi reader it shares (fo_lib.experiments.gpu_clocks)."""
 import pytest
 from script_loader import load_script
+
+from fo_lib.experiments.gpu_clocks import parse_smi
 
 
 def _probe():
@@ -8,11 +11,10 @@ def _probe():
 
 
 def test_reads_one_nvidia_smi_line_and_refuses_another_layout():
-    probe = _probe()
-    got = probe.parse_smi("1980, 3201, 612.45, 47, 0x0000000000000004")
+    got = parse_smi("1980, 3201, 612.45, 47, 0x0000000000000004")
     assert got == dict(sm_mhz="1980", mem_mhz="3201", power_w="612.45", temp_c="47", throttle="0x0000000000000004")
     with pytest.raises(ValueError, match="expected 5 fields"):
-        probe.parse_smi("1980, 3201")
+        parse_smi("1980, 3201")
 
 
 def test_a_shape_index_out_of_range_is_refused_in_one_line(capsys):

@@ -1,0 +1,154 @@
+"""Where the sm_90a GEMM loses to cuBLAS on a shape (issue 23): per unit of work, at its ends, or in
+the clock it runs at.
+
+Per ``M,N,K,CONFIG`` (a config label as the LLM benchmark writes it, e.g. ``128x176x64pd/row8``):
+
+1. ours (the config in whole waves, as the probe runs it; with ``+sk`` the stream-K launch too) and
+   ``torch.matmul`` timed in interleaved rounds of CUDA-graph replays on inputs that rotate beyond L2;
+2. the probe epilogue's per-tile stamps over ``--probes`` launches, cut by
+   :func:`fo_lib.experiments.cta_timeline.summarize` into skew, the steady cadence per unit, and what
+   the ends cost (median over launches);
+3. each kernel replayed alone for about ``--hold`` seconds while ``nvidia-smi`` reads the SM clock
+   and the power twice: a kernel that draws more power runs at a lower clock under the cap.
+
+Then per-clock efficiencies: ``eff`` = the kernel's FLOPs over (its time x the clock x 4096 dense
+16-bit FLOP per SM and cycle x the SMs); ``unit_eff`` = one unit's FLOPs over (the cadence x the
+clock x 4096): the main loop's share of the tensor cores' peak. One CSV row per shape (+ sidecar).
+
+    python scripts/profile/probe_sm90_timeline.py --shapes 2048,7168,5120,128x176x64pd/row8 --out /tmp/t.csv
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from fo_lib.experiments.gpu_clocks import gpu_state  # noqa: E402
+
+FLOP_PER_SM_CYCLE = 4096  # dense 16-bit wgmma on one Hopper SM (989 TFLOP/s at 1830 MHz on 132 SMs)
+# Four of the slowest LLM shapes against cuBLAS with their usual picks, and two where ours leads.
+DEFAULT_SHAPES = ("5000,7168,8192,128x256x64/row8+sk", "2048,7168,5120,128x176x64pd/row8",
+                  "1536,28672,4096,128x176x64pd/col4", "2048,4096,7168,128x256x64/row8",
+                  "12288,7168,4096,128x176x64c2p/row8", "8192,18944,3584,128x256x64/row8")
+
+
+def parse_shape(text: str) -> tuple[int, int, int, str]:
+    """``M,N,K,CONFIG`` -> ``(M, N, K, CONFIG)``; ValueError naming the text otherwise."""
+    parts = text.split(",")
+    if len(parts) != 4 or not all(p.strip().isdigit() and int(p) > 0 for p in parts[:3]):
+        raise ValueError(f"--shapes: M,N,K,CONFIG with positive integers, got {text!r}")
+    return int(parts[0]), int(parts[1]), int(parts[2]), parts[3].strip()
+
+
+def held_clock(fn, seconds: float) -> dict:
+    """Replay ``fn`` (one CUDA-graph launch of a few calls) for about ``seconds`` and read the clock and
+    power twice while the GPU is still busy: the mean SM MHz and watts."""
+    import torch
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    per = max(time.perf_counter() - t0, 1e-6)
+    readings = []
+    for _ in range(2):
+        for _ in range(max(1, int(seconds / 2 / per))):
+            fn()
+        readings.append(gpu_state())  # while the queue drains
+        torch.cuda.synchronize()
+    good = [r for r in readings if "sm_mhz" in r]
+    if not good:
+        return dict(mhz=float("nan"), watts=float("nan"))
+    return dict(mhz=statistics.mean(float(r["sm_mhz"]) for r in good),
+                watts=statistics.mean(float(r["power_w"]) for r in good))
+
+
+def probe_shape(M, N, K, label, rounds, probes, hold) -> dict:
+    import numpy as np
+    import torch
+
+    from fo_lib.experiments.cta_timeline import summarize
+    from fo_lib.experiments.kernel_bench import config_variant, input_sets
+    from fo_lib.gemm import sm90
+    from fo_lib.testing import bench_interleaved
+
+    sets = input_sets(M, N, K, torch.bfloat16)
+    n = len(sets)
+    cfg = config_variant(sm90.CONFIGS, label, M)
+    whole = cfg.whole_waves()
+    fns = {"ours": lambda i: sm90.gemm_nt(*sets[i % n], config=whole),
+           "cublas": lambda i: torch.matmul(sets[i % n][0], sets[i % n][1].T, out=sets[i % n][2])}
+    if cfg.stream_k:
+        fns["ours_sk"] = lambda i: sm90.gemm_nt(*sets[i % n], config=cfg)
+    ms = {k: statistics.median(v) for k, v in
+          bench_interleaved(fns, rounds=rounds, inner=3, graph=True, order="shuffle").items()}
+    stamps = []
+    for i in range(probes + 1):
+        _, p = sm90.gemm_nt_probe(sets[i % n][0], sets[i % n][1], sets[i % n][2], config=whole)
+        torch.cuda.synchronize()
+        if i:  # the first launch builds
+            stamps.append(summarize(p.cpu().numpy(), ms["ours"]))
+    row = dict(M=M, N=N, K=K, config=label, ours_ms=ms["ours"], cublas_ms=ms["cublas"],
+               ours_sk_ms=ms.get("ours_sk", float("nan")))
+    row.update({k: float(np.median([s[k] for s in stamps])) for k in stamps[0]})
+    for name in ("ours", "cublas"):
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            fns[name](0)  # warm, outside the capture
+            torch.cuda.synchronize()
+            with torch.cuda.graph(g, stream=s):
+                for i in range(6):
+                    fns[name](i)
+        held = held_clock(g.replay, hold)
+        row[f"{name}_mhz"], row[f"{name}_watts"] = held["mhz"], held["watts"]
+    flop = 2.0 * M * N * K
+    sms = sm90.sm_count()
+    row["ours_eff"] = flop / (row["ours_ms"] * 1e-3 * row["ours_mhz"] * 1e6 * FLOP_PER_SM_CYCLE * sms)
+    row["cublas_eff"] = flop / (row["cublas_ms"] * 1e-3 * row["cublas_mhz"] * 1e6 * FLOP_PER_SM_CYCLE * sms)
+    unit_flop = 2.0 * whole.BM * whole.BN * K
+    row["unit_eff"] = unit_flop / (row["cadence_us"] * 1e-6 * row["ours_mhz"] * 1e6 * FLOP_PER_SM_CYCLE)
+    return row
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--shapes", nargs="+", default=list(DEFAULT_SHAPES), help="M,N,K,CONFIG entries")
+    p.add_argument("--rounds", type=int, default=20, help="interleaved rounds of ours against cuBLAS")
+    p.add_argument("--probes", type=int, default=5, help="probe launches per shape (after one to build)")
+    p.add_argument("--hold", type=float, default=1.0, help="seconds each kernel is replayed for the clock")
+    p.add_argument("--out", required=True, help="CSV to write (with a .meta.json sidecar)")
+    args = p.parse_args(argv)
+    try:
+        shapes = [parse_shape(s) for s in args.shapes]
+    except ValueError as exc:
+        p.error(str(exc))
+    from fo_lib.gemm import sm90
+    if not sm90.is_supported():
+        sys.exit("probe_sm90_timeline: needs a compute capability 9.0 GPU")
+    import pandas as pd
+
+    from fo_lib.provenance import write_result
+    rows = []
+    for M, N, K, label in shapes:
+        r = probe_shape(M, N, K, label, args.rounds, args.probes, args.hold)
+        rows.append(r)
+        print(f"{M}x{N}x{K} {label}: cuBLAS/ours {r['cublas_ms'] / r['ours_ms']:.3f}"
+              + (f" (+sk {r['cublas_ms'] / r['ours_sk_ms']:.3f})" if r['ours_sk_ms'] == r['ours_sk_ms'] else "")
+              + f" | units {r['units']} x cadence {r['cadence_us']:.2f} us = {r['steady_us']:.1f}, kernel"
+              f" {r['kernel_us']:.1f} (overhead {r['overhead_us']:.1f}, ends {r['ends_us']:.1f}, skew"
+              f" {r['skew_us']:.2f}, last unit {r['last_unit_us']:.1f}, imbalance {r['imbalance_us']:.1f})"
+              f" | MHz ours {r['ours_mhz']:.0f} cuBLAS {r['cublas_mhz']:.0f}, W {r['ours_watts']:.0f} /"
+              f" {r['cublas_watts']:.0f} | eff ours {r['ours_eff']:.3f} cuBLAS {r['cublas_eff']:.3f}"
+              f" unit {r['unit_eff']:.3f}", flush=True)
+    write_result(pd.DataFrame(rows), args.out, rounds=args.rounds, probes=args.probes, hold_s=args.hold,
+                 command="probe_sm90_timeline.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()
