@@ -14,13 +14,18 @@ from fo_lib import kernel_catalog as catalog
 from fo_lib.tiling import TileGrid
 
 SOURCES = list(gemm_sm90.compile_check_sources())
+# Every compiled variant: each config, and each single-CTA config with its stream-K tail compiled in.
+VARIANTS = {**gemm_sm90.CONFIGS, **{f"{n}+sk": replace(c, stream_k=True)
+                                     for n, c in gemm_sm90.CONFIGS.items() if c.cluster == 1}}
 
 
 
-def test_compile_check_covers_every_config_dtype_epilogue():
+def test_compile_check_covers_every_config_dtype_epilogue_with_and_without_a_stream_k_tail():
     labels = {label for label, _ in SOURCES}
-    assert len(labels) == len(SOURCES) == len(gemm_sm90.CONFIGS) * len(gemm.DTYPES) * len(gemm.EPILOGUES)
-    for cname in gemm_sm90.CONFIGS:
+    singles = sum(c.cluster == 1 for c in gemm_sm90.CONFIGS.values())
+    assert len(VARIANTS) == len(gemm_sm90.CONFIGS) + singles > len(gemm_sm90.CONFIGS)
+    assert len(labels) == len(SOURCES) == len(VARIANTS) * len(gemm.DTYPES) * len(gemm.EPILOGUES)
+    for cname in VARIANTS:
         for dtype in gemm.DTYPES:
             for epi in gemm.EPILOGUES:
                 assert f"gemm_sm90 {cname} {dtype} {epi}" in labels
@@ -54,7 +59,7 @@ def test_smem_bytes_matches_device_code(cname, nvrtc):
 
 
 def test_kernel_names_unique_and_distinct_from_portable():
-    names = [gemm_sm90.generate_source(cfg, d, e)[1] for cfg in gemm_sm90.CONFIGS.values()
+    names = [gemm_sm90.generate_source(cfg, d, e)[1] for cfg in VARIANTS.values()
              for d in gemm.DTYPES for e in gemm.EPILOGUES]
     assert len(names) == len(set(names))
     portable = {gemm.generate_source(cfg, d, e)[1] for cfg in gemm.CONFIGS.values()
@@ -262,19 +267,20 @@ def test_cooperative_direct_c_configs_are_recorded_not_picked(monkeypatch):
         assert not picked.direct_c or picked.pingpong
 
 
-@pytest.mark.parametrize("cname", list(gemm_sm90.CONFIGS))
-def test_cooperative_k_loops_build_their_descriptors_on_the_uniform_datapath(cname, nvrtc):
+@pytest.mark.parametrize("cname", list(VARIANTS))
+def test_k_loops_build_their_descriptors_on_the_uniform_datapath(cname, nvrtc):
     """The consumers' k-loop (SASS, nvdisasm of the test extra): 4 HGMMAs per k-block (8 in ping-pong:
-    two halves) and, for cooperative consumers, no R2UR: ptxas proved the tile loop warp-uniform and
-    steps the wgmma descriptors on the uniform datapath. A branch only one lane takes in that loop (a
-    lone thread's spin on a stream-K flag did) moves every k-block's descriptors through vector
-    registers (docs/perf-log.md). Ping-pong's warpgroup index is not uniform to ptxas yet: R2URs there."""
+    two halves) and no R2UR: ptxas proved the tile loop warp-uniform and steps the wgmma descriptors
+    on the uniform datapath. A branch only one lane takes in that loop (a lone thread's spin on a
+    stream-K flag did) moves every k-block's descriptors through vector registers (docs/perf-log.md).
+    The one exception: ping-pong with a stream-K tail compiled in, whose warpgroup index stays
+    unshuffled (shuffled, the tail's values and the loop's overflow the uniform registers: spills)."""
     from script_loader import load_script
     rep = load_script("scripts/profile/sass_report.py")
     disasm = rep.find_nvdisasm(None)
     assert disasm, "no nvdisasm: the test extra installs the nvidia-cuda-nvdisasm wheel"
-    cfg = gemm_sm90.CONFIGS[cname]
+    cfg = VARIANTS[cname]
     n = rep.sm90_counts(cfg, "plain", "bf16", disasm)
     assert n["HGMMA"] == (8 if cfg.pingpong else 4) and n["spill"] == 0
-    if not cfg.pingpong:
+    if not (cfg.pingpong and cfg.stream_k):
         assert n["R2UR"] == 0, f"{cname}: {n['R2UR']} R2UR in a k-block loop of {n['loop']} instructions"

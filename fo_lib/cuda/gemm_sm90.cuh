@@ -61,6 +61,9 @@
 //     CTA resets the flag for the next launch. A CTA waits only on CTA b - 1's head, which waits on
 //     nothing: CTA b - 1 must be running no later than CTA b (blocks are dispatched in index order,
 //     and the persistent grid fits the GPU).
+//   * Both tails are compiled in only where the config asks for one (STREAM_K, a single CTA): their
+//     code kept the consumers' loop state out of uniform registers, so every other kernel runs
+//     without it (sk_tiles is then ignored).
 //
 // Ping-pong (PINGPONG): the two consumer warpgroups take turns, warpgroup c computing whole tiles
 // (both 64-row halves) of the units u with u % 2 == c; it starts a unit's main loop only after the
@@ -519,7 +522,8 @@ __device__ __forceinline__ i64 placed_row(i64 base, i64 sub_stride, int shift, i
 }
 
 // Pointers an epilogue does not use may be null.
-template <int BN, int STAGES, int CLUSTER, bool PINGPONG, class T, int EPILOGUE, bool DIRECT_C = false>
+template <int BN, int STAGES, int CLUSTER, bool PINGPONG, class T, int EPILOGUE, bool DIRECT_C = false,
+          bool STREAM_K = true>
 __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDesc& tma_b, bits16* __restrict__ C,
                                                int M, int N, int K, i64 ldc, int order, int swizzle,
                                                bits16* __restrict__ comm_buf, const i64* __restrict__ row_offset,
@@ -529,6 +533,10 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
     using S = Sm90Shape<BN, STAGES, PINGPONG, DIRECT_C>;
     using namespace sm90;
     static_assert(CLUSTER == 1 || CLUSTER == 2, "CLUSTER is 1 or 2 CTAs");
+    static_assert(CLUSTER == 1 || !STREAM_K, "clusters run whole waves: no stream-K tail");
+    // Without STREAM_K the tail's code folds away (as in clusters), and with it the values that kept
+    // ptxas from holding the consumers' loop state in uniform registers.
+    if (!STREAM_K) sk_tiles = 0;
     static_assert(CLUSTER == 1 || BN % 16 == 0, "clusters multicast halves of B: BN a multiple of 16");
     static_assert(EPILOGUE >= 0 && EPILOGUE <= 5,
                   "EPILOGUE is 0 plain, 1 signal, 2 probe, 3 scatter, 4 signal_rows or 5 signal_tiles");
@@ -721,7 +729,10 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
         // Ping-pong: warpgroup c computes whole tiles, the units u with u % 2 == c (H = 2 halves), its
         // main loop after the other's (order barriers), so one's epilogue runs under the other's
         // MMAs; it keeps one k-block of MMAs in flight.
-        const int c = wg - 1;
+        // Shuffled so ptxas sees it warp-uniform: the ping-pong k-loop then builds its wgmma
+        // descriptors on the uniform datapath (no R2UR). With a stream-K tail compiled in, the
+        // uniform registers do not hold both and ptxas spills, so there it stays as it is.
+        const int c = STREAM_K ? wg - 1 : __shfl_sync(0xffffffffu, wg - 1, 0);
         constexpr int H = PINGPONG ? 2 : 1;
         // One k-block of MMAs in flight, so the tensor cores do not drain at every k-block while the
         // warpgroup frees its stage and waits for the next: its stage is held a k-block longer, which
@@ -735,8 +746,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
         const int lane = tid % 32;
         const u32 desc_lo = desc_sw128_lo(base);  // stage 0's A; B is A_BYTES on
         // This warpgroup's rows of A in a stage (ping-pong: the first half; the second is 64 rows on),
-        // shuffled so ptxas sees it warp-uniform. (Shuffling the warpgroup index itself, as CUTLASS
-        // does, made ptxas spill; the descriptors still reach the wgmma through R2UR.)
+        // shuffled so ptxas sees it warp-uniform where c is not (a stream-K tail compiled in).
         const u32 a_rows = PINGPONG ? 0 : __shfl_sync(0xffffffffu, c, 0) * (64 * BK * 2);
         float acc[H][S::ACC];
 #pragma unroll

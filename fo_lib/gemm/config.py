@@ -53,6 +53,12 @@ class RasterMixin:
         return replace(self, order=self.order if order is None else order,
                        swizzle=self.swizzle if swizzle is None else swizzle)
 
+    @property
+    def kernel_id(self) -> str:
+        """Identifies the compiled kernel of this config (with the dtype and epilogue): its tile name,
+        and where a config compiles in more than its tiles, a mark of that (the Hopper stream-K tail)."""
+        return self.tile_name
+
     def whole_waves(self):
         """The same config without a stream-K tail (the Hopper configs' ``stream_k``): what runs where
         waves must stay whole (the overlap engine, the probe). Configs without the field are whole."""

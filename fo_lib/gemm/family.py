@@ -37,7 +37,7 @@ class GemmFamily:
         """The compiled kernel of ``(cfg, dtype, epilogue)`` on a device (compiled once)."""
         import cupy
 
-        key = (cfg.tile_name, dtype, self.kernel_of(epilogue), device_index)
+        key = (cfg.kernel_id, dtype, self.kernel_of(epilogue), device_index)
         kernel = self._kernels.get(key)
         if kernel is None:
             with cupy.cuda.Device(device_index):

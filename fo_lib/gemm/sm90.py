@@ -149,7 +149,7 @@ def predict_ms(cfg: Sm90Config, M: int, N: int, K: int, sm_count: int = 132, pat
 
 # --- source generation --------------------------------------------------------------------------
 def kernel_name(cfg: Sm90Config, dtype: str, epilogue: str) -> str:
-    return f"fo_gemm_sm90_nt_{cfg.tile_name}_{dtype}_{epilogue}"
+    return f"fo_gemm_sm90_nt_{cfg.kernel_id}_{dtype}_{epilogue}"
 
 
 def generate_source(cfg: Sm90Config, dtype: str, epilogue: str) -> tuple[str, str]:
@@ -163,7 +163,7 @@ def generate_source(cfg: Sm90Config, dtype: str, epilogue: str) -> tuple[str, st
         raise GemmError(f"epilogue must be one of {EPILOGUES}, got {epilogue!r}")
     name = kernel_name(cfg, dtype, epilogue)
     targs = (f"{cfg.BN}, {cfg.stages}, {cfg.cluster}, {str(cfg.pingpong).lower()}, {DTYPE_TAG[dtype]}, "
-             f"{EPILOGUE_ID[epilogue]}, {str(cfg.direct_c).lower()}")
+             f"{EPILOGUE_ID[epilogue]}, {str(cfg.direct_c).lower()}, {str(cfg.stream_k).lower()}")
     # NOTES: __launch_bounds__(384, 1) gives the kernel a register cap at entry, without which
     # setmaxnreg is ignored (ptxas warning C7508). A compiled-in cluster size lets a plain
     # cuLaunchKernel (CuPy's launch) start clusters.
@@ -186,9 +186,11 @@ extern "C" __global__ void __launch_bounds__({cfg.threads}, 1){cluster}
 
 
 def compile_check_sources():
-    """Every config x dtype x epilogue (fo_lib.kernel_catalog: compiled for sm_90a only, where wgmma and
-    setmaxnreg exist)."""
-    for cname, cfg in CONFIGS.items():
+    """Every config x dtype x epilogue, and every single-CTA config again with its stream-K tail
+    (``NAME+sk``; fo_lib.kernel_catalog: compiled for sm_90a only, where wgmma and setmaxnreg exist)."""
+    variants = [(n, c) for n, c in CONFIGS.items()] + [
+        (f"{n}+sk", replace(c, stream_k=True)) for n, c in CONFIGS.items() if c.cluster == 1]
+    for cname, cfg in variants:
         for dtype in DTYPES:
             for epi in EPILOGUES:
                 yield f"gemm_sm90 {cname} {dtype} {epi}", generate_source(cfg, dtype, epi)[0]

@@ -14,8 +14,9 @@ from .config import MAX_SMEM, GemmError, RasterMixin
 @dataclass(frozen=True)
 class Sm90Config(RasterMixin):
     """One sm_90a tile configuration: ``128 x BN x 64`` tiles, ``stages`` operand buffers.
-    ``order``/``swizzle`` are run-time arguments (no recompile), and so is ``stream_k`` (split the
-    partial last wave over every CTA where :func:`fo_lib.tiling.stream_k_tiles` says it pays)."""
+    ``order``/``swizzle`` are run-time arguments (no recompile). ``stream_k`` (split the partial last
+    wave over every CTA where :func:`fo_lib.tiling.stream_k_plan` says it pays) is compiled in: a
+    kernel without the tail's code keeps its k-loop on the uniform datapath (:attr:`kernel_id`)."""
 
     BN: int = 256
     stages: int = 3
@@ -44,8 +45,13 @@ class Sm90Config(RasterMixin):
                 + 8 * self.BM + 8 * (2 * self.stages + 2 + 4 * self.pingpong))
 
     @property
+    def kernel_id(self) -> str:
+        """The compiled kernel's name part: the tile name, ``_sk`` where the stream-K tail is compiled in."""
+        return self.tile_name + ("_sk" if self.stream_k else "")
+
+    @property
     def tile_name(self) -> str:
-        """Identifies the compiled specialization (everything but the run-time raster)."""
+        """Identifies the tiles (everything but the raster and the stream-K tail): the tile table's key."""
         return (f"m{self.BM}n{self.BN}k{self.BK}_s{self.stages}" + (f"_c{self.cluster}" if self.cluster > 1 else "")
                 + ("_pp" if self.pingpong else "") + ("_dc" if self.direct_c else ""))
 

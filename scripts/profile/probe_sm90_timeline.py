@@ -8,8 +8,9 @@ Per ``M,N,K,CONFIG`` (a config label as the LLM benchmark writes it, e.g. ``128x
 2. the probe epilogue's per-tile stamps over ``--probes`` launches, cut by
    :func:`fo_lib.experiments.cta_timeline.summarize` into skew, the steady cadence per unit, and what
    the ends cost (median over launches);
-3. each kernel replayed alone for about ``--hold`` seconds while ``nvidia-smi`` reads the SM clock
-   and the power twice: a kernel that draws more power runs at a lower clock under the cap.
+3. each kernel replayed alone for about ``--hold`` seconds (ours, cuBLAS, cuBLAS, ours; half each time)
+   while ``nvidia-smi`` reads the SM clock and the power: under the power cap a kernel that draws
+   more power per cycle runs at a lower clock.
 
 Then per-clock efficiencies: ``eff`` = the kernel's FLOPs over (its time x the clock x 4096 dense
 16-bit FLOP per SM and cycle x the SMs); ``unit_eff`` = one unit's FLOPs over (the cadence x the
@@ -95,8 +96,9 @@ def probe_shape(M, N, K, label, rounds, probes, hold) -> dict:
     row = dict(M=M, N=N, K=K, config=label, ours_ms=ms["ours"], cublas_ms=ms["cublas"],
                ours_sk_ms=ms.get("ours_sk", float("nan")))
     row.update({k: float(np.median([s[k] for s in stamps])) for k in stamps[0]})
+    graphs = {}
     for name in ("ours", "cublas"):
-        g = torch.cuda.CUDAGraph()
+        g = graphs[name] = torch.cuda.CUDAGraph()
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
@@ -105,8 +107,14 @@ def probe_shape(M, N, K, label, rounds, probes, hold) -> dict:
             with torch.cuda.graph(g, stream=s):
                 for i in range(6):
                     fns[name](i)
-        held = held_clock(g.replay, hold)
-        row[f"{name}_mhz"], row[f"{name}_watts"] = held["mhz"], held["watts"]
+    # Alternated, twice each: the power limiter lags, so a kernel held right after another (or after
+    # an idle moment) reads the clock that one left behind.
+    held = {name: [] for name in graphs}
+    for name in ("ours", "cublas", "cublas", "ours"):
+        held[name].append(held_clock(graphs[name].replay, hold / 2))
+    for name, hs in held.items():
+        row[f"{name}_mhz"] = statistics.mean(h["mhz"] for h in hs)
+        row[f"{name}_watts"] = statistics.mean(h["watts"] for h in hs)
     flop = 2.0 * M * N * K
     sms = sm90.sm_count()
     row["ours_eff"] = flop / (row["ours_ms"] * 1e-3 * row["ours_mhz"] * 1e6 * FLOP_PER_SM_CYCLE * sms)
