@@ -13,7 +13,7 @@ done
 (cd $OUT && tar czf llm.tgz llm_seed* && rm -f llm_seed*)
 ( time timeout 60 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python3 scripts/profile/sanitize_kernels.py --sm90 ) > $OUT/memcheck.log 2>&1
 echo "memcheck rc=$?: $(grep -E 'ERROR SUMMARY|sanitize: ok|real' $OUT/memcheck.log | tr '\n' ' ')" | tee -a $OUT/run.log
-left=$(( 575 - (SECONDS - t0) )); echo "tests get ${left}s" | tee -a $OUT/run.log
+left=$(( 520 - (SECONDS - t0) )); echo "tests get ${left}s" | tee -a $OUT/run.log
 timeout $left python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/gpu/test_gemm_sm90_gpu.py > $OUT/tests.log 2>&1
 echo "tests rc=$?: $(tail -1 $OUT/tests.log)" | tee -a $OUT/run.log
 grep -E "^(FAILED|ERROR)" $OUT/tests.log | head -10
