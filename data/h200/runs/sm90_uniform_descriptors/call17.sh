@@ -9,7 +9,7 @@ t0=$SECONDS
 echo "racecheck rc=$? $((SECONDS - t0))s: $(grep -E 'RACECHECK SUMMARY|sanitize: ok|real' $OUT/racecheck.log | tr '\n' ' ')" | tee -a $OUT/run.log
 ( time timeout 60 compute-sanitizer --tool synccheck --report-api-errors no --error-exitcode 9 python3 scripts/profile/sanitize_kernels.py --sm90 --stream-k ) > $OUT/synccheck.log 2>&1
 echo "synccheck rc=$?: $(grep -E 'ERROR SUMMARY|sanitize: ok|real' $OUT/synccheck.log | tr '\n' ' ')" | tee -a $OUT/run.log
-left=$(( 575 - (SECONDS - t0) )); echo "tests get ${left}s" | tee -a $OUT/run.log
+left=$(( ${FO_CALL_END:-575} - (SECONDS - t0) )); echo "tests get ${left}s" | tee -a $OUT/run.log
 timeout $left python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/gpu ${FO_TESTS_ARGS:---ignore=tests/gpu/test_gemm_sm90_gpu.py} > $OUT/tests.log 2>&1
 echo "tests rc=$?: $(tail -1 $OUT/tests.log)" | tee -a $OUT/run.log
 grep -E "^(FAILED|ERROR)" $OUT/tests.log | head -10
