@@ -21,3 +21,9 @@ def test_a_shape_index_out_of_range_is_refused_in_one_line(capsys):
     with pytest.raises(SystemExit):
         _probe().main(["--shape", "30"])
     assert "--shape: an index below 30" in capsys.readouterr().err
+
+
+def test_a_negative_idle_other_than_minus_one_is_refused_in_one_line(capsys):
+    with pytest.raises(SystemExit):
+        _probe().main(["--shape", "26", "--settle", "0", "-0.5"])
+    assert "--settle: seconds >= 0, or -1" in capsys.readouterr().err

@@ -534,12 +534,12 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
     using namespace sm90;
     static_assert(CLUSTER == 1 || CLUSTER == 2, "CLUSTER is 1 or 2 CTAs");
     static_assert(CLUSTER == 1 || !STREAM_K, "clusters run whole waves: no stream-K tail");
-    // Without STREAM_K the tail's code folds away (as in clusters), and with it the values that kept
-    // ptxas from holding the consumers' loop state in uniform registers.
-    if (!STREAM_K) sk_tiles = 0;
     static_assert(CLUSTER == 1 || BN % 16 == 0, "clusters multicast halves of B: BN a multiple of 16");
     static_assert(EPILOGUE >= 0 && EPILOGUE <= 5,
                   "EPILOGUE is 0 plain, 1 signal, 2 probe, 3 scatter, 4 signal_rows or 5 signal_tiles");
+    // Without STREAM_K the tail's code folds away (as in clusters), and with it the values that kept
+    // ptxas from holding the consumers' loop state in uniform registers.
+    if (!STREAM_K) sk_tiles = 0;
     constexpr bool kTableStore = EPILOGUE == 1 || EPILOGUE == 3;
     constexpr bool kPlaced = EPILOGUE == 5;  // tile places, as in gemm_mma.cuh
     constexpr bool kSignal = EPILOGUE == 1 || EPILOGUE == 4 || EPILOGUE == 5;

@@ -188,7 +188,7 @@ extern "C" __global__ void __launch_bounds__({cfg.threads}, 1){cluster}
 def compile_check_sources():
     """Every config x dtype x epilogue, and every single-CTA config again with its stream-K tail
     (``NAME+sk``; fo_lib.kernel_catalog: compiled for sm_90a only, where wgmma and setmaxnreg exist)."""
-    variants = [(n, c) for n, c in CONFIGS.items()] + [
+    variants = list(CONFIGS.items()) + [
         (f"{n}+sk", replace(c, stream_k=True)) for n, c in CONFIGS.items() if c.cluster == 1]
     for cname, cfg in variants:
         for dtype in DTYPES:
@@ -374,13 +374,15 @@ def tuning_runs(configs, dtype: str, a, b, ctas: int, reps: int = autotune.REPS)
 
 
 def time_candidates(configs, dtype: str, a, b, ctas: int, model: Sm90Config, reps: int = autotune.REPS,
-                    seed: int = 0, rounds: int = autotune.ROUNDS) -> dict:
+                    seed: int = 0, rounds: int = autotune.ROUNDS, settle_s: float | None = None) -> dict:
     """``{config_label: median ms per call}`` of ``configs`` on ``a`` and ``b`` as autotuning times
     them: :func:`fo_lib.gemm.autotune.time_launches` of :func:`tuning_runs`, ``reps`` calls per graph,
     ``rounds`` rounds, after :func:`tuning_settle_s` of idle (``model``: the tile table's pick, whose
-    grid says one wave)."""
+    grid says one wave; ``settle_s``: another idle, for experiments)."""
+    if settle_s is None:
+        settle_s = tuning_settle_s(model, a.shape[0], b.shape[0], ctas)
     return autotune.time_launches(tuning_runs(configs, dtype, a, b, ctas, reps), rounds=rounds, seed=seed, reps=reps,
-                                  settle_s=tuning_settle_s(model, a.shape[0], b.shape[0], ctas))
+                                  settle_s=settle_s)
 
 
 def config_for(a, b, ctas: int | None = None) -> Sm90Config:
