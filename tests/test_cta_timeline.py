@@ -62,3 +62,11 @@ def test_the_script_reads_shapes_and_refuses_a_bad_one_in_one_line(capsys):
     with pytest.raises(SystemExit):
         script.main(["--shapes", "2048,0,5120,128x256x64", "--out", "/tmp/x.csv"])
     assert "M,N,K,CONFIG with positive integers" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args", [["--probes", "0"], ["--rounds", "0"], ["--hold", "0"]])
+def test_the_script_refuses_empty_runs_in_one_line(args, capsys):
+    script = load_script("scripts/profile/probe_sm90_timeline.py")
+    with pytest.raises(SystemExit):
+        script.main(args + ["--out", "/tmp/x.csv"])
+    assert "at least 1" in capsys.readouterr().err

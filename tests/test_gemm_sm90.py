@@ -14,16 +14,18 @@ from fo_lib import kernel_catalog as catalog
 from fo_lib.tiling import TileGrid
 
 SOURCES = list(gemm_sm90.compile_check_sources())
-# Every compiled variant: each config, and each single-CTA config with its stream-K tail compiled in.
-VARIANTS = {**gemm_sm90.CONFIGS, **{f"{n}+sk": replace(c, stream_k=True)
-                                     for n, c in gemm_sm90.CONFIGS.items() if c.cluster == 1}}
+VARIANTS = gemm_sm90.compiled_variants()
 
 
 
 def test_compile_check_covers_every_config_dtype_epilogue_with_and_without_a_stream_k_tail():
     labels = {label for label, _ in SOURCES}
-    singles = sum(c.cluster == 1 for c in gemm_sm90.CONFIGS.values())
-    assert len(VARIANTS) == len(gemm_sm90.CONFIGS) + singles > len(gemm_sm90.CONFIGS)
+    singles = {n for n, c in gemm_sm90.CONFIGS.items() if c.cluster == 1}
+    assert set(VARIANTS) == set(gemm_sm90.CONFIGS) | {f"{n}+sk" for n in singles}
+    for label, cfg in VARIANTS.items():  # the tail is a template argument: the +sk kernels alone compile it
+        targs = re.search(r"gemm_sm90_body<([^>]*)>", gemm_sm90.generate_source(cfg, "bf16", "plain")[0]).group(1)
+        assert targs.split(", ")[-1] == ("true" if label.endswith("+sk") else "false"), (label, targs)
+        assert cfg.stream_k == label.endswith("+sk") and cfg.kernel_id.endswith("_sk") == cfg.stream_k
     assert len(labels) == len(SOURCES) == len(VARIANTS) * len(gemm.DTYPES) * len(gemm.EPILOGUES)
     for cname in VARIANTS:
         for dtype in gemm.DTYPES:

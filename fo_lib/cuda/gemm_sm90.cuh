@@ -523,7 +523,7 @@ __device__ __forceinline__ i64 placed_row(i64 base, i64 sub_stride, int shift, i
 
 // Pointers an epilogue does not use may be null.
 template <int BN, int STAGES, int CLUSTER, bool PINGPONG, class T, int EPILOGUE, bool DIRECT_C = false,
-          bool STREAM_K = true>
+          bool STREAM_K = false>
 __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDesc& tma_b, bits16* __restrict__ C,
                                                int M, int N, int K, i64 ldc, int order, int swizzle,
                                                bits16* __restrict__ comm_buf, const i64* __restrict__ row_offset,

@@ -16,8 +16,10 @@ START, END, SMID, CTA = range(4)
 
 
 def summarize(probe: np.ndarray, kernel_ms: float) -> dict:
-    """One launch's stamps (``[tiles, 4]``: start ns, end ns, smid, CTA) and the same kernel's event
-    time: a dict of microseconds.
+    """One launch's stamps (``[tiles, 4]``: start ns, end ns, smid, CTA) and ``kernel_ms``, the same
+    kernel's time from events (typically a median over replays without the probe, so the parts
+    below that subtract from it are estimates and may come out slightly negative): a dict of
+    microseconds.
 
     * ``span_us``: first start to last end over every CTA; ``ends_us = kernel - span``: what the
       stamps do not cover (launch, prologue up to the first main loop, the last stores' drain).

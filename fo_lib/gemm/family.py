@@ -23,7 +23,8 @@ class GemmFamily:
                  tail_args=None):
         self.check, self.generate, self.operand_args = check, generate, operand_args
         # Trailing kernel arguments of one family only (``tail_args(cfg, a, b, grid)`` -> ``(args,
-        # keep)``: the Hopper kernel's stream-K workspace, which the launch keeps alive).
+        # keep, run_cfg)``: the Hopper kernel's stream-K workspace, which the launch keeps alive, and
+        # the config whose kernel runs the launch: without a tail, the one without the tail's code).
         self.tail_args = tail_args
         # The instantiation that runs a store mode (the portable kernel shares one between two).
         self.kernel_of = kernel_of or (lambda epilogue: epilogue)
@@ -61,11 +62,11 @@ class GemmFamily:
         args = (*self.operand_args(cfg, dtype, a, b, c_ptr, ldc), i32(RASTER_ORDERS.index(cfg.order)),
                 i32(cfg.swizzle), u64(comm_ptr), u64(row_offset_ptr), u64(tile_group_ptr), u64(counter_ptr),
                 u64(probe_ptr))
-        keep = ()
+        keep, run_cfg = (), cfg
         if self.tail_args is not None:
-            tail, keep = self.tail_args(cfg, a, b, grid)
+            tail, keep, run_cfg = self.tail_args(cfg, a, b, grid)
             args += tuple(tail)
-        return PreparedLaunch(self.kernel(cfg, dtype, epilogue, dev), (grid,), (cfg.threads,), args,
+        return PreparedLaunch(self.kernel(run_cfg, dtype, epilogue, dev), (grid,), (cfg.threads,), args,
                               device_index=dev, shared_mem=cfg.smem_bytes, keep=keep)
 
     def gemm_nt(self, a, b, out=None, *, config=None, ctas: int | None = None, stream=None):

@@ -185,12 +185,16 @@ extern "C" __global__ void __launch_bounds__({cfg.threads}, 1){cluster}
     return source, name
 
 
+def compiled_variants() -> dict:
+    """Every compiled specialization by label: each of :data:`CONFIGS`, and each single-CTA one again
+    with its stream-K tail compiled in (``NAME+sk``, as :func:`config_label` marks it)."""
+    return {**CONFIGS, **{f"{n}+sk": replace(c, stream_k=True) for n, c in CONFIGS.items() if c.cluster == 1}}
+
+
 def compile_check_sources():
-    """Every config x dtype x epilogue, and every single-CTA config again with its stream-K tail
-    (``NAME+sk``; fo_lib.kernel_catalog: compiled for sm_90a only, where wgmma and setmaxnreg exist)."""
-    variants = list(CONFIGS.items()) + [
-        (f"{n}+sk", replace(c, stream_k=True)) for n, c in CONFIGS.items() if c.cluster == 1]
-    for cname, cfg in variants:
+    """Every compiled variant (:func:`compiled_variants`) x dtype x epilogue (fo_lib.kernel_catalog:
+    compiled for sm_90a only, where wgmma and setmaxnreg exist)."""
+    for cname, cfg in compiled_variants().items():
         for dtype in DTYPES:
             for epi in EPILOGUES:
                 yield f"gemm_sm90 {cname} {dtype} {epi}", generate_source(cfg, dtype, epi)[0]
@@ -262,7 +266,7 @@ def config_label(cfg: Sm90Config) -> str:
 
 def kernel_digest(dtype: str) -> str:
     """The digest under which tunings of ``dtype`` GEMMs are remembered: the compiler's cache keys of
-    every candidate's plain kernel, how they are timed (``autotune.TIMING``) and the one-wave rasters
+    every candidate's plain kernel (with and without its stream-K tail), how they are timed (``autotune.TIMING``) and the one-wave rasters
     (a change to a source, a header, the NVRTC options or version, the configs, what autotuning
     weighs or how it times makes them tune again). Needs NVRTC (its version is part of the key)."""
     from ..jit.compiler import nvrtc_options
@@ -274,8 +278,9 @@ def _kernel_digest(dtype: str, options: tuple) -> str:
     # Once per (dtype, options) and process, like the compiler's header snapshot (~0.1 s).
     from ..jit.compiler import source_key
     # Over the picker's pool: a tuning that weighed other configs (the cooperative direct-C ones) does not apply.
-    return autotune.digest([autotune.TIMING, repr(ONE_WAVE_RASTERS)] + [f"{n} {source_key(generate_source(CONFIGS[n], dtype, 'plain')[0], ARCH)}"
-                                                for n in candidate_pool()])
+    builds = [v for c in candidate_pool().values() for v in dict.fromkeys((c, c.whole_waves()))]
+    return autotune.digest([autotune.TIMING, repr(ONE_WAVE_RASTERS)] + [
+        f"{v.kernel_id} {source_key(generate_source(v, dtype, 'plain')[0], ARCH)}" for v in builds])
 
 
 # The rasters autotuning tries for a one-wave grid: bands of 1, 2 and 8 tile rows, and of 8 columns.
@@ -378,7 +383,7 @@ def time_candidates(configs, dtype: str, a, b, ctas: int, model: Sm90Config, rep
     """``{config_label: median ms per call}`` of ``configs`` on ``a`` and ``b`` as autotuning times
     them: :func:`fo_lib.gemm.autotune.time_launches` of :func:`tuning_runs`, ``reps`` calls per graph,
     ``rounds`` rounds, after :func:`tuning_settle_s` of idle (``model``: the tile table's pick, whose
-    grid says one wave; ``settle_s``: another idle, for experiments)."""
+    grid says one wave; ``settle_s``: seconds of idle instead, for experiments; None: the tuning's)."""
     if settle_s is None:
         settle_s = tuning_settle_s(model, a.shape[0], b.shape[0], ctas)
     return autotune.time_launches(tuning_runs(configs, dtype, a, b, ctas, reps), rounds=rounds, seed=seed, reps=reps,
@@ -401,10 +406,12 @@ def _sm90_operand_args(cfg, dtype, a, b, c_ptr, ldc):
 
 def _stream_k_args(cfg, a, b, grid):
     """The kernel's trailing stream-K arguments ``(sk_tiles, split, partial slots, flags)``
-    (:func:`fo_lib.tiling.stream_k_plan`) and the buffers the launch keeps: two fp32 slots of
+    (:func:`fo_lib.tiling.stream_k_plan`), the buffers the launch keeps: two fp32 slots of
     ``BM x BN`` per CTA (a head or a split part, a parked tail) and one zeroed flag per stream-K tile
-    (the finishing CTA resets its flag, so they stay zero between launches). Owned by the launch:
-    two different launches never share a workspace."""
+    (the finishing CTA resets its flag, so they stay zero between launches; owned by the launch:
+    two different launches never share a workspace), and the config whose kernel runs: a launch
+    without a tail (none pays on this grid, or built inside a capture) runs the kernel without the
+    tail's code, whose k-loop is the faster one."""
     import numpy as np
     import torch
 
@@ -414,13 +421,13 @@ def _stream_k_args(cfg, a, b, grid):
     # Built inside a capture, the flags' zeroing would only be recorded: an eager call of this
     # memoized launch before the graph's first replay would read garbage flags. Whole waves then.
     if sk == 0 or torch.cuda.is_current_stream_capturing():
-        return (np.int32(0), np.int32(0), np.uint64(0), np.uint64(0)), ()
+        return (np.int32(0), np.int32(0), np.uint64(0), np.uint64(0)), (), cfg.whole_waves()
     partial = torch.empty(2 * grid * cfg.BM * cfg.BN, dtype=torch.float32, device=a.device)
     flags = torch.zeros(sk, dtype=torch.int32, device=a.device)
     # The zeros are written on this stream; the launch may be enqueued on another one (once per
     # memoized launch: later calls reuse the buffers).
     torch.cuda.current_stream(a.device).synchronize()
-    return (np.int32(sk), np.int32(split), np.uint64(partial.data_ptr()), np.uint64(flags.data_ptr())), (partial, flags)
+    return (np.int32(sk), np.int32(split), np.uint64(partial.data_ptr()), np.uint64(flags.data_ptr())), (partial, flags), cfg
 
 
 # The same public calls as the portable family (fo_lib.gemm.family.GemmFamily). Probe stamps: start

@@ -46,8 +46,8 @@ def time_candidates(index: int, reps_list, label: str, tune_rounds=(None,), sett
     a, b = sets[0][0], sets[0][1]
     for reps in reps_list:
         for rounds in tune_rounds:
+            rounds = rounds or autotune.ROUNDS
             for settle in settles:
-                rounds = rounds or autotune.ROUNDS
                 before, t0 = gpu_state(), time.perf_counter()
                 ms = sm90.time_candidates(cands, "bf16", a, b, sms, model, reps, rounds=rounds, settle_s=settle)
                 after = gpu_state()

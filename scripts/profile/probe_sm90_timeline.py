@@ -61,11 +61,14 @@ def held_clock(fn, seconds: float) -> dict:
             fn()
         readings.append(gpu_state())  # while the queue drains
         torch.cuda.synchronize()
-    good = [r for r in readings if "sm_mhz" in r]
-    if not good:
-        return dict(mhz=float("nan"), watts=float("nan"))
-    return dict(mhz=statistics.mean(float(r["sm_mhz"]) for r in good),
-                watts=statistics.mean(float(r["power_w"]) for r in good))
+    def number(r, key):
+        try:
+            return float(r[key])
+        except (KeyError, ValueError):  # no reading, or nvidia-smi's "[N/A]"
+            return None
+    mhz = [v for v in (number(r, "sm_mhz") for r in readings) if v is not None]
+    watts = [v for v in (number(r, "power_w") for r in readings) if v is not None]
+    return dict(mhz=statistics.mean(mhz) if mhz else float("nan"), watts=statistics.mean(watts) if watts else float("nan"))
 
 
 def probe_shape(M, N, K, label, rounds, probes, hold) -> dict:
@@ -136,6 +139,8 @@ def main(argv=None):
         shapes = [parse_shape(s) for s in args.shapes]
     except ValueError as exc:
         p.error(str(exc))
+    if args.probes < 1 or args.rounds < 1 or args.hold <= 0:
+        p.error("--probes and --rounds: at least 1; --hold: seconds above 0")
     from fo_lib.gemm import sm90
     if not sm90.is_supported():
         sys.exit("probe_sm90_timeline: needs a compute capability 9.0 GPU")

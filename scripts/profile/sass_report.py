@@ -95,14 +95,15 @@ def sm90_report(names, epilogues, dtype, disasm, dump) -> int:
     """One line per (config, epilogue) of the Hopper kernel (see the module's docstring)."""
     from fo_lib.gemm import sm90
 
-    unknown = [n for n in names if n not in sm90.CONFIGS]
+    variants = sm90.compiled_variants()  # the configs, and NAME+sk: the single-CTA ones with their tail
+    unknown = [n for n in names if n not in variants]
     if unknown:
-        return refuse("an sm90 config", unknown, sm90.CONFIGS)
+        return refuse("an sm90 config", unknown, variants)
     print(f"sm90 {dtype} sm_90a" + ("" if disasm else "  (no nvdisasm: registers only)"))
     print(f"{'config':16s} {'epilogue':13s} {'regs':>5s} {'spill B':>8s} {'loop':>6s} {'HGMMA':>6s} {'R2UR':>5s}")
     for name in names:
         for epi in epilogues:
-            n = sm90_counts(sm90.CONFIGS[name], epi, dtype, disasm, dump)
+            n = sm90_counts(variants[name], epi, dtype, disasm, dump)
             row = f"{name:16s} {epi:13s} {n['regs']:5d} {n['spill']:8d}"
             if disasm:
                 row += f" {n['loop']:6d} {n['HGMMA']:6d} {n['R2UR']:5d}"
@@ -113,8 +114,8 @@ def sm90_report(names, epilogues, dtype, disasm, dump) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sm90", nargs="*", metavar="CONFIG",
-                    help="the Hopper kernel instead: these sm90 configs (none named: every one), epilogues "
-                         "from --epilogues (default plain)")
+                    help="the Hopper kernel instead: these sm90 configs (none named: every one; NAME+sk: a "
+                         "single-CTA config with its stream-K tail compiled in), epilogues from --epilogues (default plain)")
     ap.add_argument("--config", default="256x128x64", choices=sorted(gemm.CONFIGS))
     ap.add_argument("--epilogues", nargs="*", help=f"default every one: {', '.join(gemm.PORTABLE_KERNELS)} "
                     f"(--sm90: plain; its epilogues are {', '.join(gemm.EPILOGUES)})")

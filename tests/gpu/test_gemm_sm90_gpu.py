@@ -360,6 +360,25 @@ def test_stream_k_tail_signals_each_tile_once(M, N, K, cname, ctas, split):
     assert np.array_equal(p[:, 3], cfg.grid(M, N, P).schedule_index % P), "CTA b runs tiles b, b + P, ..."
 
 
+@pytest.mark.parametrize("cname,m_cut", [("128x256x64", 2048), ("128x176x64p", 512)])
+def test_a_stream_k_launch_runs_the_tail_kernel_only_where_a_tail_pays(cname, m_cut):
+    """The stream-K tail is compiled in (kernel_id ``_sk``): a launch whose grid gets no tail (one
+    wave) runs the kernel without the tail's code, one that cuts tiles (``m_cut`` rows: a tail split
+    in 2) the ``_sk`` kernel; both products match float64."""
+    dev = torch.cuda.current_device()
+    cfg = _stream_k_config(cname, m_cut, 7168, 512, 132, 2)
+    kernel = {sk: gemm_sm90.SM90.kernel(replace(cfg, stream_k=sk), "bf16", "plain", dev) for sk in (False, True)}
+    assert kernel[False] is not kernel[True]
+    for M, tail in ((256, False), (m_cut, True)):
+        a, b = inputs(M, 7168, 512, "bf16", M)
+        out = torch.full((M, 7168), float("nan"), dtype=a.dtype, device=a.device)
+        launch = gemm_sm90.SM90.prepare(cfg, "bf16", "plain", a, b, out.data_ptr(), 7168, 132)
+        assert launch.kernel is kernel[tail], (M, tail)
+        launch()
+        torch.cuda.synchronize()
+        assert calc_diff(out, ref(a, b)) < TOL["bf16"]
+
+
 def test_the_engine_runs_whole_waves():
     from fo_lib.engine import OverlapPlan
     from fo_lib.comm.loopback import LoopbackCommunicator
