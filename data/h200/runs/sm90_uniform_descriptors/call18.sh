@@ -14,6 +14,10 @@ echo "tests f16 rc=$? $((SECONDS - t0))s: $(tail -1 $OUT/tests_f16.log)" | tee -
 echo "synccheck rc=$?: $(grep -E 'ERROR SUMMARY|sanitize: ok|real' $OUT/synccheck.log | tr '\n' ' ')" | tee -a $OUT/run.log
 timeout 120 python3 scripts/profile/probe_late_tuning.py --shape 26 --fresh --reps 3 3 --settle 0 -1 --bench > $OUT/probe_late.log 2>&1
 echo "probe rc=$? $((SECONDS - t0))s" | tee -a $OUT/run.log; grep -E "pick" $OUT/probe_late.log | cut -c1-200
+# The same three configs in bench_gemm_sm90.py's rounds (its own variants around them), autotuning off.
+FO_SM90_AUTOTUNE=0 timeout 60 python3 scripts/bench/bench_gemm_sm90.py --graph --rounds 30 --M 1100 --N 1792 --K 5120 \
+  --configs 128x128x64/col8 128x128x64c2/row8 128x128x64/row1 --out $OUT/one_wave.csv > $OUT/one_wave.log 2>&1
+echo "one-wave bench rc=$? $((SECONDS - t0))s" | tee -a $OUT/run.log; tail -4 $OUT/one_wave.log
 left=$(( ${FO_CALL_END:-575} - (SECONDS - t0) )); echo "tests get ${left}s" | tee -a $OUT/run.log
 timeout $left python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/gpu --ignore=tests/gpu/test_gemm_sm90_gpu.py > $OUT/tests.log 2>&1
 echo "tests rc=$?: $(tail -1 $OUT/tests.log)" | tee -a $OUT/run.log
