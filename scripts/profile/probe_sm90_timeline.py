@@ -1,5 +1,4 @@
-"""Where the sm_90a GEMM loses to cuBLAS on a shape (issue 23): per unit of work, at its ends, or in
-the clock it runs at.
+"""Where the sm_90a GEMM loses to cuBLAS on a shape (issue 23): per unit of work or at its ends.
 
 Per ``M,N,K,CONFIG`` (a config label as the LLM benchmark writes it, e.g. ``128x176x64pd/row8``):
 
@@ -7,30 +6,22 @@ Per ``M,N,K,CONFIG`` (a config label as the LLM benchmark writes it, e.g. ``128x
    ``torch.matmul`` timed in interleaved rounds of CUDA-graph replays on inputs that rotate beyond L2;
 2. the probe epilogue's per-tile stamps over ``--probes`` launches, cut by
    :func:`fo_lib.experiments.cta_timeline.summarize` into skew, the steady cadence per unit, and what
-   the ends cost (median over launches);
-3. each kernel replayed alone for about ``--hold`` seconds (ours, cuBLAS, cuBLAS, ours; half each time)
-   while ``nvidia-smi`` reads the SM clock and the power: under the power cap a kernel that draws
-   more power per cycle runs at a lower clock.
+   the ends cost (median over launches).
 
-Then per-clock efficiencies: ``eff`` = the kernel's FLOPs over (its time x the clock x 4096 dense
-16-bit FLOP per SM and cycle x the SMs); ``unit_eff`` = one unit's FLOPs over (the cadence x the
-clock x 4096): the main loop's share of the tensor cores' peak. One CSV row per shape (+ sidecar).
+One CSV row per shape (+ sidecar). (The clocks the kernels ran at are not read here: under the power
+cap an ``nvidia-smi`` reading beside a short hold follows the limiter's lag, not the kernel;
+``probe_late_tuning.py`` reads them around whole timings.)
 
     python scripts/profile/probe_sm90_timeline.py --shapes 2048,7168,5120,128x176x64pd/row8 --out /tmp/t.csv
 """
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from fo_lib.experiments.gpu_clocks import gpu_state  # noqa: E402
-
-FLOP_PER_SM_CYCLE = 4096  # dense 16-bit wgmma on one Hopper SM (989 TFLOP/s at 1830 MHz on 132 SMs)
 # Four of the slowest LLM shapes against cuBLAS with their usual picks, and two where ours leads.
 DEFAULT_SHAPES = ("5000,7168,8192,128x256x64/row8+sk", "2048,7168,5120,128x176x64pd/row8",
                   "1536,28672,4096,128x176x64pd/col4", "2048,4096,7168,128x256x64/row8",
@@ -45,40 +36,14 @@ def parse_shape(text: str) -> tuple[int, int, int, str]:
     return int(parts[0]), int(parts[1]), int(parts[2]), parts[3].strip()
 
 
-def held_clock(fn, seconds: float) -> dict:
-    """Replay ``fn`` (one CUDA-graph launch of a few calls) for about ``seconds`` and read the clock and
-    power twice while the GPU is still busy: the mean SM MHz and watts."""
-    import torch
-    fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    per = max(time.perf_counter() - t0, 1e-6)
-    readings = []
-    for _ in range(2):
-        for _ in range(max(1, int(seconds / 2 / per))):
-            fn()
-        readings.append(gpu_state())  # while the queue drains
-        torch.cuda.synchronize()
-    def number(r, key):
-        try:
-            return float(r[key])
-        except (KeyError, ValueError):  # no reading, or nvidia-smi's "[N/A]"
-            return None
-    mhz = [v for v in (number(r, "sm_mhz") for r in readings) if v is not None]
-    watts = [v for v in (number(r, "power_w") for r in readings) if v is not None]
-    return dict(mhz=statistics.mean(mhz) if mhz else float("nan"), watts=statistics.mean(watts) if watts else float("nan"))
-
-
-def probe_shape(M, N, K, label, rounds, probes, hold) -> dict:
+def probe_shape(M, N, K, label, rounds, probes) -> dict:
     import numpy as np
     import torch
 
     from fo_lib.experiments.cta_timeline import summarize
     from fo_lib.experiments.kernel_bench import config_variant, input_sets
     from fo_lib.gemm import sm90
-    from fo_lib.testing import bench_interleaved
+    from fo_lib.testing import bench_interleaved, summarize as medians
 
     sets = input_sets(M, N, K, torch.bfloat16)
     n = len(sets)
@@ -88,8 +53,7 @@ def probe_shape(M, N, K, label, rounds, probes, hold) -> dict:
            "cublas": lambda i: torch.matmul(sets[i % n][0], sets[i % n][1].T, out=sets[i % n][2])}
     if cfg.stream_k:
         fns["ours_sk"] = lambda i: sm90.gemm_nt(*sets[i % n], config=cfg)
-    ms = {k: statistics.median(v) for k, v in
-          bench_interleaved(fns, rounds=rounds, inner=3, graph=True, order="shuffle").items()}
+    ms = medians(bench_interleaved(fns, rounds=rounds, inner=3, graph=True, order="shuffle"))
     stamps = []
     for i in range(probes + 1):
         _, p = sm90.gemm_nt_probe(sets[i % n][0], sets[i % n][1], sets[i % n][2], config=whole)
@@ -99,31 +63,6 @@ def probe_shape(M, N, K, label, rounds, probes, hold) -> dict:
     row = dict(M=M, N=N, K=K, config=label, ours_ms=ms["ours"], cublas_ms=ms["cublas"],
                ours_sk_ms=ms.get("ours_sk", float("nan")))
     row.update({k: float(np.median([s[k] for s in stamps])) for k in stamps[0]})
-    graphs = {}
-    for name in ("ours", "cublas"):
-        g = graphs[name] = torch.cuda.CUDAGraph()
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            fns[name](0)  # warm, outside the capture
-            torch.cuda.synchronize()
-            with torch.cuda.graph(g, stream=s):
-                for i in range(6):
-                    fns[name](i)
-    # Alternated, twice each: the power limiter lags, so a kernel held right after another (or after
-    # an idle moment) reads the clock that one left behind.
-    held = {name: [] for name in graphs}
-    for name in ("ours", "cublas", "cublas", "ours"):
-        held[name].append(held_clock(graphs[name].replay, hold / 2))
-    for name, hs in held.items():
-        row[f"{name}_mhz"] = statistics.mean(h["mhz"] for h in hs)
-        row[f"{name}_watts"] = statistics.mean(h["watts"] for h in hs)
-    flop = 2.0 * M * N * K
-    sms = sm90.sm_count()
-    row["ours_eff"] = flop / (row["ours_ms"] * 1e-3 * row["ours_mhz"] * 1e6 * FLOP_PER_SM_CYCLE * sms)
-    row["cublas_eff"] = flop / (row["cublas_ms"] * 1e-3 * row["cublas_mhz"] * 1e6 * FLOP_PER_SM_CYCLE * sms)
-    unit_flop = 2.0 * whole.BM * whole.BN * K
-    row["unit_eff"] = unit_flop / (row["cadence_us"] * 1e-6 * row["ours_mhz"] * 1e6 * FLOP_PER_SM_CYCLE)
     return row
 
 
@@ -132,15 +71,14 @@ def main(argv=None):
     p.add_argument("--shapes", nargs="+", default=list(DEFAULT_SHAPES), help="M,N,K,CONFIG entries")
     p.add_argument("--rounds", type=int, default=20, help="interleaved rounds of ours against cuBLAS")
     p.add_argument("--probes", type=int, default=5, help="probe launches per shape (after one to build)")
-    p.add_argument("--hold", type=float, default=1.0, help="seconds each kernel is replayed for the clock")
     p.add_argument("--out", required=True, help="CSV to write (with a .meta.json sidecar)")
     args = p.parse_args(argv)
     try:
         shapes = [parse_shape(s) for s in args.shapes]
     except ValueError as exc:
         p.error(str(exc))
-    if args.probes < 1 or args.rounds < 1 or args.hold <= 0:
-        p.error("--probes and --rounds: at least 1; --hold: seconds above 0")
+    if args.probes < 1 or args.rounds < 1:
+        p.error("--probes and --rounds: at least 1")
     from fo_lib.gemm import sm90
     if not sm90.is_supported():
         sys.exit("probe_sm90_timeline: needs a compute capability 9.0 GPU")
@@ -149,17 +87,14 @@ def main(argv=None):
     from fo_lib.provenance import write_result
     rows = []
     for M, N, K, label in shapes:
-        r = probe_shape(M, N, K, label, args.rounds, args.probes, args.hold)
+        r = probe_shape(M, N, K, label, args.rounds, args.probes)
         rows.append(r)
         print(f"{M}x{N}x{K} {label}: cuBLAS/ours {r['cublas_ms'] / r['ours_ms']:.3f}"
               + (f" (+sk {r['cublas_ms'] / r['ours_sk_ms']:.3f})" if r['ours_sk_ms'] == r['ours_sk_ms'] else "")
               + f" | units {r['units']} x cadence {r['cadence_us']:.2f} us = {r['steady_us']:.1f}, kernel"
               f" {r['kernel_us']:.1f} (overhead {r['overhead_us']:.1f}, ends {r['ends_us']:.1f}, skew"
-              f" {r['skew_us']:.2f}, last unit {r['last_unit_us']:.1f}, imbalance {r['imbalance_us']:.1f})"
-              f" | MHz ours {r['ours_mhz']:.0f} cuBLAS {r['cublas_mhz']:.0f}, W {r['ours_watts']:.0f} /"
-              f" {r['cublas_watts']:.0f} | eff ours {r['ours_eff']:.3f} cuBLAS {r['cublas_eff']:.3f}"
-              f" unit {r['unit_eff']:.3f}", flush=True)
-    write_result(pd.DataFrame(rows), args.out, rounds=args.rounds, probes=args.probes, hold_s=args.hold,
+              f" {r['skew_us']:.2f}, last unit {r['last_unit_us']:.1f}, imbalance {r['imbalance_us']:.1f})", flush=True)
+    write_result(pd.DataFrame(rows), args.out, rounds=args.rounds, probes=args.probes,
                  command="probe_sm90_timeline.py " + " ".join(argv if argv is not None else sys.argv[1:]))
 
 
