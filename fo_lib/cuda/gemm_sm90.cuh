@@ -364,16 +364,15 @@ struct Sm90Work {
     bool park;             // the tail ends before CTA b - 1's head is due: finish it last
     int s, k0, k1, part;   // the current unit
 
-    // cluster 2: no stream-K (the two CTAs of a cluster walk k-blocks in lockstep), and an odd tile
-    // count gets one phantom unit (s == tiles: no tile) so both CTAs walk the same number of units.
+    // cluster 2: no stream-K (the two CTAs of a cluster walk k-blocks in lockstep: their kernels have
+    // no STREAM_K, so sk_tiles is 0 here), and an odd tile count gets one phantom unit (s == tiles:
+    // no tile) so both CTAs walk the same number of units.
     // sk_split >= 2: the split tail (CTA b < sk_tiles * split runs k range b / sk_tiles of tile
     // b % sk_tiles of the tail); 1: runs; the host's contract is fo_lib.tiling.stream_k_plan.
     __device__ __forceinline__ Sm90Work(int tiles, int sk_tiles, int sk_split, int KT_, int cluster = 1) {
         P = gridDim.x;
         split = 0;
-        if (cluster > 1) {
-            sk_tiles = 0;
-        } else if (sk_split >= 2) {
+        if (sk_split >= 2) {
             if (sk_tiles > 0 && sk_tiles < P && sk_tiles * sk_split <= P && sk_split <= KT_) split = sk_split;
             else sk_tiles = 0;
         } else if (sk_tiles < P || sk_tiles >= 2 * P) {
