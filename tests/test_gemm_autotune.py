@@ -49,6 +49,30 @@ def test_the_models_pick_stays_unless_beaten_by_more_than_noise():
     assert autotune.choose({"m": 1.0, "x": 1.0 - 2 * w, "y": 1.0 - 3 * w}, "m") == "y"
 
 
+def test_a_handicap_scales_a_candidates_time_before_the_comparison():
+    w, h = autotune.WIN, {"x": 1.05}
+    timed = {"m": 1.0, "x": 0.97, "y": 0.99}
+    assert autotune.choose(timed, "m") == "x"
+    assert autotune.choose(timed, "m", h) == "y"  # x counts 1.0185
+    assert autotune.choose({"m": 1.0, "x": 0.9}, "m", h) == "x"  # 0.945: still faster by more than WIN
+    assert autotune.choose({"m": 1.0, "x": 0.96}, "m", {"m": 1.05}) == "x"  # the model's pick handicapped
+    assert autotune.choose({"m": 1.0, "x": 1.0 - w / 2}, "m", {"m": 1.0 + w}) == "x"
+
+
+def test_on_one_wave_single_cta_candidates_are_handicapped_and_clusters_not():
+    model = C["128x128x64"].with_raster("row", 1)
+    cands = [model, C["128x128x64"].with_raster("col", 8), C["128x128x64c2"].with_raster("row", 8)]
+    h = sm90.tuning_handicap(cands, model, 1100, 1792, 132)  # 9 x 14 = 126 tiles: one wave
+    assert h == {sm90.config_label(c): 1 + autotune.ONE_WAVE_SINGLE_CTA for c in cands[:2]}
+    assert autotune.ONE_WAVE_SINGLE_CTA > autotune.WIN
+    assert sm90.tuning_handicap(cands, model, 1100, 2048, 132) == {}  # 9 x 16 = 144 tiles
+    # A cluster 0.5 % behind a single CTA on one wave: the cluster; 5 % behind: the single CTA.
+    ms = {sm90.config_label(cands[1]): 1.0, sm90.config_label(cands[2]): 1.005, sm90.config_label(model): 1.1}
+    assert autotune.choose(ms, sm90.config_label(model), h) == sm90.config_label(cands[2])
+    ms[sm90.config_label(cands[2])] = 1.05
+    assert autotune.choose(ms, sm90.config_label(model), h) == sm90.config_label(cands[1])
+
+
 def test_a_tuned_config_is_read_back_by_another_process(cache):
     k = autotune.key("NVIDIA H200", 132, 2048, 7168, 5120, "bf16", "configs")
     assert autotune.lookup(k, sm90.Sm90Config) is None
@@ -219,7 +243,11 @@ def test_the_digest_follows_how_tuning_times_and_the_one_wave_rasters(nvrtc, mon
         monkeypatch.setattr(sm90, "ONE_WAVE_RASTERS", sm90.ONE_WAVE_RASTERS[:1])
         sm90._kernel_digest.cache_clear()
         fewer_rasters = sm90.kernel_digest("bf16")
-        assert len({base, timed_otherwise, fewer_rasters}) == 3
+        monkeypatch.undo()
+        monkeypatch.setattr(autotune, "ONE_WAVE_SINGLE_CTA", 0.0)
+        sm90._kernel_digest.cache_clear()
+        no_handicap = sm90.kernel_digest("bf16")
+        assert len({base, timed_otherwise, fewer_rasters, no_handicap}) == 4
     finally:
         sm90._kernel_digest.cache_clear()
 

@@ -279,7 +279,7 @@ def _kernel_digest(dtype: str, options: tuple) -> str:
     from ..jit.compiler import source_key
     # Over the picker's pool: a tuning that weighed other configs (the cooperative direct-C ones) does not apply.
     builds = [v for c in candidate_pool().values() for v in dict.fromkeys((c, c.whole_waves()))]
-    return autotune.digest([autotune.TIMING, repr(ONE_WAVE_RASTERS)] + [
+    return autotune.digest([autotune.TIMING, repr(ONE_WAVE_RASTERS), repr(autotune.ONE_WAVE_SINGLE_CTA)] + [
         f"{v.kernel_id} {source_key(generate_source(v, dtype, 'plain')[0], ARCH)}" for v in builds])
 
 
@@ -291,6 +291,13 @@ def one_wave(cfg: Sm90Config, M: int, N: int, ctas: int) -> bool:
     """Whether ``cfg``'s tiles of ``M x N`` fit one wave of ``ctas`` CTAs (autotuning times more
     rasters there, after an idle)."""
     return cfg.grid(M, N, ctas).num_tiles <= ctas
+
+
+def tuning_handicap(configs, model: Sm90Config, M: int, N: int, ctas: int) -> dict:
+    """``{config_label: factor}`` for :func:`fo_lib.gemm.autotune.choose`: on a grid of one wave of the
+    model's tiles, each single-CTA candidate's time counts ``autotune.ONE_WAVE_SINGLE_CTA`` more."""
+    one = one_wave(model, M, N, ctas)
+    return {config_label(c): 1 + autotune.ONE_WAVE_SINGLE_CTA for c in configs if one and c.cluster == 1}
 
 
 def tuning_settle_s(model: Sm90Config, M: int, N: int, ctas: int) -> float:
@@ -343,7 +350,7 @@ def _tuned(a, b, dtype, M, N, K, ctas, model: Sm90Config) -> Sm90Config:
             warnings.warn(f"fo_lib.gemm.sm90: autotuning {M} x {N} x {K} failed ({type(exc).__name__}: {exc}); "
                           f"running the tile table's pick {config_label(model)}", RuntimeWarning, stacklevel=4)
             return model
-    winner = autotune.choose(ms, config_label(model))
+    winner = autotune.choose(ms, config_label(model), tuning_handicap(shortlist, model, M, N, ctas))
     cfg = next(c for c in shortlist if config_label(c) == winner)
     autotune.remember(k, cfg, ms, config_label(model))
     return cfg

@@ -51,7 +51,7 @@ def time_candidates(index: int, reps_list, label: str, tune_rounds=(None,), sett
                 before, t0 = gpu_state(), time.perf_counter()
                 ms = sm90.time_candidates(cands, "bf16", a, b, sms, model, reps, rounds=rounds, settle_s=settle)
                 after = gpu_state()
-                pick = autotune.choose(ms, sm90.config_label(model))
+                pick = autotune.choose(ms, sm90.config_label(model), sm90.tuning_handicap(cands, model, M, N, sms))
                 every = " ".join(f"{k}={v * 1e3:.1f}" for k, v in sorted(ms.items(), key=lambda kv: kv[1]))
                 idle = "tuning's" if settle is None else f"{settle:g} s"
                 print(f"{label:6s} {M}x{N}x{K} reps {reps:2d} rounds {rounds:2d} idle {idle}: pick {pick} | {every} us "

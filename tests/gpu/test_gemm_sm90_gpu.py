@@ -197,6 +197,27 @@ def test_autotune_times_a_shape_once_and_remembers_it(tmp_path, monkeypatch):
     autotune.forget()
 
 
+def test_a_one_wave_tuning_keeps_a_cluster_unless_a_single_cta_is_well_ahead(tmp_path, monkeypatch):
+    """On a one-wave grid a single-CTA candidate's time counts autotune.ONE_WAVE_SINGLE_CTA more:
+    timings with every single CTA 1 % ahead of every cluster pick a cluster, 5 % ahead a single CTA."""
+    from fo_lib.gemm import autotune
+    _tuning_setup(tmp_path, monkeypatch)
+    M, N, K = 1100, 1792, 512  # 9 x 14 tiles of 128 x 128: one wave
+    a, b = inputs(M, N, K, "bf16", seed=29)
+    for lead, cluster in ((0.01, 2), (0.05, 1)):
+        autotune.clear()
+        timed = []
+
+        def fake(runs, lead=lead, **kw):
+            timed.append(list(runs))
+            return {label: 1.0 if "c2" in label else 1.0 - lead for label in runs}
+
+        monkeypatch.setattr(autotune, "time_launches", fake)
+        assert gemm_sm90.config_for(a, b).cluster == cluster
+        assert any("c2" in label for label in timed[0]) and any("c2" not in label for label in timed[0])
+    autotune.forget()
+
+
 def test_autotune_inside_a_graph_capture_and_after_a_failed_tuning(tmp_path, monkeypatch):
     """Under a CUDA-graph capture a tuned shape runs its winner and an untuned one the model's pick,
     with nothing timed; a tuning that fails warns once, runs the model's pick and is not retried."""
