@@ -58,20 +58,20 @@ import warnings
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from .._util import DTYPE_TAG, ceil_div, sm_count
+from .._util import ceil_div, sm_count
 from ..tiling import STREAM_K_MIN_IDLE, stream_k_plan, stream_k_tiles
 from . import autotune, tile_table
 from .checks import check_operands
-from .config import DTYPES, EPILOGUE_ID, EPILOGUES, MAX_SMEM, GemmError, pick_by_waves
+from .config import MAX_SMEM, GemmError, pick_by_waves
 from .family import GemmFamily
 from .tma import driver, operand_desc, tma_desc_fields
 from .sm90_configs import CONFIGS, MID_WIDTHS, ODD_WIDTHS, PINGPONG_DIRECT_WIDTHS, Sm90Config, c_row_bytes
-from .wgmma import wgmma_source
+from .sm90_source import compile_check_sources, compiled_variants, generate_source, kernel_name
 
 __all__ = ["Sm90Config", "CONFIGS", "MID_WIDTHS", "ODD_WIDTHS", "PINGPONG_DIRECT_WIDTHS", "c_row_bytes", "default_config", "config_for", "config_label", "stream_k_tiles", "stream_k_plan", "STREAM_K_MIN_IDLE",
            "guess_config",
            "predict_ms", "gemm_nt", "gemm_nt_signal",
-           "gemm_nt_scatter", "gemm_nt_probe", "generate_source", "kernel_name", "tma_desc_fields", "is_supported",
+           "gemm_nt_scatter", "gemm_nt_probe", "generate_source", "kernel_name", "compiled_variants", "compile_check_sources", "tma_desc_fields", "is_supported",
            "GemmError", "sm_count"]
 
 ARCH = "sm_90a"
@@ -145,59 +145,6 @@ def predict_ms(cfg: Sm90Config, M: int, N: int, K: int, sm_count: int = 132, pat
     if name is None:
         raise GemmError(f"{cfg.tile_name} is not one of the recorded CONFIGS {sorted(CONFIGS)}")
     return tile_table.predict_ms(tile_table.load(path, CONFIGS), name, cfg, M, N, K, sm_count)
-
-
-# --- source generation --------------------------------------------------------------------------
-def kernel_name(cfg: Sm90Config, dtype: str, epilogue: str) -> str:
-    return f"fo_gemm_sm90_nt_{cfg.kernel_id}_{dtype}_{epilogue}"
-
-
-def generate_source(cfg: Sm90Config, dtype: str, epilogue: str) -> tuple[str, str]:
-    """The instantiation source of one (tile config, dtype, epilogue) and its kernel name."""
-    if not isinstance(cfg, Sm90Config):
-        raise GemmError(f"config must be an Sm90Config, got {type(cfg).__name__}")
-    cfg.validate()
-    if dtype not in DTYPES:
-        raise GemmError(f"dtype must be one of {DTYPES}, got {dtype!r}")
-    if epilogue not in EPILOGUES:
-        raise GemmError(f"epilogue must be one of {EPILOGUES}, got {epilogue!r}")
-    name = kernel_name(cfg, dtype, epilogue)
-    targs = (f"{cfg.BN}, {cfg.stages}, {cfg.cluster}, {str(cfg.pingpong).lower()}, {DTYPE_TAG[dtype]}, "
-             f"{EPILOGUE_ID[epilogue]}, {str(cfg.direct_c).lower()}, {str(cfg.stream_k).lower()}")
-    # NOTES: __launch_bounds__(384, 1) gives the kernel a register cap at entry, without which
-    # setmaxnreg is ignored (ptxas warning C7508). A compiled-in cluster size lets a plain
-    # cuLaunchKernel (CuPy's launch) start clusters.
-    cluster = f" __cluster_dims__({cfg.cluster}, 1, 1)" if cfg.cluster > 1 else ""
-    source = f"""#include "gemm_sm90.cuh"
-
-{wgmma_source(cfg.BN)}
-
-extern "C" __global__ void __launch_bounds__({cfg.threads}, 1){cluster}
-{name}(const __grid_constant__ fo::TmaDesc tma_a, const __grid_constant__ fo::TmaDesc tma_b,
-       fo::bits16* C, int M, int N, int K, long long ldc, int order, int swizzle,
-       fo::bits16* comm_buf, const long long* row_offset, const int* tile_group,
-       unsigned int* group_counter, unsigned long long* probe, int sk_tiles, int sk_split, float* sk_partial,
-       unsigned int* sk_flag) {{
-    fo::gemm_sm90_body<{targs}>(tma_a, tma_b, C, M, N, K, ldc, order, swizzle, comm_buf, row_offset, tile_group,
-                                group_counter, probe, sk_tiles, sk_split, sk_partial, sk_flag);
-}}
-"""
-    return source, name
-
-
-def compiled_variants() -> dict:
-    """Every compiled specialization by label: each of :data:`CONFIGS`, and each single-CTA one again
-    with its stream-K tail compiled in (``NAME+sk``, as :func:`config_label` marks it)."""
-    return {**CONFIGS, **{f"{n}+sk": replace(c, stream_k=True) for n, c in CONFIGS.items() if c.cluster == 1}}
-
-
-def compile_check_sources():
-    """Every compiled variant (:func:`compiled_variants`) x dtype x epilogue (fo_lib.kernel_catalog:
-    compiled for sm_90a only, where wgmma and setmaxnreg exist)."""
-    for cname, cfg in compiled_variants().items():
-        for dtype in DTYPES:
-            for epi in EPILOGUES:
-                yield f"gemm_sm90 {cname} {dtype} {epi}", generate_source(cfg, dtype, epi)[0]
 
 
 # --- launch -------------------------------------------------------------------------------------
