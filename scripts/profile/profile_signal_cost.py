@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from fo_lib.reports.ncu import KERNEL_OF, VARIANTS, parse_ncu_csv  # noqa: E402
+from fo_lib.reports.ncu import VARIANTS, parse_ncu_csv  # noqa: E402
 
 DEFAULT_SHAPES = ("2048x8192x1024", "2048x8192x4096", "8192x8192x1024", "8192x8192x4096", "4096x4096x8192")
 
