@@ -66,3 +66,18 @@ def test_summary_says_what_the_tuned_pick_costs_in_the_benchmark_regime():
     assert s.loc[(4, 5, 6), "pick_loss"] == 1.0 and s.loc[(4, 5, 6), "direct_gain"] == pytest.approx(1.0 / 0.98)
     assert math.isnan(s.loc[(7, 8, 9), "direct_gain"])
     assert s.loc[(1, 1, 1), ["tune_pick", "pick_loss"]].tolist() == ["a", 1.0]
+
+
+def test_summary_weighs_the_tunings_as_autotuning_does():
+    """Rows that record a handicap (a single CTA on one wave) are weighed by it: a single CTA 1 %
+    ahead of the cluster is not autotuning's pick, 5 % ahead it is; rows without the column: none."""
+    h = 1 + autotune.ONE_WAVE_SINGLE_CTA
+    for lead, want in ((0.01, "c2"), (0.05, "single")):
+        rows = _rows((1, 1, 1), [("single", False, 1.0 - lead, 1.1), ("c2", False, 1.0, 1.0)])
+        rows[0]["model"], rows[1]["model"] = False, True
+        for r in rows:
+            r["handicap"] = h if r["config"] == "single" else 1.0
+        assert ta.summary(pd.DataFrame(rows)).iloc[0].tune_pick == want
+        for r in rows:
+            del r["handicap"]
+        assert ta.summary(pd.DataFrame(rows)).iloc[0].tune_pick == "single"

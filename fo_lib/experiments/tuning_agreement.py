@@ -25,7 +25,7 @@ import pandas as pd
 from ..gemm import autotune, sm90, tile_table
 from .gemm_llm import SHAPES
 
-COLUMNS = ("M", "N", "K", "config", "direct_c", "shortlisted", "model", "tune_ms", "graph_ms")
+COLUMNS = ("M", "N", "K", "config", "direct_c", "shortlisted", "model", "tune_ms", "graph_ms", "handicap")
 
 
 def candidates(M: int, N: int, K: int, sms: int) -> tuple[list, list, object]:
@@ -62,10 +62,12 @@ def measure(rounds: int = 10, inner: int = 3, seed: int = 0, only=None, on_shape
         sets = input_sets(M, N, K, torch.bfloat16)
         n = len(sets)
         tune = sm90.time_candidates(cfgs.values(), "bf16", sets[0][0], sets[0][1], sms, model, seed=seed)
+        handicap = sm90.tuning_handicap(shortlist, model, M, N, sms)
         fns = {lbl: (lambda c: lambda j: sm90.gemm_nt(*sets[j % n], config=c))(c) for lbl, c in cfgs.items()}
         _, _, res = check_and_time(fns, sm90.SM90, shortlist[0], sets, M, N, K, rounds, inner, graph=True, seed=seed)
         rows = [dict(M=M, N=N, K=K, config=lbl, direct_c=c.direct_c, shortlisted=c in shortlist, model=c == model,
-                     tune_ms=round(tune[lbl], 5), graph_ms=round(res[lbl][0], 5)) for lbl, c in cfgs.items()]
+                     tune_ms=round(tune[lbl], 5), graph_ms=round(res[lbl][0], 5), handicap=handicap.get(lbl, 1.0))
+                for lbl, c in cfgs.items()]
         out_rows += rows
         fns = sets = None  # the shapes' operands reach ~1.5 GB per input set
         torch.cuda.empty_cache()
@@ -76,7 +78,7 @@ def measure(rounds: int = 10, inner: int = 3, seed: int = 0, only=None, on_shape
 
 def summary(df: pd.DataFrame) -> pd.DataFrame:
     """Per shape: ``tune_pick`` (autotuning's choice from its timings of the shortlist: the model's
-    pick unless another is faster by ``autotune.WIN``), ``graph_pick`` (the fastest shortlisted one
+    pick unless another is faster by ``autotune.WIN``, each time weighed by its ``handicap``), ``graph_pick`` (the fastest shortlisted one
     in the benchmark's regime), ``pick_loss`` = graph time of ``tune_pick`` / graph time of ``graph_pick`` (1.0: the regimes
     agree), and ``direct_gain`` = graph time of ``graph_pick`` / the fastest cooperative direct-C
     twin's (the rows not shortlisted; above 1.0: a twin would have beaten the shortlist in the
@@ -84,7 +86,9 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
     out = []
     for (M, N, K), g in df.groupby(["M", "N", "K"], sort=False):
         s = g[g.shortlisted].set_index("config")
-        tune_pick = s.loc[autotune.choose(s.tune_ms.to_dict(), s.index[s.model.astype(bool)][0])]
+        # As autotuning weighs its timings (the handicap measure recorded; rows without one: none).
+        handicap = s.handicap.to_dict() if "handicap" in s else None
+        tune_pick = s.loc[autotune.choose(s.tune_ms.to_dict(), s.index[s.model.astype(bool)][0], handicap)]
         graph_pick = s.loc[s.graph_ms.idxmin()]
         d = g[~g.shortlisted]
         out.append(dict(M=M, N=N, K=K, tune_pick=tune_pick.name, graph_pick=graph_pick.name,

@@ -247,6 +247,12 @@ def tuning_handicap(configs, model: Sm90Config, M: int, N: int, ctas: int) -> di
     return {config_label(c): 1 + autotune.ONE_WAVE_SINGLE_CTA for c in configs if one and c.cluster == 1}
 
 
+def tuning_pick(ms: dict, configs, model: Sm90Config, M: int, N: int, ctas: int) -> str:
+    """The label autotuning picks from its timings ``ms`` of ``configs`` (:func:`time_candidates`):
+    :func:`fo_lib.gemm.autotune.choose` with :func:`tuning_handicap`."""
+    return autotune.choose(ms, config_label(model), tuning_handicap(configs, model, M, N, ctas))
+
+
 def tuning_settle_s(model: Sm90Config, M: int, N: int, ctas: int) -> float:
     """Seconds of idle before autotuning's timed rounds: :data:`fo_lib.gemm.autotune.SETTLE_S` on a
     grid of one wave of the model's tiles, else none."""
@@ -297,7 +303,7 @@ def _tuned(a, b, dtype, M, N, K, ctas, model: Sm90Config) -> Sm90Config:
             warnings.warn(f"fo_lib.gemm.sm90: autotuning {M} x {N} x {K} failed ({type(exc).__name__}: {exc}); "
                           f"running the tile table's pick {config_label(model)}", RuntimeWarning, stacklevel=4)
             return model
-    winner = autotune.choose(ms, config_label(model), tuning_handicap(shortlist, model, M, N, ctas))
+    winner = tuning_pick(ms, shortlist, model, M, N, ctas)
     cfg = next(c for c in shortlist if config_label(c) == winner)
     autotune.remember(k, cfg, ms, config_label(model))
     return cfg

@@ -3,7 +3,7 @@ shapes before one shape (default: the 26 before the one-wave 1100 x 1792 x 5120,
 twins, as ``ab_sm90_llm.py`` runs them), then that shape's tuning candidates timed as autotuning
 times them (:func:`fo_lib.gemm.sm90.time_candidates`, in ``--tune-rounds`` rounds) several times
 over, each timing between two readings of the GPU's clocks, power, temperature and throttle reasons
-(``nvidia-smi``). Prints a line per timing: the pick (``autotune.choose``) and every candidate's
+(``nvidia-smi``). Prints a line per timing: the pick (``sm90.tuning_pick``) and every candidate's
 median; ``--fresh`` times the candidates first, before any other shape, for comparison; ``--settle``
 times them after other idles than autotuning's; ``--bench`` then runs the LLM benchmark's row of the
 shape (its own tuning, its pick against the cluster twin in the same rounds). The shapes before it
@@ -51,7 +51,7 @@ def time_candidates(index: int, reps_list, label: str, tune_rounds=(None,), sett
                 before, t0 = gpu_state(), time.perf_counter()
                 ms = sm90.time_candidates(cands, "bf16", a, b, sms, model, reps, rounds=rounds, settle_s=settle)
                 after = gpu_state()
-                pick = autotune.choose(ms, sm90.config_label(model), sm90.tuning_handicap(cands, model, M, N, sms))
+                pick = sm90.tuning_pick(ms, cands, model, M, N, sms)
                 every = " ".join(f"{k}={v * 1e3:.1f}" for k, v in sorted(ms.items(), key=lambda kv: kv[1]))
                 idle = "tuning's" if settle is None else f"{settle:g} s"
                 print(f"{label:6s} {M}x{N}x{K} reps {reps:2d} rounds {rounds:2d} idle {idle}: pick {pick} | {every} us "
