@@ -87,6 +87,60 @@ def stream_k_plan(tiles: int, ctas: int, k_blocks: int) -> tuple[int, int]:
     return (tail, split) if split >= 2 else (sk, 1)
 
 
+def stream_k_weighted(tiles: int, ctas: int, k_blocks: int, cost) -> tuple[int, np.ndarray, float] | None:
+    """Stream-K runs of unequal length, for tiles of unequal cost (``cost[s]``: schedule index
+    ``s``'s time in whole tiles, at most 1): the last :func:`stream_k_tiles` tiles as one run of
+    k-blocks cut at ``bounds`` (CTA ``b`` runs ``[bounds[b], bounds[b + 1])``), so that each CTA's
+    whole tiles before them (``s = b, b + ctas, ...``) and its run cost the same. Returns
+    ``(sk_tiles, bounds (int64, ctas + 1), that cost in tiles)``, or None where no tail pays or a run
+    would be shorter than a tile (the kernel cuts a tile between at most two CTAs).
+
+    >>> sk, bounds, t = stream_k_weighted(5, 2, 4, [1, 1, 1, 1, 0.5])
+    >>> sk, bounds.tolist(), t
+    (3, [0, 5, 12], 2.25)
+    """
+    _check_positive(tiles=tiles, ctas=ctas, k_blocks=k_blocks)
+    sk = stream_k_tiles(tiles, ctas)
+    cost = np.asarray(cost, dtype=float)
+    if sk == 0 or cost.shape != (tiles,) or not ((cost > 0) & (cost <= 1)).all():
+        return None
+    dp = tiles - sk
+    whole = np.bincount(np.arange(dp) % ctas, weights=cost[:dp], minlength=ctas).astype(float)
+    run = cost[dp:]
+    finish = (whole.sum() + run.sum()) / ctas
+    starts = np.concatenate(([0.0], np.cumsum(run)))  # the run's cost where each of its tiles begins
+    want = np.concatenate(([0.0], np.cumsum(finish - whole)))  # where each CTA's run begins
+    t = np.clip(np.searchsorted(starts, want, side="right") - 1, 0, sk - 1)
+    bounds = t * k_blocks + np.rint((want - starts[t]) / run[t] * k_blocks)
+    bounds[0], bounds[-1] = 0, sk * k_blocks
+    bounds = bounds.astype(np.int64)
+    if (np.diff(bounds) < k_blocks).any():
+        return None
+    return sk, bounds, float(finish)
+
+
+def last_row_costs(tiles_m: int, tiles_n: int, order: str, swizzle: int, cost: float) -> np.ndarray:
+    """Each schedule index's cost in whole tiles where the last tile row's tiles cost ``cost``."""
+    tm, _ = raster_tile(np.arange(tiles_m * tiles_n), tiles_m, tiles_n, order, swizzle)
+    return np.where(tm == tiles_m - 1, cost, 1.0)
+
+
+def stream_k_finish(tiles: int, ctas: int, k_blocks: int, cost, sk: int, split: int) -> float:
+    """The busiest CTA's cost in whole tiles under :func:`stream_k_plan`'s ``(sk, split)``: its whole
+    tiles plus its k range of a split tail tile, or plus its equal run (``split`` 1)."""
+    cost = np.asarray(cost, dtype=float)
+    dp = tiles - sk
+    per = np.bincount(np.arange(dp) % ctas, weights=cost[:dp], minlength=ctas).astype(float)
+    if split >= 2:
+        per[:sk * split] += np.tile(cost[dp:], split) / split
+    elif sk:
+        kcost = np.repeat(cost[dp:], k_blocks) / k_blocks  # each k-block of the run
+        edges = np.concatenate(([0], np.cumsum(kcost)))
+        b = np.arange(ctas + 1) * (sk * k_blocks) // ctas
+        per += np.diff(edges[b])
+    return float(per.max())
+
+
 def raster_tile(s: np.ndarray | int, tiles_m: int, tiles_n: int, order: str = "row",
                 swizzle: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Map schedule indices ``s`` to tile coordinates ``(tm, tn)`` (vectorised over ``s``)."""

@@ -286,3 +286,25 @@ def test_k_loops_build_their_descriptors_on_the_uniform_datapath(cname, nvrtc):
     assert n["HGMMA"] == (8 if cfg.pingpong else 4) and n["spill"] == 0
     if not (cfg.pingpong and cfg.stream_k):
         assert n["R2UR"] == 0, f"{cname}: {n['R2UR']} R2UR in a k-block loop of {n['loop']} instructions"
+
+
+def test_a_short_last_tile_row_gets_stream_k_runs_weighed_by_its_idle_warpgroup():
+    """M = 5000 leaves 8 rows in the last row of 128 x 256 tiles: its tiles cost
+    IDLE_WARPGROUP_TILE_COST (the second warpgroup has no rows), and the runs of unequal length finish
+    sooner than the split tail; ping-pong (no idle warpgroup), 65+ rows, clusters and configs without a
+    tail keep their plans."""
+    from fo_lib.tiling import last_row_costs, stream_k_finish, stream_k_plan
+    coop = replace(gemm_sm90.CONFIGS["128x256x64"].with_raster("row", 8), stream_k=True)
+    sk, split, bounds = gemm_sm90.stream_k_schedule(coop, 5000, 7168, 8192, 132)
+    assert (sk, split) == (196, 1) and len(bounds) == 133 and bounds[-1] == 196 * 128
+    cost = last_row_costs(40, 28, "row", 8, gemm_sm90.IDLE_WARPGROUP_TILE_COST)
+    assert stream_k_finish(1120, 132, 128, cost, 64, 2) == 8.5  # the split tail, 2 parts
+    assert stream_k_plan(1120, 132, 128) == (64, 2)
+    pp = replace(gemm_sm90.CONFIGS["128x176x64p"].with_raster("row", 8), stream_k=True)
+    coop176 = replace(pp, pingpong=False)
+    assert gemm_sm90.stream_k_schedule(coop176, 5000, 4224, 8192, 132)[2] is not None  # 40 x 24 tiles
+    assert gemm_sm90.stream_k_schedule(pp, 5000, 4224, 8192, 132)[2] is None
+    assert gemm_sm90.stream_k_schedule(coop, 5100, 7168, 8192, 132) == (64, 2, None)  # 108 rows in the last
+    assert gemm_sm90.stream_k_schedule(replace(coop, stream_k=False), 5000, 7168, 8192, 132) == (0, 0, None)
+    c2 = gemm_sm90.CONFIGS["128x256x64c2"].with_raster("row", 8)
+    assert gemm_sm90.stream_k_schedule(c2, 5000, 7168, 8192, 132) == (0, 0, None)

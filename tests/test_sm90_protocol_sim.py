@@ -43,3 +43,41 @@ def test_cooperative_mmas_in_flight_freeing_a_stage_early_is_found():
         except sim.Viol:
             found += 1
     assert found > len(args) // 2, found
+
+
+def _coverage(sim, P, tiles, sk, KT, bounds):
+    """How many times each (tile, k-block) is computed over every CTA's units."""
+    seen = {}
+    for b in range(P):
+        for s, k0, k1, part, *_ in sim.units(b, P, tiles, sk, 1, KT, 1, bounds):
+            for k in range(k0, k1):
+                seen[s, k] = seen.get((s, k), 0) + 1
+    return seen
+
+
+def test_stream_k_runs_of_unequal_length_cover_each_k_block_once_without_a_violation():
+    """The host's runs of unequal length (fo_lib.tiling.stream_k_weighted, the kernel's sk_bounds):
+    every (tile, k-block) computed once and no protocol violation, cooperative and ping-pong; a run
+    shorter than a tile (which the host never gives) computes k-blocks twice, which the check finds."""
+    import numpy as np
+
+    from fo_lib.tiling import stream_k_weighted
+    sim = _sim()
+    cases = 0
+    for P, tiles, KT in ((3, 7, 4), (4, 9, 3), (2, 5, 5), (6, 13, 2)):
+        for short in range(tiles):
+            cost = np.ones(tiles)
+            cost[short:] = 0.5  # the last tiles cheaper
+            got = stream_k_weighted(tiles, P, KT, cost)
+            if got is None:
+                continue
+            sk, bounds, _ = got
+            bounds = [int(x) for x in bounds]
+            assert set(_coverage(sim, P, tiles, sk, KT, bounds).values()) == {1}
+            cases += 1
+            for seed in range(20):
+                for pp in (False, True):
+                    sim.run(P=P, tiles=tiles, KT=KT, STAGES=3 + seed % 3, cluster=1, pingpong=pp, sk_tiles=sk,
+                            sk_split=1, seed=seed, order_fix=True, bounds=bounds)
+    assert cases >= 8
+    assert max(_coverage(sim, 3, 5, 5, 4, [0, 5, 7, 20]).values()) == 2

@@ -44,7 +44,9 @@
 //     to the tile's flag, the last range waits for sk_split - 1, adds them (latest k range first:
 //     deterministic) and runs the epilogue.
 //   * Stream-K runs (sk_split 1, P <= sk_tiles < 2 P, else ignored): the last sk_tiles schedule indices are not
-//     given out whole but as one run of sk_tiles * KT k-blocks split evenly over the P CTAs, each
+//     given out whole but as one run of sk_tiles * KT k-blocks split evenly over the P CTAs (or, with
+//     sk_bounds, CTA b's run is k-blocks [sk_bounds[b], sk_bounds[b + 1]), each at least KT long: the
+//     host's runs of unequal length where tiles cost unequal time, fo_lib.tiling.stream_k_weighted), each
 //     CTA's run after its whole tiles (a partial last wave would leave SMs idle; here every CTA does
 //     the same work). A run is longer than a tile, so a cut tile has two parts: its head (k-block 0
 //     on, the end of CTA b's run) and its tail (up to its last k-block, the start of CTA b + 1's).
@@ -369,7 +371,8 @@ struct Sm90Work {
     // no tile) so both CTAs walk the same number of units.
     // sk_split >= 2: the split tail (CTA b < sk_tiles * split runs k range b / sk_tiles of tile
     // b % sk_tiles of the tail); 1: runs; the host's contract is fo_lib.tiling.stream_k_plan.
-    __device__ __forceinline__ Sm90Work(int tiles, int sk_tiles, int sk_split, int KT_, int cluster = 1) {
+    __device__ __forceinline__ Sm90Work(int tiles, int sk_tiles, int sk_split, int KT_, int cluster = 1,
+                                        const i64* bounds = nullptr) {
         P = gridDim.x;
         split = 0;
         if (sk_split >= 2) {
@@ -384,8 +387,9 @@ struct Sm90Work {
         s_next = blockIdx.x;
         phase = 0;
         const i64 total = split ? 0 : i64(sk_tiles) * KT;  // the runs (none in the split tail)
-        const i64 g0 = sk_first(total, blockIdx.x, P);
-        const i64 g1 = sk_first(total, blockIdx.x + 1, P);
+        const bool given = bounds != nullptr && total > 0;   // the host's runs of unequal length
+        const i64 g0 = given ? bounds[blockIdx.x] : sk_first(total, blockIdx.x, P);
+        const i64 g1 = given ? bounds[blockIdx.x + 1] : sk_first(total, blockIdx.x + 1, P);
         t_end = int(g1 / KT);
         head_len = int(g1 - i64(t_end) * KT);
         t_head = t_end;
@@ -528,7 +532,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                                                bits16* __restrict__ comm_buf, const i64* __restrict__ row_offset,
                                                const int* __restrict__ tile_group, u32* group_counter,
                                                u64* __restrict__ probe, int sk_tiles, int sk_split, float* sk_partial,
-                                               u32* sk_flag) {
+                                               u32* sk_flag, const i64* __restrict__ sk_bounds) {
     using S = Sm90Shape<BN, STAGES, PINGPONG, DIRECT_C>;
     using namespace sm90;
     static_assert(CLUSTER == 1 || CLUSTER == 2, "CLUSTER is 1 or 2 CTAs");
@@ -598,7 +602,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 int stage = 0;
                 u32 phase = 0;
 #pragma unroll 1
-                for (Sm90Work w(tiles, sk_tiles, sk_split, KT, CLUSTER); w.next();) {
+                for (Sm90Work w(tiles, sk_tiles, sk_split, KT, CLUSTER, sk_bounds); w.next();) {
                     const bool phantom = w.s >= tiles;  // cluster 2, odd tile count: no tile
                     int tm = 0, tn = 0;
                     if (!phantom) raster.tile(w.s, tm, tn);
@@ -657,7 +661,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             const int sw = st / 32;
             u32 parity = 0;
 #pragma unroll 1
-            for (Sm90Work w(tiles, sk_tiles, sk_split, KT, CLUSTER); w.next();) {
+            for (Sm90Work w(tiles, sk_tiles, sk_split, KT, CLUSTER, sk_bounds); w.next();) {
                 // No C tile: a phantom, or a part that goes to sk_partial.
                 if (w.s >= tiles || w.part == kHeadTile || w.part == kTailPark) continue;
                 int tm, tn;
@@ -759,7 +763,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
         u32 epi_par = 0;     // ping-pong: waits on this warpgroup's epi barrier so far, mod 2
         int unit = -1;
 #pragma unroll 1
-        for (Sm90Work w(tiles, sk_tiles, sk_split, KT, CLUSTER); w.next();) {
+        for (Sm90Work w(tiles, sk_tiles, sk_split, KT, CLUSTER, sk_bounds); w.next();) {
             ++unit;
             const int k0 = w.k0, part = w.part;
             const bool stages_c = w.s < tiles && part != kHeadTile && part != kTailPark;  // a C tile
@@ -779,6 +783,11 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             const bool phantom = w.s >= tiles;
             int tm = 0, tn = 0;
             if (!phantom) raster.tile(w.s, tm, tn);
+            // Cooperative: a warpgroup whose 64 rows all lie past M (the last tile row, where M leaves
+            // at most 64 rows in it) walks the unit's stages without MMAs, as a phantom does: the tile
+            // then costs about one warpgroup's MMAs (the host weighs it so: fo_lib.tiling.stream_k_weighted).
+            // Its accumulators are not stored (rows past M).
+            const bool idle = phantom || (!PINGPONG && tm * BM + 64 * __shfl_sync(0xffffffffu, c, 0) >= M);
             // DIRECT_C with a row table or tile places: where row r of the tile goes (null past M),
             // fetched before the main loop, so the loads' latency hides under it (fetched at each
             // store, a chain of dependent loads held up the last tile's stores, the kernel's tail).
@@ -806,7 +815,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 // One k-block of MMAs in flight: k-block kb's stage is freed once kb + 1's are issued
                 // and wgmma.wait_group 1 says kb's are done. No branch that is not uniform in here.
                 const u32 one = tid == 0;
-                const int nk = phantom ? 0 : w.k1 - k0;  // a phantom keeps step below instead
+                const int nk = idle ? 0 : w.k1 - k0;  // a phantom or idle warpgroup keeps step below instead
                 int prev = stage;
                 // Ping-pong: the other warpgroup's turn once this unit's last MMAs are issued (a phantom's
                 // after its walk of the stages below; FO_SM90_ORDER_AT_ISSUE=0: once they are done).
@@ -845,7 +854,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 for (int h = 0; h < H; ++h) fence_acc(acc[h]);
                 mbar_arrive_pred<CLUSTER>(bar_empty + 8 * prev, rank ^ 1u, one & u32(nk > 0));
 #pragma unroll 1
-                for (int kb = phantom ? k0 : w.k1; kb < w.k1; ++kb) {  // a phantom: no tile, keep step
+                for (int kb = idle ? k0 : w.k1; kb < w.k1; ++kb) {  // no MMAs here: keep step
                     mbar_wait(bar_full + 8 * stage, phase);
                     mbar_arrive_pred<CLUSTER>(bar_empty + 8 * stage, rank ^ 1u, one);
                     if (++stage == STAGES) {
@@ -859,7 +868,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
 #pragma unroll 1
                 for (int kb = k0; kb < w.k1; ++kb) {
                     mbar_wait(bar_full + 8 * stage, phase);
-                    if (!phantom) {
+                    if (!idle) {
                         const u32 at = stage * S::STAGE_BYTES;
                         fence_acc(acc[0]);
                         wgmma_fence();

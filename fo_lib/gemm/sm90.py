@@ -35,7 +35,10 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
   (:func:`stream_k_plan`). Where it has at most half as many tiles as CTAs, each of its tiles runs as
   2-4 equal k ranges side by side (the split tail: the last range adds the others from the
   workspace and runs the epilogue). Otherwise the last partial wave and one full wave
-  before it are spread over every CTA as equal runs of k-blocks (:func:`stream_k_tiles`). A tile cut
+  before it are spread over every CTA as equal runs of k-blocks (:func:`stream_k_tiles`); where the
+  last tile row of a cooperative config holds at most 64 rows of M (its second warpgroup has no rows
+  and skips its MMAs there), as runs of unequal length that even out the CTAs' costs
+  (:func:`stream_k_schedule`). A tile cut
   between two CTAs is summed in fp32 through a workspace (two ``BM x BN`` float slots per CTA: 35 MB
   for 128 x 256 on 132 CTAs) by the CTA that holds its last k-block, which then runs the tile's
   epilogue as usual (who waits on whom: gemm_sm90.cuh's header, docs/design-notes.md). Each
@@ -59,7 +62,8 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from .._util import ceil_div, sm_count
-from ..tiling import STREAM_K_MIN_IDLE, stream_k_plan, stream_k_tiles
+from ..tiling import (STREAM_K_MIN_IDLE, last_row_costs, stream_k_finish, stream_k_plan, stream_k_tiles,
+                      stream_k_weighted)
 from . import autotune, tile_table
 from .checks import check_operands
 from .config import MAX_SMEM, GemmError, pick_by_waves
@@ -364,9 +368,36 @@ def _sm90_operand_args(cfg, dtype, a, b, c_ptr, ldc):
             np.int32(b.shape[0]), np.int32(K), np.int64(ldc))
 
 
+# NOTES: a GUESS until measured: a cooperative tile whose second warpgroup has no rows (the last tile
+# row, where M leaves at most 64 rows in it; that warpgroup walks the stages without MMAs) costs this
+# share of a whole tile: one warpgroup's MMAs, a whole tile's B loads.
+IDLE_WARPGROUP_TILE_COST = 0.6
+# Runs of unequal length replace stream_k_plan's tail only where the busiest CTA saves this share of a
+# tile (the plan's split tail starts every part together and cuts fewer tiles).
+UNEQUAL_RUNS_MIN_GAIN = 0.05
+
+
+def stream_k_schedule(cfg: Sm90Config, M: int, N: int, K: int, grid: int) -> tuple:
+    """``(sk_tiles, split, bounds or None)`` of a launch of ``cfg`` on ``grid`` CTAs: no tail for a
+    config without one, else :func:`stream_k_plan`'s; where the last tile row of a cooperative
+    config costs :data:`IDLE_WARPGROUP_TILE_COST` (at most 64 rows of M in it), stream-K runs of
+    unequal length (:func:`fo_lib.tiling.stream_k_weighted`) where they finish
+    :data:`UNEQUAL_RUNS_MIN_GAIN` of a tile sooner."""
+    tiles_m, tiles_n, k_blocks = ceil_div(M, cfg.BM), ceil_div(N, cfg.BN), ceil_div(K, cfg.BK)
+    tiles = tiles_m * tiles_n
+    sk, split = stream_k_plan(tiles, grid, k_blocks) if cfg.stream_k and cfg.cluster == 1 else (0, 0)
+    if sk == 0 or cfg.pingpong or not 0 < M % cfg.BM <= 64:
+        return sk, split, None
+    cost = last_row_costs(tiles_m, tiles_n, cfg.order, cfg.swizzle, IDLE_WARPGROUP_TILE_COST)
+    weighted = stream_k_weighted(tiles, grid, k_blocks, cost)
+    if weighted is None or weighted[2] > stream_k_finish(tiles, grid, k_blocks, cost, sk, split) - UNEQUAL_RUNS_MIN_GAIN:
+        return sk, split, None
+    return weighted[0], 1, weighted[1]
+
+
 def _stream_k_args(cfg, a, b, grid):
-    """The kernel's trailing stream-K arguments ``(sk_tiles, split, partial slots, flags)``
-    (:func:`fo_lib.tiling.stream_k_plan`), the buffers the launch keeps: two fp32 slots of
+    """The kernel's trailing stream-K arguments ``(sk_tiles, split, partial slots, flags, run bounds)``
+    (:func:`stream_k_schedule`; bounds null: equal runs), the buffers the launch keeps: two fp32 slots of
     ``BM x BN`` per CTA (a head or a split part, a parked tail) and one zeroed flag per stream-K tile
     (the finishing CTA resets its flag, so they stay zero between launches; owned by the launch:
     two different launches never share a workspace), and the config whose kernel runs: a launch
@@ -375,19 +406,19 @@ def _stream_k_args(cfg, a, b, grid):
     import numpy as np
     import torch
 
-    tiles = ceil_div(a.shape[0], cfg.BM) * ceil_div(b.shape[0], cfg.BN)
-    k_blocks = ceil_div(a.shape[1], cfg.BK)
-    sk, split = stream_k_plan(tiles, grid, k_blocks) if cfg.stream_k and cfg.cluster == 1 else (0, 0)
+    sk, split, bounds = stream_k_schedule(cfg, a.shape[0], b.shape[0], a.shape[1], grid)
     # Built inside a capture, the flags' zeroing would only be recorded: an eager call of this
     # memoized launch before the graph's first replay would read garbage flags. Whole waves then.
     if sk == 0 or torch.cuda.is_current_stream_capturing():
-        return (np.int32(0), np.int32(0), np.uint64(0), np.uint64(0)), (), cfg.whole_waves()
+        return (np.int32(0), np.int32(0), np.uint64(0), np.uint64(0), np.uint64(0)), (), cfg.whole_waves()
     partial = torch.empty(2 * grid * cfg.BM * cfg.BN, dtype=torch.float32, device=a.device)
     flags = torch.zeros(sk, dtype=torch.int32, device=a.device)
+    runs = None if bounds is None else torch.as_tensor(bounds, dtype=torch.int64).to(a.device)
     # The zeros are written on this stream; the launch may be enqueued on another one (once per
     # memoized launch: later calls reuse the buffers).
     torch.cuda.current_stream(a.device).synchronize()
-    return (np.int32(sk), np.int32(split), np.uint64(partial.data_ptr()), np.uint64(flags.data_ptr())), (partial, flags), cfg
+    return ((np.int32(sk), np.int32(split), np.uint64(partial.data_ptr()), np.uint64(flags.data_ptr()),
+             np.uint64(0 if runs is None else runs.data_ptr())), (partial, flags, runs), cfg)
 
 
 # The same public calls as the portable family (fo_lib.gemm.family.GemmFamily). Probe stamps: start

@@ -40,9 +40,9 @@ extern "C" __global__ void __launch_bounds__({cfg.threads}, 1){cluster}
        fo::bits16* C, int M, int N, int K, long long ldc, int order, int swizzle,
        fo::bits16* comm_buf, const long long* row_offset, const int* tile_group,
        unsigned int* group_counter, unsigned long long* probe, int sk_tiles, int sk_split, float* sk_partial,
-       unsigned int* sk_flag) {{
+       unsigned int* sk_flag, const long long* sk_bounds) {{
     fo::gemm_sm90_body<{targs}>(tma_a, tma_b, C, M, N, K, ldc, order, swizzle, comm_buf, row_offset, tile_group,
-                                group_counter, probe, sk_tiles, sk_split, sk_partial, sk_flag);
+                                group_counter, probe, sk_tiles, sk_split, sk_partial, sk_flag, sk_bounds);
 }}
 """
     return source, name

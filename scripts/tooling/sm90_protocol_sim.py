@@ -45,7 +45,7 @@ class Bar:
         return s.n % 2 != P
 
 
-def units(b, P, tiles, sk_tiles, sk_split, KT, cluster):
+def units(b, P, tiles, sk_tiles, sk_split, KT, cluster, bounds=None):
     split = 0
     if cluster > 1:
         sk_tiles = 0
@@ -70,7 +70,7 @@ def units(b, P, tiles, sk_tiles, sk_split, KT, cluster):
                         dp, split, sk))
         return out
     total = sk_tiles * KT
-    g0, g1 = total * b // P, total * (b + 1) // P
+    g0, g1 = (bounds[b], bounds[b + 1]) if bounds and total else (total * b // P, total * (b + 1) // P)
     t_end = g1 // KT
     head_len = g1 - t_end * KT
     t_tail = g0 // KT
@@ -88,15 +88,21 @@ def units(b, P, tiles, sk_tiles, sk_split, KT, cluster):
     return out
 
 
+def unequal_runs(rng, P, total, KT):
+    """Random run bounds as the host may give them: P runs of at least KT k-blocks covering ``total``."""
+    cuts = sorted(rng.randint(0, total - P * KT) for _ in range(P - 1))
+    return [0] + [c + (i + 1) * KT for i, c in enumerate(cuts)] + [total]
+
+
 def W(cond):  # a wait: yield a predicate
     return cond
 
 
 def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0, order_fix=False, trace=False,
-        bug=None):
+        bug=None, bounds=None):
     """One random interleaving; raises Viol on a protocol violation or a deadlock. ``bug``:
     ``"early_release"`` makes the in-flight consumers free a stage as soon as its MMAs are issued
-    (the model must find it)."""
+    (the model must find it). ``bounds``: stream-K runs of unequal length (the kernel's sk_bounds)."""
     rng = random.Random(seed)
     G = {"flag": {}, "slot": {}}
     ctas = []
@@ -116,7 +122,7 @@ def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0,
         C["c_writers"] = 0
         C["c_readers"] = 0
         C["stored"] = 0                    # tiles whose store-warp reads are complete
-        C["units"] = units(b, P, tiles, sk_tiles, sk_split, KT, cluster)
+        C["units"] = units(b, P, tiles, sk_tiles, sk_split, KT, cluster, bounds)
         C["staged_list"] = [i for i, u in enumerate(C["units"]) if u[0] < tiles and u[3] not in (KHEAD, KPARK)]
         ctas.append(C)
     events = []  # async TMA completions: (cta, stage, bytes, gk)
@@ -393,6 +399,8 @@ def main():
                 tiles = max(tiles, sk_tiles + 1)
         args = dict(P=P, tiles=tiles, KT=KT, STAGES=STAGES, cluster=cluster, pingpong=pp, sk_tiles=sk_tiles,
                     sk_split=sk_split, seed=it, order_fix=fix)
+        if sk_split == 1 and rng.random() < 0.5:
+            args["bounds"] = unequal_runs(rng, P, sk_tiles * KT, KT)
         try:
             run(**args)
         except Viol as e:

@@ -305,21 +305,31 @@ STREAM_K_CASES = [(200, 300, 72, "128x256x64", 3, 1), (1000, 2000, 4104, "128x25
                   (1536, 3584, 18944, "128x224x64d", 132, 2),
                   # ping-pong consumers that store C themselves (168: an odd last 8-column block)
                   (500, 3000, 1000, "128x176x64pd", 13, 1), (777, 1000, 520, "128x176x64pd", 5, 2),
-                  (129, 4100, 2000, "128x168x64pd", 12, 4), (300, 1000, 4104, "128x168x64pd", 7, 1)]
+                  (129, 4100, 2000, "128x168x64pd", 12, 4), (300, 1000, 4104, "128x168x64pd", 7, 1),
+                  # a last tile row of at most 64 rows (its second warpgroup idles): runs of unequal
+                  # length (sk_bounds), where the plan alone would split the tail in 2
+                  (320, 1000, 520, "128x256x64d", 5, 1), (320, 1000, 520, "128x208x64", 12, 1),
+                  (320, 1000, 520, "128x128x64", 16, 1), (320, 1000, 520, "128x168x64", 12, 1),
+                  (5000, 7168, 8192, "128x256x64", 132, 1), (6208, 3072, 4096, "128x256x64", 132, 1)]
 
 
 def _stream_k_config(cname, M, N, K, ctas, split):
     cfg = replace(gemm_sm90.CONFIGS[cname].with_raster("col", 2), stream_k=True)
     tiles = cfg.grid(M, N, ctas).num_tiles
-    sk, got = gemm_sm90.stream_k_plan(tiles, min(ctas, tiles), -(-K // cfg.BK))
+    sk, got, _ = gemm_sm90.stream_k_schedule(cfg, M, N, K, min(ctas, tiles))
     assert sk > 0 and got == split, f"the case must cut tiles ({'runs' if split == 1 else f'{split} parts'})"
     return cfg
+
+
+def _unequal_runs(cfg, M, N, K, ctas) -> bool:
+    return gemm_sm90.stream_k_schedule(cfg, M, N, K, min(ctas, cfg.grid(M, N, ctas).num_tiles))[2] is not None
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("M,N,K,cname,ctas,split", STREAM_K_CASES)
 def test_stream_k_tail_matches_float64_and_repeats_exactly(M, N, K, cname, ctas, split, dtype):
     cfg = _stream_k_config(cname, M, N, K, ctas, split)
+    gemm_sm90.SM90._memo.clear()  # (the checks below read this case's launches)
     a, b = inputs(M, N, K, dtype, seed=M + 3 * N + K)
     buf, out, mask = guarded_out(M, N, dtype)
     gemm_sm90.gemm_nt(a, b, out, config=cfg, ctas=ctas)
@@ -344,6 +354,9 @@ def test_stream_k_tail_matches_float64_and_repeats_exactly(M, N, K, cname, ctas,
     flags = _stream_k_flags()
     assert flags, "no memoized launch holds a stream-K workspace"
     assert all(int(f.count_nonzero()) == 0 for f in flags), "a finishing CTA left its flag set"
+    # Runs of unequal length where the schedule says so: the launch keeps their bounds.
+    bounds = [launch._keep[2] for launch in gemm_sm90.SM90._memo._launches.values() if launch._keep]
+    assert any(x is not None for x in bounds) == _unequal_runs(cfg, M, N, K, ctas)
 
 
 def _stream_k_flags():
