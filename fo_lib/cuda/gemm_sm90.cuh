@@ -109,6 +109,11 @@
 
 // A/B switch (FO_NVRTC_OPTIONS=-DFO_SM90_SHARE_A=0): cluster pairs on one tile row load A each for
 // itself (as before A was shared too, but in two half boxes), as pairs that share nothing.
+// A/B switch (FO_NVRTC_OPTIONS=-DFO_SM90_IDLE_WG=0): a cooperative warpgroup without rows in a tile
+// computes its MMAs anyway (as before the skip).
+#ifndef FO_SM90_IDLE_WG
+#define FO_SM90_IDLE_WG 1
+#endif
 #ifndef FO_SM90_SHARE_A
 #define FO_SM90_SHARE_A 1
 #endif
@@ -787,7 +792,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             // at most 64 rows in it) walks the unit's stages without MMAs, as a phantom does: the tile
             // then costs about one warpgroup's MMAs (the host weighs it so: fo_lib.tiling.stream_k_weighted).
             // Its accumulators are not stored (rows past M).
-            const bool idle = phantom || (!PINGPONG && tm * BM + 64 * __shfl_sync(0xffffffffu, c, 0) >= M);
+            const bool idle = phantom || (FO_SM90_IDLE_WG && !PINGPONG && tm * BM + 64 * __shfl_sync(0xffffffffu, c, 0) >= M);
             // DIRECT_C with a row table or tile places: where row r of the tile goes (null past M),
             // fetched before the main loop, so the loads' latency hides under it (fetched at each
             // store, a chain of dependent loads held up the last tile's stores, the kernel's tail).

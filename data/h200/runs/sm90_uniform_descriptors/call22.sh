@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Call 22 (run from branch idle-warpgroup): which variant of the LLM benchmark's row of 5000 x 7168 x
+# 8192 never finishes (calls 20 and 21). Each variant of that row (call 20's tuning picked
+# 128x224x64/col4 over the model's 128x256x64/row8+sk) in its own process, 40 s at most, as the
+# benchmark times it; then the hanging one with the idle-warpgroup skip compiled out
+# (-DFO_SM90_IDLE_WG=0, its own kernel cache) and with the runs of equal length (cost 1).
+export PYTHONPATH=$PWD FO_CACHE_DIR=/tmp/fo_cache FO_GIT_SHA=${FO_GIT_SHA:?} PYTHONUNBUFFERED=1 FO_SM90_AUTOTUNE=0
+t0=$SECONDS
+( time timeout 200 python3 -m fo_lib build ) > $OUT/run.log 2>&1; echo "build rc=$? $((SECONDS - t0))s" | tee -a $OUT/run.log
+v() { timeout 40 python3 data/h200/runs/sm90_uniform_descriptors/call22_variant.py "$@" 2>&1 | tail -1 | cut -c1-160
+      echo "  rc=${PIPESTATUS[0]} $* $((SECONDS - t0))s"; }
+for x in "128x224x64/col4" "128x224x64/col4 signal" "128x256x64/row8+sk" "128x256x64/row8+sk signal" \
+         "128x256x64/row8" "128x128x64/row8" "128x128x64/row8+sk" "128x224x64c2/row4" "128x256x64/row8+sk plain 1.0"; do
+  v $x | tee -a $OUT/run.log
+done
+FO_CACHE_DIR=/tmp/fo_cache_noidle FO_NVRTC_OPTIONS=-DFO_SM90_IDLE_WG=0 v 128x256x64/row8+sk | tee -a $OUT/run.log
+FO_CACHE_DIR=/tmp/fo_cache_noidle FO_NVRTC_OPTIONS=-DFO_SM90_IDLE_WG=0 v 128x224x64/col4 | tee -a $OUT/run.log
