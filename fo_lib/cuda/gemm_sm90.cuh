@@ -163,8 +163,21 @@ __device__ __forceinline__ bool mbar_try_wait(u32 bar, u32 parity) {
         : "memory");
     return ok != 0;
 }
+// Diagnosis (FO_NVRTC_OPTIONS=-DFO_SM90_HANG_TRAP=1): a wait that lasts 2 s prints where it waits
+// and traps, so a launch that would hang fails instead (off by default: the spins stay bare).
+#ifndef FO_SM90_HANG_TRAP
+#define FO_SM90_HANG_TRAP 0
+#endif
+__device__ __forceinline__ void hang_trap(u64 t0, const char* what, unsigned a, unsigned b) {
+    if (FO_SM90_HANG_TRAP && globaltimer_ns() - t0 > 2000000000ull) {
+        printf("fo_sm90 hang: block %d thread %d waits on %s %u %u\n", int(blockIdx.x), int(threadIdx.x), what, a, b);
+        __trap();
+    }
+}
 __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    const u64 t0 = FO_SM90_HANG_TRAP ? globaltimer_ns() : 0;
     while (!mbar_try_wait(bar, parity)) {
+        if (FO_SM90_HANG_TRAP) hang_trap(t0, "mbarrier (smem address, parity)", bar, parity);
     }
 }
 // NOTES: while a warpgroup's wgmma is in flight (kMmaInFlight keeps one k-block's), a C++ branch that
@@ -962,7 +975,9 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 // Every warp polls, by a vote: a loop no lane leaves alone keeps the warps converged,
                 // and with them the main loop's descriptors in uniform registers (a lone thread's
                 // spin made ptxas move them through vector registers in every k-block).
+                const u64 t0 = FO_SM90_HANG_TRAP ? globaltimer_ns() : 0;
                 while (!__all_sync(0xffffffffu, ld_acquire_gpu(sk_flag + (w.s - dp)) == u32(w.split - 1))) {
+                    if (FO_SM90_HANG_TRAP) hang_trap(t0, "split flag (tile, value)", w.s, ld_acquire_gpu(sk_flag + (w.s - dp)));
                 }
                 bar_sync(bar_id, bar_count);
                 if (lead) sk_flag[w.s - dp] = 0u;  // ready for the next launch (every warp has seen it)
@@ -971,7 +986,9 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             if (part == kTailTile || part == kFinishParked) {
                 if (part == kFinishParked) add_slot(2 * i64(blockIdx.x) + 1, true);  // the parked tail back
                 // The head of this tile is the first unit of CTA b - 1's run.
+                const u64 t0 = FO_SM90_HANG_TRAP ? globaltimer_ns() : 0;
                 while (!__all_sync(0xffffffffu, ld_acquire_gpu(sk_flag + (w.s - dp)) != 0u)) {  // (as above)
+                    if (FO_SM90_HANG_TRAP) hang_trap(t0, "head flag (tile, part)", w.s, part);
                 }
                 bar_sync(bar_id, bar_count);
                 if (lead) sk_flag[w.s - dp] = 0u;  // ready for the next launch (every warp has seen it)

@@ -7,6 +7,11 @@
 export PYTHONPATH=$PWD FO_CACHE_DIR=/tmp/fo_cache FO_GIT_SHA=${FO_GIT_SHA:?} PYTHONUNBUFFERED=1 FO_SM90_AUTOTUNE=0
 t0=$SECONDS
 ( time timeout 200 python3 -m fo_lib build ) > $OUT/run.log 2>&1; echo "build rc=$? $((SECONDS - t0))s" | tee -a $OUT/run.log
+# First the whole row with the hang trap compiled in (-DFO_SM90_HANG_TRAP=1, its own kernel cache): a
+# wait of 2 s prints where it waits (block, thread, barrier or flag) and fails the launch.
+(export FO_CACHE_DIR=/tmp/fo_cache_trap FO_NVRTC_OPTIONS=-DFO_SM90_HANG_TRAP=1 FO_SM90_AUTOTUNE=1 FO_SM90_AUTOTUNE_FILE=/tmp/trap_at.json
+ timeout 150 python3 -c "from fo_lib.experiments import gemm_llm; r = gemm_llm.measure_rows(30, 3, 0, [14], cluster=True)[0]; print('row done', r['config'], r['ours_ms'])" \
+   > $OUT/trap_row.log 2>&1; echo "trap row rc=$? $((SECONDS - t0))s"; grep -m 20 -E "hang|row done|Error" $OUT/trap_row.log) | tee -a $OUT/run.log
 v() { timeout 40 python3 data/h200/runs/sm90_uniform_descriptors/call22_variant.py "$@" 2>&1 | tail -1 | cut -c1-160
       echo "  rc=${PIPESTATUS[0]} $* $((SECONDS - t0))s"; }
 for x in "128x224x64/col4" "128x224x64/col4 signal" "128x256x64/row8+sk" "128x256x64/row8+sk signal" \
