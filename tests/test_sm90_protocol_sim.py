@@ -81,3 +81,17 @@ def test_stream_k_runs_of_unequal_length_cover_each_k_block_once_without_a_viola
                             sk_split=1, seed=seed, order_fix=True, bounds=bounds)
     assert cases >= 8
     assert max(_coverage(sim, 3, 5, 5, 4, [0, 5, 7, 20]).values()) == 2
+
+
+def test_a_second_warpgroup_without_rows_keeps_the_protocol():
+    """Tiles whose second cooperative warpgroup walks the stages without MMAs (idle_tiles): no
+    violation with or without MMAs in flight, in clusters and with stream-K runs."""
+    sim = _sim()
+    for seed in range(60):
+        for stages, cluster, P in ((3, 1, 3), (4, 1, 3), (5, 2, 4), (3, 2, 2)):
+            tiles = P + 1 + seed % (2 * P)
+            sk = P + seed % P if cluster == 1 and seed % 2 else 0
+            tiles = max(tiles, sk)
+            sim.run(P=P, tiles=tiles, KT=2 + seed % 4, STAGES=stages, cluster=cluster, pingpong=False,
+                    sk_tiles=sk, sk_split=1 if sk else 0, seed=seed, order_fix=True,
+                    idle_tiles=set(range(tiles - 1 - seed % 3, tiles)))

@@ -99,10 +99,12 @@ def W(cond):  # a wait: yield a predicate
 
 
 def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0, order_fix=False, trace=False,
-        bug=None, bounds=None):
+        bug=None, bounds=None, idle_tiles=()):
     """One random interleaving; raises Viol on a protocol violation or a deadlock. ``bug``:
     ``"early_release"`` makes the in-flight consumers free a stage as soon as its MMAs are issued
-    (the model must find it). ``bounds``: stream-K runs of unequal length (the kernel's sk_bounds)."""
+    (the model must find it). ``bounds``: stream-K runs of unequal length (the kernel's sk_bounds).
+    ``idle_tiles``: tiles whose second cooperative warpgroup has no rows (it walks their stages without
+    MMAs, as for a phantom unit, and still runs the epilogue)."""
     rng = random.Random(seed)
     G = {"flag": {}, "slot": {}}
     ctas = []
@@ -233,8 +235,9 @@ def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0,
                 yield W(lambda p=order_par: C["order"][c].ok(p))
                 order_par ^= 1
             phantom = s >= tiles
+            idle = phantom or (not pingpong and c == 1 and s in idle_tiles)
             if in_flight:
-                nk = 0 if phantom else nkb
+                nk = 0 if idle else nkb
                 prev, prevg = stage, gk
                 for i in range(nk):
                     yield W(lambda st=stage, p=phase: C["full"][st].ok(p))
@@ -257,7 +260,7 @@ def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0,
                         C["readers"][prev] -= 1
                     else:
                         release(prev, prevg)
-                if phantom:
+                if idle:
                     for kb in range(k0, k1):
                         yield W(lambda st=stage, p=phase: C["full"][st].ok(p))
                         check_full("phantom ")
@@ -269,10 +272,10 @@ def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0,
                 for kb in range(k0, k1):
                     yield W(lambda st=stage, p=phase: C["full"][st].ok(p))
                     check_full("")
-                    if not phantom:
+                    if not idle:
                         C["readers"][stage] += 1
                         yield None
-                    release(stage, gk, reading=not phantom)
+                    release(stage, gk, reading=not idle)
                     step()
             if pingpong and order_fix and unit > 0:
                 yield W(lambda p=eorder_par: C["eorder"][c].ok(p))
@@ -401,6 +404,8 @@ def main():
                     sk_split=sk_split, seed=it, order_fix=fix)
         if sk_split == 1 and rng.random() < 0.5:
             args["bounds"] = unequal_runs(rng, P, sk_tiles * KT, KT)
+        if rng.random() < 0.5:  # a last tile row whose second warpgroup has no rows
+            args["idle_tiles"] = set(rng.sample(range(tiles), rng.randint(1, tiles)))
         try:
             run(**args)
         except Viol as e:
