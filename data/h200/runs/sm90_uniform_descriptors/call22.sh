@@ -12,10 +12,11 @@ t0=$SECONDS
 (export FO_CACHE_DIR=/tmp/fo_cache_trap FO_NVRTC_OPTIONS=-DFO_SM90_HANG_TRAP=1 FO_SM90_AUTOTUNE=1 FO_SM90_AUTOTUNE_FILE=/tmp/trap_at.json
  timeout 150 python3 -c "from fo_lib.experiments import gemm_llm; r = gemm_llm.measure_rows(30, 3, 0, [14], cluster=True)[0]; print('row done', r['config'], r['ours_ms'])" \
    > $OUT/trap_row.log 2>&1; echo "trap row rc=$? $((SECONDS - t0))s"; grep -m 20 -E "hang|row done|Error" $OUT/trap_row.log) | tee -a $OUT/run.log
-v() { timeout 40 python3 data/h200/runs/sm90_uniform_descriptors/call22_variant.py "$@" 2>&1 | tail -1 | cut -c1-160
+v() { timeout 30 python3 data/h200/runs/sm90_uniform_descriptors/call22_variant.py "$@" 2>&1 | tail -1 | cut -c1-160
       echo "  rc=${PIPESTATUS[0]} $* $((SECONDS - t0))s"; }
-for x in "128x224x64/col4" "128x224x64/col4 signal" "128x256x64/row8+sk" "128x256x64/row8+sk signal" \
+for x in "128x224x64/row8+sk" "128x224x64/row8" "128x224x64/col4" "128x224x64/col4 signal" "128x256x64/row8+sk" "128x256x64/row8+sk signal" \
          "128x256x64/row8" "128x128x64/row8" "128x128x64/row8+sk" "128x224x64c2/row4" "128x256x64/row8+sk plain 1.0"; do
+  [ $((SECONDS - t0)) -gt 480 ] && break
   v $x | tee -a $OUT/run.log
 done
 (export FO_CACHE_DIR=/tmp/fo_cache_noidle FO_NVRTC_OPTIONS=-DFO_SM90_IDLE_WG=0
