@@ -95,3 +95,24 @@ def test_a_second_warpgroup_without_rows_keeps_the_protocol():
             sim.run(P=P, tiles=tiles, KT=2 + seed % 4, STAGES=stages, cluster=cluster, pingpong=False,
                     sk_tiles=sk, sk_split=1 if sk else 0, seed=seed, order_fix=True,
                     idle_tiles=set(range(tiles - 1 - seed % 3, tiles)))
+
+
+def test_a_walking_warpgroup_whose_warps_do_not_meet_is_found():
+    """A warpgroup that walks stages without MMAs (a phantom unit, a warpgroup without rows) frees
+    each with one thread's arrival; without the kernel's walk_bar its other warps can fall two phases
+    behind on a full barrier (the LLM benchmark's hang of 5000 x 7168 x 8192), which the model finds;
+    with it, none."""
+    sim = _sim()
+    args = [dict(P=P, tiles=tiles, KT=KT, STAGES=stages, cluster=cluster, pingpong=False, sk_tiles=sk,
+                 sk_split=1 if sk else 0, seed=seed, order_fix=True, idle_tiles=set(range(tiles // 2, tiles)))
+            for seed in range(40)
+            for stages, cluster, P, tiles, KT, sk in ((3, 1, 3, 8, 6, 4), (4, 1, 3, 7, 5, 0), (3, 2, 4, 7, 4, 0))]
+    for a in args:
+        sim.run(**a)
+    found = 0
+    for a in args:
+        try:
+            sim.run(**a, bug="walk_unsynced")
+        except sim.Viol as e:
+            found += "behind" in str(e) or "deadlock" in str(e)
+    assert found > len(args) // 4, found

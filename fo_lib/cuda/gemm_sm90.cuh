@@ -91,7 +91,9 @@
 //   epi[c]    : ping-pong, 1 arrival (the other consumer WG, after staging its unit's C tile, or
 //               passing a unit without one)
 //   named barrier 1: the 96 store threads; named barrier 2: the 256 consumer threads (stream-K;
-//   ping-pong: 2 + c, the 128 threads of consumer warpgroup c).
+//   ping-pong: 2 + c, the 128 threads of consumer warpgroup c); 3 + c (ping-pong: 2 + c): the 128
+//   threads of consumer warpgroup c at each stage of a walk without reads (a phantom unit, a
+//   warpgroup without rows), before the one arrival that frees it.
 //   CLUSTER 2: a cluster barrier after the barriers are initialised (the other CTA multicasts into
 //   this one's ring) and one before exit (its last arrivals on this CTA's barriers).
 // NOTES: smem C is written and read by the generic proxy only (st.shared / ld.shared), and the operand
@@ -796,6 +798,11 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
         const u32 bar_id = PINGPONG ? 2 + c : 2;       // this warpgroup's (or both consumers') named barrier
         constexpr u32 bar_count = PINGPONG ? 128 : 256;
         const bool lead = PINGPONG ? tid == 0 : (c == 0 && tid == 0);  // flags, stamps
+        // A warpgroup that walks stages without reading them (a phantom unit, a cooperative warpgroup
+        // without rows) frees each with one arrival, so its warps meet first: nothing else holds them
+        // together there (wgmma does in the main loop), and a warp still waiting on the stage's full
+        // barrier when the producer has refilled it twice would wait on a later phase, for ever.
+        const u32 walk_bar = PINGPONG ? 2 + c : 3 + c;
         const int warp = tid / 32;
         const int lane = tid % 32;
         const u32 desc_lo = desc_sw128_lo(base);  // stage 0's A; B is A_BYTES on
@@ -906,9 +913,10 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 for (int h = 0; h < H; ++h) fence_acc(acc[h]);
                 mbar_arrive_pred<CLUSTER>(bar_empty + 8 * prev, rank ^ 1u, one & u32(nk > 0));
 #pragma unroll 1
-                for (int kb = idle ? k0 : w.k1; kb < w.k1; ++kb) {  // no MMAs here: keep step
+                for (int kb = idle ? k0 : w.k1; kb < w.k1; ++kb) {  // no MMAs here: keep step (see walk_bar)
                     hang_where(2 + c, unit, w.s, part, 1000 + kb);
                     mbar_wait(bar_full + 8 * stage, phase);
+                    bar_sync(walk_bar, 128);
                     mbar_arrive_pred<CLUSTER>(bar_empty + 8 * stage, rank ^ 1u, one);
                     if (++stage == STAGES) {
                         stage = 0;
@@ -919,24 +927,33 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 if (PINGPONG && !order_at_issue) mbar_arrive_pred<1>(bar_order + 8 * (c ^ 1), 0u, one);
             } else {
 #pragma unroll 1
-                for (int kb = k0; kb < w.k1; ++kb) {
-                    hang_where(2 + c, unit, w.s, part, idle ? 1000 + kb : kb);
+                for (int kb = idle ? k0 : w.k1; kb < w.k1; ++kb) {  // no MMAs here: keep step (see walk_bar)
+                    hang_where(2 + c, unit, w.s, part, 1000 + kb);
                     mbar_wait(bar_full + 8 * stage, phase);
-                    if (!idle) {
-                        const u32 at = stage * S::STAGE_BYTES;
-                        fence_acc(acc[0]);
-                        wgmma_fence();
-#pragma unroll
-                        for (int kk = 0; kk < BK / 16; ++kk) {
-                            // scale_d = 0 on the part's first k16 step: D = A B^T, no zeroing pass needed.
-                            Wgmma<BN>::mma(acc[0], desc_sw128_at(desc_lo, at + a_rows + kk * 32),
-                                           desc_sw128_at(desc_lo, at + S::A_BYTES + kk * 32),
-                                           ((kb - k0) | kk) != 0, T{});
-                        }
-                        wgmma_commit();
-                        wgmma_wait<0>();
-                        fence_acc(acc[0]);
+                    bar_sync(walk_bar, 128);
+                    mbar_arrive_pred<CLUSTER>(bar_empty + 8 * stage, rank ^ 1u, u32(tid == 0));
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1u;
                     }
+                }
+#pragma unroll 1
+                for (int kb = k0; kb < (idle ? k0 : w.k1); ++kb) {
+                    hang_where(2 + c, unit, w.s, part, kb);
+                    mbar_wait(bar_full + 8 * stage, phase);
+                    const u32 at = stage * S::STAGE_BYTES;
+                    fence_acc(acc[0]);
+                    wgmma_fence();
+#pragma unroll
+                    for (int kk = 0; kk < BK / 16; ++kk) {
+                        // scale_d = 0 on the part's first k16 step: D = A B^T, no zeroing pass needed.
+                        Wgmma<BN>::mma(acc[0], desc_sw128_at(desc_lo, at + a_rows + kk * 32),
+                                       desc_sw128_at(desc_lo, at + S::A_BYTES + kk * 32),
+                                       ((kb - k0) | kk) != 0, T{});
+                    }
+                    wgmma_commit();
+                    wgmma_wait<0>();
+                    fence_acc(acc[0]);
                     // wgmma.wait_group 0 means this warpgroup's MMAs (and their shared-memory reads of
                     // the stage) are complete: one arrival per warpgroup frees the stage, in this CTA and
                     // (cluster 2) in the other, whose producer multicasts into this stage too.
