@@ -81,3 +81,38 @@ def test_stream_k_runs_of_unequal_length_cover_each_k_block_once_without_a_viola
                             sk_split=1, seed=seed, order_fix=True, bounds=bounds)
     assert cases >= 8
     assert max(_coverage(sim, 3, 5, 5, 4, [0, 5, 7, 20]).values()) == 2
+
+
+def test_a_second_warpgroup_without_rows_keeps_the_protocol():
+    """Tiles whose second cooperative warpgroup walks the stages without MMAs (idle_tiles): no
+    violation with or without MMAs in flight, in clusters and with stream-K runs."""
+    sim = _sim()
+    for seed in range(60):
+        for stages, cluster, P in ((3, 1, 3), (4, 1, 3), (5, 2, 4), (3, 2, 2)):
+            tiles = P + 1 + seed % (2 * P)
+            sk = P + seed % P if cluster == 1 and seed % 2 else 0
+            tiles = max(tiles, sk)
+            sim.run(P=P, tiles=tiles, KT=2 + seed % 4, STAGES=stages, cluster=cluster, pingpong=False,
+                    sk_tiles=sk, sk_split=1 if sk else 0, seed=seed, order_fix=True,
+                    idle_tiles=set(range(tiles - 1 - seed % 3, tiles)))
+
+
+def test_a_walking_warpgroup_whose_warps_do_not_meet_is_found():
+    """A warpgroup that walks stages without MMAs (a phantom unit, a warpgroup without rows) frees
+    each with one thread's arrival; without the kernel's walk_bar its other warps can fall two phases
+    behind on a full barrier (the LLM benchmark's hang of 5000 x 7168 x 8192), which the model finds;
+    with it, none."""
+    sim = _sim()
+    args = [dict(P=P, tiles=tiles, KT=KT, STAGES=stages, cluster=cluster, pingpong=False, sk_tiles=sk,
+                 sk_split=1 if sk else 0, seed=seed, order_fix=True, idle_tiles=set(range(tiles // 2, tiles)))
+            for seed in range(40)
+            for stages, cluster, P, tiles, KT, sk in ((3, 1, 3, 8, 6, 4), (4, 1, 3, 7, 5, 0), (3, 2, 4, 7, 4, 0))]
+    for a in args:
+        sim.run(**a)
+    found = 0
+    for a in args:
+        try:
+            sim.run(**a, bug="walk_unsynced")
+        except sim.Viol as e:
+            found += "behind" in str(e) or "deadlock" in str(e)
+    assert found > len(args) // 4, found

@@ -91,7 +91,9 @@
 //   epi[c]    : ping-pong, 1 arrival (the other consumer WG, after staging its unit's C tile, or
 //               passing a unit without one)
 //   named barrier 1: the 96 store threads; named barrier 2: the 256 consumer threads (stream-K;
-//   ping-pong: 2 + c, the 128 threads of consumer warpgroup c).
+//   ping-pong: 2 + c, the 128 threads of consumer warpgroup c); 3 + c (ping-pong: 2 + c): the 128
+//   threads of consumer warpgroup c at each stage of a walk without reads (a phantom unit, a
+//   warpgroup without rows), before the one arrival that frees it.
 //   CLUSTER 2: a cluster barrier after the barriers are initialised (the other CTA multicasts into
 //   this one's ring) and one before exit (its last arrivals on this CTA's barriers).
 // NOTES: smem C is written and read by the generic proxy only (st.shared / ld.shared), and the operand
@@ -109,6 +111,11 @@
 
 // A/B switch (FO_NVRTC_OPTIONS=-DFO_SM90_SHARE_A=0): cluster pairs on one tile row load A each for
 // itself (as before A was shared too, but in two half boxes), as pairs that share nothing.
+// A/B switch (FO_NVRTC_OPTIONS=-DFO_SM90_IDLE_WG=0): a cooperative warpgroup without rows in a tile
+// computes its MMAs anyway (as before the skip).
+#ifndef FO_SM90_IDLE_WG
+#define FO_SM90_IDLE_WG 1
+#endif
 #ifndef FO_SM90_SHARE_A
 #define FO_SM90_SHARE_A 1
 #endif
@@ -158,8 +165,46 @@ __device__ __forceinline__ bool mbar_try_wait(u32 bar, u32 parity) {
         : "memory");
     return ok != 0;
 }
+// Diagnosis (FO_NVRTC_OPTIONS=-DFO_SM90_HANG_TRAP=1): a wait that lasts 1 s prints where it waits
+// (lane 0 of each waiting warp, once) with where each role of the CTA is (hang_where: producer, store
+// warps, consumer warpgroups 0 and 1: unit, schedule index, part, k-block), and at 4 s traps, so a
+// launch that would hang fails instead (off by default: the spins stay bare).
+#ifndef FO_SM90_HANG_TRAP
+#define FO_SM90_HANG_TRAP 0
+#endif
+#if FO_SM90_HANG_TRAP
+__shared__ int hang_where_[16];
+#endif
+__device__ __forceinline__ void hang_where(int role, int unit, int s, int part, int kb) {
+#if FO_SM90_HANG_TRAP
+    if (threadIdx.x % 32 == 0) {
+        volatile int* w = hang_where_ + 4 * role;
+        w[0] = unit;
+        w[1] = s;
+        w[2] = part;
+        w[3] = kb;
+    }
+#endif
+}
+__device__ __forceinline__ void hang_trap(u64 t0, bool& told, const char* what, unsigned a, unsigned b) {
+#if FO_SM90_HANG_TRAP
+    const u64 dt = globaltimer_ns() - t0;
+    if (!told && dt > 1000000000ull) {
+        told = true;
+        const volatile int* w = hang_where_;
+        if (threadIdx.x % 32 == 0)
+            printf("fo_sm90 hang: block %d warp %d waits on %s %u %u | producer %d %d %d %d | store %d %d %d %d"
+                   " | wg0 %d %d %d %d | wg1 %d %d %d %d\n", int(blockIdx.x), int(threadIdx.x / 32), what, a, b,
+                   w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9], w[10], w[11], w[12], w[13], w[14], w[15]);
+    }
+    if (dt > 4000000000ull) __trap();
+#endif
+}
 __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    const u64 t0 = FO_SM90_HANG_TRAP ? globaltimer_ns() : 0;
+    bool told = false;
     while (!mbar_try_wait(bar, parity)) {
+        if (FO_SM90_HANG_TRAP) hang_trap(t0, told, "mbarrier (smem address, parity)", bar, parity);
     }
 }
 // NOTES: while a warpgroup's wgmma is in flight (kMmaInFlight keeps one k-block's), a C++ branch that
@@ -167,6 +212,10 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
 // These keep the loop and the predicate inside one asm statement each (labels are scoped to the
 // braces, so the statement may be inlined many times).
 __device__ __forceinline__ void mbar_wait_in_asm(u32 bar, u32 parity) {
+    if (FO_SM90_HANG_TRAP) {
+        mbar_wait(bar, parity);
+        return;
+    }
     asm volatile(
         "{\n .reg .pred p;\n WAIT:\n"
         " mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%0], %1;\n"
@@ -619,6 +668,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
 #pragma unroll 1
                     for (int kb = w.k0; kb < w.k1; ++kb) {
                         const u32 empty = bar_empty + 8 * stage;
+                        hang_where(0, stage, w.s, w.part, kb);
                         mbar_wait(empty, phase ^ 1u);
                         const u32 full = bar_full + 8 * stage;
                         const u32 dst = base + stage * S::STAGE_BYTES;
@@ -651,6 +701,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                         }
                     }
                 }
+                hang_where(0, 0, -1, -1, -9);  // done
             }
         } else {
             // Store warps: pass g of store warp sw (g = sw, sw + 3, ...) covers the tile's 16-byte
@@ -681,6 +732,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                     place_sub_stride = place[1];
                     place_shift = int(place[2]);
                 }
+                hang_where(1, int(parity), w.s, w.part, -1);
                 mbar_wait(bar_c_full, parity);
                 if (kTableStore && !DIRECT_C) bar_sync(1, S::STORE_THREADS);  // row offsets visible to all store warps
 #pragma unroll 2
@@ -724,6 +776,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 }
                 parity ^= 1u;
             }
+            hang_where(1, 0, -1, -1, -9);  // done
         }
     } else {
         // ----------------------------------------------------------------- consumer warpgroups
@@ -745,6 +798,11 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
         const u32 bar_id = PINGPONG ? 2 + c : 2;       // this warpgroup's (or both consumers') named barrier
         constexpr u32 bar_count = PINGPONG ? 128 : 256;
         const bool lead = PINGPONG ? tid == 0 : (c == 0 && tid == 0);  // flags, stamps
+        // A warpgroup that walks stages without reading them (a phantom unit, a cooperative warpgroup
+        // without rows) frees each with one arrival, so its warps meet first: nothing else holds them
+        // together there (wgmma does in the main loop), and a warp still waiting on the stage's full
+        // barrier when the producer has refilled it twice would wait on a later phase, for ever.
+        const u32 walk_bar = PINGPONG ? 2 + c : 3 + c;
         const int warp = tid / 32;
         const int lane = tid % 32;
         const u32 desc_lo = desc_sw128_lo(base);  // stage 0's A; B is A_BYTES on
@@ -787,7 +845,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             // at most 64 rows in it) walks the unit's stages without MMAs, as a phantom does: the tile
             // then costs about one warpgroup's MMAs (the host weighs it so: fo_lib.tiling.stream_k_weighted).
             // Its accumulators are not stored (rows past M).
-            const bool idle = phantom || (!PINGPONG && tm * BM + 64 * __shfl_sync(0xffffffffu, c, 0) >= M);
+            const bool idle = phantom || (FO_SM90_IDLE_WG && !PINGPONG && tm * BM + 64 * __shfl_sync(0xffffffffu, c, 0) >= M);
             // DIRECT_C with a row table or tile places: where row r of the tile goes (null past M),
             // fetched before the main loop, so the loads' latency hides under it (fetched at each
             // store, a chain of dependent loads held up the last tile's stores, the kernel's tail).
@@ -822,6 +880,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 const bool order_at_issue = FO_SM90_ORDER_AT_ISSUE && (CLUSTER == 1 || !phantom);
 #pragma unroll 1
                 for (int i = 0; i < nk; ++i) {
+                    hang_where(2 + c, unit, w.s, part, k0 + i);
                     mbar_wait_in_asm(bar_full + 8 * stage, phase);
                     const u32 at = stage * S::STAGE_BYTES;
 #pragma unroll
@@ -854,8 +913,10 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 for (int h = 0; h < H; ++h) fence_acc(acc[h]);
                 mbar_arrive_pred<CLUSTER>(bar_empty + 8 * prev, rank ^ 1u, one & u32(nk > 0));
 #pragma unroll 1
-                for (int kb = idle ? k0 : w.k1; kb < w.k1; ++kb) {  // no MMAs here: keep step
+                for (int kb = idle ? k0 : w.k1; kb < w.k1; ++kb) {  // no MMAs here: keep step (see walk_bar)
+                    hang_where(2 + c, unit, w.s, part, 1000 + kb);
                     mbar_wait(bar_full + 8 * stage, phase);
+                    bar_sync(walk_bar, 128);
                     mbar_arrive_pred<CLUSTER>(bar_empty + 8 * stage, rank ^ 1u, one);
                     if (++stage == STAGES) {
                         stage = 0;
@@ -866,23 +927,33 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 if (PINGPONG && !order_at_issue) mbar_arrive_pred<1>(bar_order + 8 * (c ^ 1), 0u, one);
             } else {
 #pragma unroll 1
-                for (int kb = k0; kb < w.k1; ++kb) {
+                for (int kb = idle ? k0 : w.k1; kb < w.k1; ++kb) {  // no MMAs here: keep step (see walk_bar)
+                    hang_where(2 + c, unit, w.s, part, 1000 + kb);
                     mbar_wait(bar_full + 8 * stage, phase);
-                    if (!idle) {
-                        const u32 at = stage * S::STAGE_BYTES;
-                        fence_acc(acc[0]);
-                        wgmma_fence();
-#pragma unroll
-                        for (int kk = 0; kk < BK / 16; ++kk) {
-                            // scale_d = 0 on the part's first k16 step: D = A B^T, no zeroing pass needed.
-                            Wgmma<BN>::mma(acc[0], desc_sw128_at(desc_lo, at + a_rows + kk * 32),
-                                           desc_sw128_at(desc_lo, at + S::A_BYTES + kk * 32),
-                                           ((kb - k0) | kk) != 0, T{});
-                        }
-                        wgmma_commit();
-                        wgmma_wait<0>();
-                        fence_acc(acc[0]);
+                    bar_sync(walk_bar, 128);
+                    mbar_arrive_pred<CLUSTER>(bar_empty + 8 * stage, rank ^ 1u, u32(tid == 0));
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1u;
                     }
+                }
+#pragma unroll 1
+                for (int kb = k0; kb < (idle ? k0 : w.k1); ++kb) {
+                    hang_where(2 + c, unit, w.s, part, kb);
+                    mbar_wait(bar_full + 8 * stage, phase);
+                    const u32 at = stage * S::STAGE_BYTES;
+                    fence_acc(acc[0]);
+                    wgmma_fence();
+#pragma unroll
+                    for (int kk = 0; kk < BK / 16; ++kk) {
+                        // scale_d = 0 on the part's first k16 step: D = A B^T, no zeroing pass needed.
+                        Wgmma<BN>::mma(acc[0], desc_sw128_at(desc_lo, at + a_rows + kk * 32),
+                                       desc_sw128_at(desc_lo, at + S::A_BYTES + kk * 32),
+                                       ((kb - k0) | kk) != 0, T{});
+                    }
+                    wgmma_commit();
+                    wgmma_wait<0>();
+                    fence_acc(acc[0]);
                     // wgmma.wait_group 0 means this warpgroup's MMAs (and their shared-memory reads of
                     // the stage) are complete: one arrival per warpgroup frees the stage, in this CTA and
                     // (cluster 2) in the other, whose producer multicasts into this stage too.
@@ -945,6 +1016,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 if (part == kHeadTile) {
                     // bar.sync orders every consumer's stores before thread 0's release (cumulative,
                     // gpu scope): the finisher's acquire then sees the whole slot (the signal's protocol).
+                    hang_where(2 + c, unit, w.s, part, -4);
                     bar_sync(bar_id, bar_count);
                     red_release_gpu_add_if(lead, sk_flag + (w.s - dp), 1u);
                 }
@@ -957,7 +1029,11 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 // Every warp polls, by a vote: a loop no lane leaves alone keeps the warps converged,
                 // and with them the main loop's descriptors in uniform registers (a lone thread's
                 // spin made ptxas move them through vector registers in every k-block).
+                hang_where(2 + c, unit, w.s, part, -3);
+                const u64 t0 = FO_SM90_HANG_TRAP ? globaltimer_ns() : 0;
+                bool told = false;
                 while (!__all_sync(0xffffffffu, ld_acquire_gpu(sk_flag + (w.s - dp)) == u32(w.split - 1))) {
+                    if (FO_SM90_HANG_TRAP) hang_trap(t0, told, "split flag (tile, value)", w.s, ld_acquire_gpu(sk_flag + (w.s - dp)));
                 }
                 bar_sync(bar_id, bar_count);
                 if (lead) sk_flag[w.s - dp] = 0u;  // ready for the next launch (every warp has seen it)
@@ -966,7 +1042,11 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             if (part == kTailTile || part == kFinishParked) {
                 if (part == kFinishParked) add_slot(2 * i64(blockIdx.x) + 1, true);  // the parked tail back
                 // The head of this tile is the first unit of CTA b - 1's run.
+                hang_where(2 + c, unit, w.s, part, -3);
+                const u64 t0 = FO_SM90_HANG_TRAP ? globaltimer_ns() : 0;
+                bool told = false;
                 while (!__all_sync(0xffffffffu, ld_acquire_gpu(sk_flag + (w.s - dp)) != 0u)) {  // (as above)
+                    if (FO_SM90_HANG_TRAP) hang_trap(t0, told, "head flag (tile, part)", w.s, part);
                 }
                 bar_sync(bar_id, bar_count);
                 if (lead) sk_flag[w.s - dp] = 0u;  // ready for the next launch (every warp has seen it)
@@ -976,6 +1056,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             // (DIRECT_C: through the warp's own buffers to global memory).
             // Fragment of wgmma m64nNk16: acc[h][4 j + 2 g + e] is row 16 warp + lane / 4 + 8 g,
             // column 8 j + 2 (lane % 4) + e of the half's 64 x BN block.
+            hang_where(2 + c, unit, w.s, part, -2);
             mbar_wait(bar_c_empty, c_parity ^ 1u);  // the store warps are done with the previous tile
             if (DIRECT_C) {
                 // Each warp its own 16 rows (of each half it computes), 64 columns at a time: stmatrix
@@ -1038,6 +1119,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             c_parity ^= 1u;
             pass_epilogue();
         }
+        hang_where(2 + c, unit, -1, -1, -9);  // done
     }
     // Cluster 2: the other CTA's last arrivals on this CTA's barriers land before either exits.
     if (CLUSTER > 1) cluster_sync();

@@ -1,9 +1,10 @@
 """What a cooperative tile costs when its second warpgroup has no rows, and what the stream-K runs
 weighed by that cost gain (issue 23, M = 5000: the last row of 128-row tiles holds 8 rows).
 
-1. The cost: one wave of such tiles against one wave of whole ones (``M`` = 8 and 128, ``N`` = SMs x
-   BN, whole waves), in the same interleaved rounds: their ratio is the cost to weigh them by
-   (``fo_lib.gemm.sm90.IDLE_WARPGROUP_TILE_COST``).
+1. The cost: a last partial wave of such tiles against one of whole ones, each after the same two
+   whole waves (B in L2; one wave of 8-row tiles across N = SMs x BN streamed a 553 MB B from DRAM
+   and read bandwidth, not MMAs), in the same interleaved rounds: the ratio of what the third wave
+   adds is the cost to weigh them by (``fo_lib.gemm.sm90.IDLE_WARPGROUP_TILE_COST``).
 2. The schedule: the shape's stream-K config planned with each ``--costs`` entry (1.0: the plan
    without weights, the split tail), in whole waves, and cuBLAS, all in the same rounds.
 
@@ -66,16 +67,19 @@ def main(argv=None):
             rows.append(dict(what=what, variant=label, us=round(v * 1e3, 2)))
         return ms
 
-    # 1. One wave of tiles with 8 rows against one of whole tiles.
-    whole = cfg.whole_waves()
-    n_wave = ctas * whole.BN
+    # 1. A last partial wave of tiles with 8 rows against one of whole tiles: 22 tile columns and
+    # 6 x (SMs / 132) x 2 tile rows fill exactly two waves in a row-major raster (B, 22 x BN x 4096,
+    # stays in L2), and one tile row more is a third, partial wave of its own.
+    whole = replace(cfg.whole_waves(), order="row", swizzle=1)
+    n_cols, base = 22, ctas // 22 * 2 * whole.BM
     runs = {}
-    for m in (8, 128):
-        a, b = input_sets(m, n_wave, args.K, torch.bfloat16)[0][:2]
-        runs.update({f"M={m}": next(iter(sm90.tuning_runs([whole], "bf16", a, b, ctas).values()))})
-    ms = timed(runs, "one wave")
-    print(f"one wave of {ctas} tiles {whole.BM} x {whole.BN} x K {args.K}: 8 rows {ms['M=8'] * 1e3:.1f} us, "
-          f"128 rows {ms['M=128'] * 1e3:.1f} us: cost {ms['M=8'] / ms['M=128']:.3f}", flush=True)
+    for extra in (0, 8, whole.BM):
+        a, b = input_sets(base + extra, n_cols * whole.BN, 4096, torch.bfloat16)[0][:2]
+        runs[f"+{extra}"] = next(iter(sm90.tuning_runs([whole], "bf16", a, b, ctas).values()))
+    ms = timed(runs, "last wave")
+    short, full = ms["+8"] - ms["+0"], ms[f"+{whole.BM}"] - ms["+0"]
+    print(f"a last wave of {n_cols} tiles {whole.BM} x {whole.BN} x 4096 after two whole waves: 8 rows "
+          f"{short * 1e3:.1f} us, {whole.BM} rows {full * 1e3:.1f} us: cost {short / full:.3f}", flush=True)
     # 2. The shape's stream-K schedules.
     sets = input_sets(args.M, args.N, args.K, torch.bfloat16)
     a, b = sets[0][0], sets[0][1]

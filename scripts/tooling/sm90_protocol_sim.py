@@ -4,6 +4,10 @@ Processes per CTA: producer, TMA completions (async), consumer WG0, WG1, store w
 stream-K flags and slots; clusters of 2 (remote arrivals, multicast halves of the shared tile, B
 or A: the same bytes and barriers; the phantom unit).
 mbarrier: count, pending arrivals, tx count, completed phases n; try_wait.parity(P) true iff n % 2 != P.
+A warpgroup that walks stages without reading them (a phantom unit, a warpgroup without rows) is two
+processes: its thread 0 (waits, frees the stage) and its other warps (wait only), which the kernel
+makes meet thread 0 before each arrival (walk_bar); ``bug="walk_unsynced"`` drops that, and the model
+finds a warp left two phases behind.
 ``order_fix`` (argument ``fix``) is the kernel's epi[c] barriers (C tiles staged in unit order); without
 them ping-pong races on the C staging buffer, which the model finds (tests/test_sm90_protocol_sim.py).
 
@@ -99,10 +103,13 @@ def W(cond):  # a wait: yield a predicate
 
 
 def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0, order_fix=False, trace=False,
-        bug=None, bounds=None):
+        bug=None, bounds=None, idle_tiles=()):
     """One random interleaving; raises Viol on a protocol violation or a deadlock. ``bug``:
-    ``"early_release"`` makes the in-flight consumers free a stage as soon as its MMAs are issued
-    (the model must find it). ``bounds``: stream-K runs of unequal length (the kernel's sk_bounds)."""
+    ``"early_release"`` makes the in-flight consumers free a stage as soon as its MMAs are issued;
+    ``"walk_unsynced"``: a walking warpgroup's thread 0 frees each stage without waiting for its other
+    warps (the model must find both). ``bounds``: stream-K runs of unequal length (the kernel's sk_bounds).
+    ``idle_tiles``: tiles whose second cooperative warpgroup has no rows (it walks their stages without
+    MMAs, as for a phantom unit, and still runs the epilogue)."""
     rng = random.Random(seed)
     G = {"flag": {}, "slot": {}}
     ctas = []
@@ -124,6 +131,8 @@ def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0,
         C["stored"] = 0                    # tiles whose store-warp reads are complete
         C["units"] = units(b, P, tiles, sk_tiles, sk_split, KT, cluster, bounds)
         C["staged_list"] = [i for i, u in enumerate(C["units"]) if u[0] < tiles and u[3] not in (KHEAD, KPARK)]
+        C["walk"] = [[], []]         # per warpgroup: stages (stage, k-block) its other warps still wait on
+        C["walk_done"] = [False, False]
         ctas.append(C)
     events = []  # async TMA completions: (cta, stage, bytes, gk)
 
@@ -210,6 +219,11 @@ def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0,
             if C["full"][stage].n != gk // STAGES + 1:
                 raise Viol(f"cta{b} wg{c}: {what}full[{stage}] n={C['full'][stage].n} for kblock {gk}")
 
+        def walk_meet():  # the other warps wait on this stage too; the kernel's walk_bar: they meet first
+            C["walk"][c].append((stage, gk))
+            if bug != "walk_unsynced":
+                yield W(lambda: not C["walk"][c])
+
         def step():  # on to the next k-block and stage
             nonlocal stage, phase, gk
             stage += 1
@@ -233,8 +247,9 @@ def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0,
                 yield W(lambda p=order_par: C["order"][c].ok(p))
                 order_par ^= 1
             phantom = s >= tiles
+            idle = phantom or (not pingpong and c == 1 and s in idle_tiles)
             if in_flight:
-                nk = 0 if phantom else nkb
+                nk = 0 if idle else nkb
                 prev, prevg = stage, gk
                 for i in range(nk):
                     yield W(lambda st=stage, p=phase: C["full"][st].ok(p))
@@ -257,10 +272,11 @@ def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0,
                         C["readers"][prev] -= 1
                     else:
                         release(prev, prevg)
-                if phantom:
+                if idle:
                     for kb in range(k0, k1):
                         yield W(lambda st=stage, p=phase: C["full"][st].ok(p))
                         check_full("phantom ")
+                        yield from walk_meet()
                         release(stage, gk, reading=False)
                         step()
                 if pingpong:
@@ -269,10 +285,12 @@ def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0,
                 for kb in range(k0, k1):
                     yield W(lambda st=stage, p=phase: C["full"][st].ok(p))
                     check_full("")
-                    if not phantom:
+                    if not idle:
                         C["readers"][stage] += 1
                         yield None
-                    release(stage, gk, reading=not phantom)
+                    else:
+                        yield from walk_meet()
+                    release(stage, gk, reading=not idle)
                     step()
             if pingpong and order_fix and unit > 0:
                 yield W(lambda p=eorder_par: C["eorder"][c].ok(p))
@@ -345,6 +363,21 @@ def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0,
                 C["c_full"].arrive(128)
             c_par ^= 1
             tcount += 1
+        C["walk_done"][c] = True
+
+    def walk_warps(C, c):  # warps 1-3 of a warpgroup that walks stages: each wait, in order, maybe late
+        q = C["walk"][c]
+        while True:
+            yield W(lambda: q or C["walk_done"][c])
+            if not q:
+                return
+            st, g = q[0]
+            want = g // STAGES + 1  # the full barrier's completed phases when k-block g is in stage st
+            yield W(lambda st=st, want=want: C["full"][st].n >= want)
+            if C["full"][st].n != want:
+                raise Viol(f"cta{C['b']} wg{c}: a walking warp two phases behind on full[{st}] "
+                           f"(n={C['full'][st].n} for kblock {g})")
+            q.pop(0)
 
     procs = []
     for C in ctas:
@@ -352,6 +385,8 @@ def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0,
         procs.append([f"cta{C['b']}.store", store(C), None, rng.uniform(0.02, 1)])
         procs.append([f"cta{C['b']}.wg0", consumer(C, 0), None, rng.uniform(0.2, 1)])
         procs.append([f"cta{C['b']}.wg1", consumer(C, 1), None, rng.uniform(0.2, 1)])
+        for c in range(2):
+            procs.append([f"cta{C['b']}.wg{c}.walk", walk_warps(C, c), None, rng.uniform(0.02, 1)])
     steps = 0
     while True:
         steps += 1
@@ -401,6 +436,8 @@ def main():
                     sk_split=sk_split, seed=it, order_fix=fix)
         if sk_split == 1 and rng.random() < 0.5:
             args["bounds"] = unequal_runs(rng, P, sk_tiles * KT, KT)
+        if rng.random() < 0.5:  # a last tile row whose second warpgroup has no rows
+            args["idle_tiles"] = set(rng.sample(range(tiles), rng.randint(1, tiles)))
         try:
             run(**args)
         except Viol as e:
