@@ -288,13 +288,15 @@ def test_k_loops_build_their_descriptors_on_the_uniform_datapath(cname, nvrtc):
         assert n["R2UR"] == 0, f"{cname}: {n['R2UR']} R2UR in a k-block loop of {n['loop']} instructions"
 
 
-def test_a_short_last_tile_row_gets_stream_k_runs_weighed_by_its_idle_warpgroup():
-    """M = 5000 leaves 8 rows in the last row of 128 x 256 tiles: its tiles cost
-    IDLE_WARPGROUP_TILE_COST (the second warpgroup has no rows), and the runs of unequal length finish
-    sooner than the split tail; ping-pong (no idle warpgroup), 65+ rows, clusters and configs without a
-    tail keep their plans."""
+def test_a_short_last_tile_row_gets_stream_k_runs_weighed_by_its_idle_warpgroup(monkeypatch):
+    """M = 5000 leaves 8 rows in the last row of 128 x 256 tiles: where its tiles cost less
+    (IDLE_WARPGROUP_TILE_COST 0.6: the second warpgroup has no rows), the runs of unequal length
+    finish sooner than the split tail; ping-pong (no idle warpgroup), 65+ rows, clusters and configs
+    without a tail keep their plans; at the measured cost (1) every config keeps its plan."""
     from fo_lib.tiling import last_row_costs, stream_k_finish, stream_k_plan
     coop = replace(gemm_sm90.CONFIGS["128x256x64"].with_raster("row", 8), stream_k=True)
+    assert gemm_sm90.stream_k_schedule(coop, 5000, 7168, 8192, 132) == (64, 2, None)
+    monkeypatch.setattr(gemm_sm90, "IDLE_WARPGROUP_TILE_COST", 0.6)
     sk, split, bounds = gemm_sm90.stream_k_schedule(coop, 5000, 7168, 8192, 132)
     assert (sk, split) == (196, 1) and len(bounds) == 133 and bounds[-1] == 196 * 128
     cost = last_row_costs(40, 28, "row", 8, gemm_sm90.IDLE_WARPGROUP_TILE_COST)

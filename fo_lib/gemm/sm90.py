@@ -368,10 +368,12 @@ def _sm90_operand_args(cfg, dtype, a, b, c_ptr, ldc):
             np.int32(b.shape[0]), np.int32(K), np.int64(ldc))
 
 
-# NOTES: a GUESS until measured: a cooperative tile whose second warpgroup has no rows (the last tile
-# row, where M leaves at most 64 rows in it; that warpgroup walks the stages without MMAs) costs this
-# share of a whole tile: one warpgroup's MMAs, a whole tile's B loads.
-IDLE_WARPGROUP_TILE_COST = 0.6
+# What a cooperative tile whose second warpgroup has no rows (the last tile row, where M leaves at most
+# 64 rows in it; that warpgroup walks the stages without MMAs) costs, as a share of a whole tile. On
+# the H200 the skip saves no time measurable in the LLM benchmark (its tiles wait on loads, not on
+# MMAs), and runs weighed by the earlier guess (0.6) ran behind the split tail: 1, so the plan stays
+# stream_k_plan's (docs/perf-log.md, "A warp two phases behind"; probe_idle_warpgroup.py measures it).
+IDLE_WARPGROUP_TILE_COST = 1.0
 # Runs of unequal length replace stream_k_plan's tail only where the busiest CTA saves this share of a
 # tile (the plan's split tail starts every part together and cuts fewer tiles).
 UNEQUAL_RUNS_MIN_GAIN = 0.05
@@ -386,7 +388,7 @@ def stream_k_schedule(cfg: Sm90Config, M: int, N: int, K: int, grid: int) -> tup
     tiles_m, tiles_n, k_blocks = ceil_div(M, cfg.BM), ceil_div(N, cfg.BN), ceil_div(K, cfg.BK)
     tiles = tiles_m * tiles_n
     sk, split = stream_k_plan(tiles, grid, k_blocks) if cfg.stream_k and cfg.cluster == 1 else (0, 0)
-    if sk == 0 or cfg.pingpong or not 0 < M % cfg.BM <= 64:
+    if sk == 0 or cfg.pingpong or not 0 < M % cfg.BM <= 64 or IDLE_WARPGROUP_TILE_COST >= 1:
         return sk, split, None
     cost = last_row_costs(tiles_m, tiles_n, cfg.order, cfg.swizzle, IDLE_WARPGROUP_TILE_COST)
     weighted = stream_k_weighted(tiles, grid, k_blocks, cost)

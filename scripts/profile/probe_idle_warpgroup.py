@@ -40,7 +40,7 @@ def main(argv=None):
     p.add_argument("--N", type=int, default=7168)
     p.add_argument("--K", type=int, default=8192)
     p.add_argument("--config", default="128x256x64/row8+sk", help="a stream-K config label")
-    p.add_argument("--costs", type=float, nargs="+", default=[1.0, 0.5, 0.6, 0.7])
+    p.add_argument("--costs", type=float, nargs="+", default=[1.0, 0.6, 0.8, 0.9])
     p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
