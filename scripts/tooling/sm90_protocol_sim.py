@@ -102,7 +102,7 @@ def W(cond):  # a wait: yield a predicate
     return cond
 
 
-def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0, order_fix=False, trace=False,
+def run(P, tiles, KT, STAGES, cluster, pingpong, sk_tiles=0, sk_split=0, seed=0, order_fix=False,
         bug=None, bounds=None, idle_tiles=()):
     """One random interleaving; raises Viol on a protocol violation or a deadlock. ``bug``:
     ``"early_release"`` makes the in-flight consumers free a stage as soon as its MMAs are issued;
@@ -441,7 +441,6 @@ def main():
         try:
             run(**args)
         except Viol as e:
-            key = str(e).split(":")[1][:40] if ":" in str(e) else str(e)
             key = ("pp" if pp else "coop") + " " + str(e).split(" (")[0].split("#")[0][:70]
             fails.setdefault(key, []).append((args, str(e)))
     for k, v in sorted(fails.items(), key=lambda kv: -len(kv[1])):
