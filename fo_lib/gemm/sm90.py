@@ -368,11 +368,12 @@ def _sm90_operand_args(cfg, dtype, a, b, c_ptr, ldc):
             np.int32(b.shape[0]), np.int32(K), np.int64(ldc))
 
 
-# What a cooperative tile whose second warpgroup has no rows (the last tile row, where M leaves at most
-# 64 rows in it; that warpgroup walks the stages without MMAs) costs, as a share of a whole tile. On
-# the H200 the skip saves no time measurable in the LLM benchmark (its tiles wait on loads, not on
-# MMAs), and runs weighed by the earlier guess (0.6) ran behind the split tail: 1, so the plan stays
-# stream_k_plan's (docs/perf-log.md, "A warp two phases behind"; probe_idle_warpgroup.py measures it).
+# The cost, in whole tiles, that the stream-K planner weighs a cooperative tile by whose second
+# warpgroup has no rows (the last tile row, where M leaves at most 64 rows in it; that warpgroup walks
+# the stages without MMAs). Alone such a tile costs less than a whole one on the H200, but runs weighed
+# by what it costs ran behind the split tail there (they cut more tiles than they save), so the planner
+# weighs it as a whole tile and the plan stays stream_k_plan's (probe_idle_warpgroup.py measures both;
+# docs/perf-log.md has the numbers).
 IDLE_WARPGROUP_TILE_COST = 1.0
 # Runs of unequal length replace stream_k_plan's tail only where the busiest CTA saves this share of a
 # tile (the plan's split tail starts every part together and cuts fewer tiles).
