@@ -119,6 +119,20 @@
 #ifndef FO_SM90_SHARE_A
 #define FO_SM90_SHARE_A 1
 #endif
+// Test hooks of the walks without reads (walk_bar): FO_SM90_WALK_LAG_NS=N makes the warpgroup's last
+// warp sleep N ns before each of its waits there; FO_SM90_WALK_MEET=0 drops the meeting. A GPU test
+// runs a late warp with the meeting (it must finish, correct) and without (the hang trap must fire).
+// FO_SM90_ORDER_LAG_NS=N: ping-pong warps 1-3 sleep N ns before each wait on their order barrier
+// (thread 0 hands the turn over once its MMAs are issued; a GPU test checks no warp is left behind).
+#ifndef FO_SM90_WALK_LAG_NS
+#define FO_SM90_WALK_LAG_NS 0
+#endif
+#ifndef FO_SM90_ORDER_LAG_NS
+#define FO_SM90_ORDER_LAG_NS 0
+#endif
+#ifndef FO_SM90_WALK_MEET
+#define FO_SM90_WALK_MEET 1
+#endif
 // A/B switch (FO_NVRTC_OPTIONS=-DFO_SM90_ORDER_AT_ISSUE=0): ping-pong hands the tensor cores to the
 // other warpgroup after its last k-block's MMAs are issued (1) or done (0).
 #ifndef FO_SM90_ORDER_AT_ISSUE
@@ -835,6 +849,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             // Ping-pong: not before the other warpgroup has waited for every stage of the unit before
             // this one (then no stage of this unit can be a whole ring pass ahead of its barrier).
             if (PINGPONG && unit > 0) {
+                if (FO_SM90_ORDER_LAG_NS && warp != 0) __nanosleep(FO_SM90_ORDER_LAG_NS);
                 mbar_wait(bar_order + 8 * c, order_par);
                 order_par ^= 1u;
             }
@@ -842,9 +857,9 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             int tm = 0, tn = 0;
             if (!phantom) raster.tile(w.s, tm, tn);
             // Cooperative: a warpgroup whose 64 rows all lie past M (the last tile row, where M leaves
-            // at most 64 rows in it) walks the unit's stages without MMAs, as a phantom does: the tile
-            // then costs about one warpgroup's MMAs (the host weighs it so: fo_lib.tiling.stream_k_weighted).
-            // Its accumulators are not stored (rows past M).
+            // at most 64 rows in it) walks the unit's stages without MMAs, as a phantom does, so the
+            // tile costs less (the host may weigh it so: fo_lib.tiling.stream_k_weighted). Its
+            // accumulators are not stored (rows past M).
             const bool idle = phantom || (FO_SM90_IDLE_WG && !PINGPONG && tm * BM + 64 * __shfl_sync(0xffffffffu, c, 0) >= M);
             // DIRECT_C with a row table or tile places: where row r of the tile goes (null past M),
             // fetched before the main loop, so the loads' latency hides under it (fetched at each
@@ -915,8 +930,9 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
 #pragma unroll 1
                 for (int kb = idle ? k0 : w.k1; kb < w.k1; ++kb) {  // no MMAs here: keep step (see walk_bar)
                     hang_where(2 + c, unit, w.s, part, 1000 + kb);
+                    if (FO_SM90_WALK_LAG_NS && warp == 3) __nanosleep(FO_SM90_WALK_LAG_NS);
                     mbar_wait(bar_full + 8 * stage, phase);
-                    bar_sync(walk_bar, 128);
+                    if (FO_SM90_WALK_MEET) bar_sync(walk_bar, 128);
                     mbar_arrive_pred<CLUSTER>(bar_empty + 8 * stage, rank ^ 1u, one);
                     if (++stage == STAGES) {
                         stage = 0;
@@ -929,8 +945,9 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
 #pragma unroll 1
                 for (int kb = idle ? k0 : w.k1; kb < w.k1; ++kb) {  // no MMAs here: keep step (see walk_bar)
                     hang_where(2 + c, unit, w.s, part, 1000 + kb);
+                    if (FO_SM90_WALK_LAG_NS && warp == 3) __nanosleep(FO_SM90_WALK_LAG_NS);
                     mbar_wait(bar_full + 8 * stage, phase);
-                    bar_sync(walk_bar, 128);
+                    if (FO_SM90_WALK_MEET) bar_sync(walk_bar, 128);
                     mbar_arrive_pred<CLUSTER>(bar_empty + 8 * stage, rank ^ 1u, u32(tid == 0));
                     if (++stage == STAGES) {
                         stage = 0;

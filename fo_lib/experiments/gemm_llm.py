@@ -38,7 +38,6 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from .._util import ceil_div
 from ..gemm import sm90, tile_table
 from ..tiling import TileGrid
 from . import common
@@ -221,8 +220,7 @@ def measure_rows(rounds: int = 10, inner: int = 3, seed: int = 0, only=None, clu
                                                       cluster=cluster, control=control)
         torch.cuda.empty_cache()  # the shapes' operands reach ~1.5 GB per input set
         pred, alt_pred = (sm90.predict_ms(c, M, N, K, sms) for c in (cfg, alt))
-        sk_plan = (sm90.stream_k_plan(cfg.grid(M, N, sms).num_tiles, sms, ceil_div(K, cfg.BK)) if cfg.stream_k
-                   else (0, 0))
+        sk_plan = sm90.stream_k_schedule(cfg, M, N, K, sms)  # (what the launch runs)
         row = dict(M=M, N=N, K=K, ours_ms=round(ms["ours"], 5), cublas_ms=round(ms["torch"], 5),
                    signal_ms=round(ms["signal"], 5), config=config_label(cfg), origin=origin,
                    waves=cfg.grid(M, N, sms).num_waves, predicted_ms=pred and round(pred, 5),

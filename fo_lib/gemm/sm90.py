@@ -35,10 +35,11 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
   (:func:`stream_k_plan`). Where it has at most half as many tiles as CTAs, each of its tiles runs as
   2-4 equal k ranges side by side (the split tail: the last range adds the others from the
   workspace and runs the epilogue). Otherwise the last partial wave and one full wave
-  before it are spread over every CTA as equal runs of k-blocks (:func:`stream_k_tiles`); where the
-  last tile row of a cooperative config holds at most 64 rows of M (its second warpgroup has no rows
-  and skips its MMAs there), as runs of unequal length that even out the CTAs' costs
-  (:func:`stream_k_schedule`). A tile cut
+  before it are spread over every CTA as equal runs of k-blocks (:func:`stream_k_tiles`). The
+  kernel also takes runs of unequal length that even out the CTAs' costs where the last tile row of
+  a cooperative config holds at most 64 rows of M (its second warpgroup has no rows and skips its
+  MMAs there; :func:`stream_k_schedule`), planned only where such a tile weighs less than a whole
+  one (:data:`IDLE_WARPGROUP_TILE_COST`, a whole tile on the H200). A tile cut
   between two CTAs is summed in fp32 through a workspace (two ``BM x BN`` float slots per CTA: 35 MB
   for 128 x 256 on 132 CTAs) by the CTA that holds its last k-block, which then runs the tile's
   epilogue as usual (who waits on whom: gemm_sm90.cuh's header, docs/design-notes.md). Each

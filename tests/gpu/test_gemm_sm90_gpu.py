@@ -306,18 +306,33 @@ STREAM_K_CASES = [(200, 300, 72, "128x256x64", 3, 1), (1000, 2000, 4104, "128x25
                   # ping-pong consumers that store C themselves (168: an odd last 8-column block)
                   (500, 3000, 1000, "128x176x64pd", 13, 1), (777, 1000, 520, "128x176x64pd", 5, 2),
                   (129, 4100, 2000, "128x168x64pd", 12, 4), (300, 1000, 4104, "128x168x64pd", 7, 1),
-                  # a last tile row of at most 64 rows (its second warpgroup idles): runs of unequal
-                  # length (sk_bounds), where the plan alone would split the tail in 2
-                  (320, 1000, 520, "128x256x64d", 5, 1), (320, 1000, 520, "128x208x64", 12, 1),
-                  (320, 1000, 520, "128x128x64", 16, 1), (320, 1000, 520, "128x168x64", 12, 1),
-                  (5000, 7168, 8192, "128x256x64", 132, 1), (6208, 3072, 4096, "128x256x64", 132, 1)]
+                  # a last tile row of at most 64 rows (its second warpgroup skips its MMAs there) in
+                  # a split tail (129 x 1030 x 520 and 2600 x 4096 x 14336 above: in runs)
+                  (320, 1000, 520, "128x256x64d", 5, 2), (320, 1000, 520, "128x208x64", 12, 2),
+                  (320, 1000, 520, "128x128x64", 16, 2), (320, 1000, 520, "128x168x64", 12, 2),
+                  (5000, 7168, 8192, "128x256x64", 132, 2), (6208, 3072, 4096, "128x256x64", 132, 2)]
+# The same short last tile rows in runs of unequal length (sk_bounds), planned as if the idle
+# warpgroup's tile cost 0.6 of a whole one (sm90.IDLE_WARPGROUP_TILE_COST: on the H200 the planner
+# weighs it as a whole tile, so they run only here), where the plan splits the tail in 2.
+UNEQUAL_RUN_CASES = [(M, N, K, cname, ctas, 1) for M, N, K, cname, ctas, _ in STREAM_K_CASES[-6:]]
+IDLE_COST = 0.6
 
 
 @pytest.fixture
-def weighed_runs(monkeypatch):
-    """Runs of unequal length planned where a last tile row idles a warpgroup, as for a tile cheaper
-    than the measured one (sm90.IDLE_WARPGROUP_TILE_COST), so the kernel's sk_bounds path runs."""
-    monkeypatch.setattr(gemm_sm90, "IDLE_WARPGROUP_TILE_COST", 0.6)
+def plan_idle_tiles_at(monkeypatch):
+    """``plan_idle_tiles_at(cost)``: plan stream-K launches as if a tile whose second warpgroup has no
+    rows cost ``cost`` (None: sm90.IDLE_WARPGROUP_TILE_COST as it is); the memoized launches, planned
+    at another cost, are dropped now and after the test."""
+    def plan(cost):
+        if cost is not None:
+            monkeypatch.setattr(gemm_sm90, "IDLE_WARPGROUP_TILE_COST", cost)
+        gemm_sm90.SM90._memo.clear()
+    yield plan
+    gemm_sm90.SM90._memo.clear()
+
+
+# Each case with the cost its plan is made at (None: the default).
+SK_CASES = [(*c, None) for c in STREAM_K_CASES] + [(*c, IDLE_COST) for c in UNEQUAL_RUN_CASES]
 
 
 def _stream_k_config(cname, M, N, K, ctas, split):
@@ -332,12 +347,12 @@ def _unequal_runs(cfg, M, N, K, ctas) -> bool:
     return gemm_sm90.stream_k_schedule(cfg, M, N, K, min(ctas, cfg.grid(M, N, ctas).num_tiles))[2] is not None
 
 
-@pytest.mark.usefixtures("weighed_runs")
 @pytest.mark.parametrize("dtype", list(DTYPES))
-@pytest.mark.parametrize("M,N,K,cname,ctas,split", STREAM_K_CASES)
-def test_stream_k_tail_matches_float64_and_repeats_exactly(M, N, K, cname, ctas, split, dtype):
+@pytest.mark.parametrize("M,N,K,cname,ctas,split,cost", SK_CASES)
+def test_stream_k_tail_matches_float64_and_repeats_exactly(M, N, K, cname, ctas, split, cost, dtype,
+                                                           plan_idle_tiles_at):
+    plan_idle_tiles_at(cost)  # (and the checks below read this case's launches only)
     cfg = _stream_k_config(cname, M, N, K, ctas, split)
-    gemm_sm90.SM90._memo.clear()  # (the checks below read this case's launches)
     a, b = inputs(M, N, K, dtype, seed=M + 3 * N + K)
     buf, out, mask = guarded_out(M, N, dtype)
     gemm_sm90.gemm_nt(a, b, out, config=cfg, ctas=ctas)
@@ -373,10 +388,10 @@ def _stream_k_flags():
     return [launch._keep[1] for launch in gemm_sm90.SM90._memo._launches.values() if launch._keep]
 
 
-@pytest.mark.usefixtures("weighed_runs")
-@pytest.mark.parametrize("M,N,K,cname,ctas,split",
-                         STREAM_K_CASES[:4] + [c for c in STREAM_K_CASES if c[3].endswith("d")])
-def test_stream_k_tail_signals_each_tile_once(M, N, K, cname, ctas, split):
+@pytest.mark.parametrize("M,N,K,cname,ctas,split,cost",
+                         SK_CASES[:4] + [c for c in SK_CASES if c[3].endswith("d")])
+def test_stream_k_tail_signals_each_tile_once(M, N, K, cname, ctas, split, cost, plan_idle_tiles_at):
+    plan_idle_tiles_at(cost)
     cfg = _stream_k_config(cname, M, N, K, ctas, split)
     groups = 3
     a, b = inputs(M, N, K, "bf16", seed=M * N)
@@ -403,7 +418,6 @@ def test_stream_k_tail_signals_each_tile_once(M, N, K, cname, ctas, split):
     assert np.array_equal(p[:, 3], cfg.grid(M, N, P).schedule_index % P), "CTA b runs tiles b, b + P, ..."
 
 
-@pytest.mark.usefixtures("weighed_runs")
 @pytest.mark.parametrize("cname,m_cut", [("128x256x64", 2048), ("128x176x64p", 512)])
 def test_a_stream_k_launch_runs_the_tail_kernel_only_where_a_tail_pays(cname, m_cut):
     """The stream-K tail is compiled in (kernel_id ``_sk``): a launch whose grid gets no tail (one
@@ -423,7 +437,6 @@ def test_a_stream_k_launch_runs_the_tail_kernel_only_where_a_tail_pays(cname, m_
         assert calc_diff(out, ref(a, b)) < TOL["bf16"]
 
 
-@pytest.mark.usefixtures("weighed_runs")
 def test_the_engine_runs_whole_waves():
     from fo_lib.engine import OverlapPlan
     from fo_lib.comm.loopback import LoopbackCommunicator
@@ -659,3 +672,71 @@ def test_gemm_probe_waves_and_raster(cname, M, N, K, ctas, order, swizzle):
     assert np.array_equal(wave, grid.tile_wave)
     for b_ in range(min(P, grid.num_tiles)):
         assert len(set(smid[cta == b_].tolist())) == 1
+
+
+# --- walks without reads: a late warp ------------------------------------------------------------
+# A warpgroup that walks stages without reading them (the second warpgroup of a tile row past M, a
+# cluster's phantom unit) frees each with one thread's arrival once its warps have met (walk_bar).
+# Compiled with a warp that sleeps before each wait of a walk (FO_SM90_WALK_LAG_NS), in a process of
+# its own (a trapped launch ends its CUDA context): with the meeting the launches finish, correct;
+# without it (FO_SM90_WALK_MEET=0) the late warp waits on a later phase and the hang trap fires.
+# (The script follows a line CASES = [(label, M, N, K, ctas), ...].)
+WALK_SCRIPT = """
+import torch
+from fo_lib.experiments.kernel_bench import config_variant
+from fo_lib.gemm import sm90
+for label, M, N, K, ctas in CASES:
+    cfg = config_variant(sm90.CONFIGS, label, M)
+    g = torch.Generator(device="cuda").manual_seed(M + N)
+    a = torch.randn(M, K, device="cuda", generator=g).to(torch.bfloat16)
+    b = torch.randn(N, K, device="cuda", generator=g).to(torch.bfloat16)
+    out = sm90.gemm_nt(a, b, config=cfg, ctas=ctas)
+    want = a.double() @ b.double().T
+    err = float((out.double() - want).norm() / want.norm())
+    assert err < 1e-2, (label, err)
+    print("ok", label, f"{err:.2e}", flush=True)
+"""
+
+
+def _with_a_late_warp(tmp_path, script: str, options: str):
+    """``script`` run in a process of its own with the kernels compiled with ``options`` and the
+    hang trap (a fresh kernel cache)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, FO_CACHE_DIR=str(tmp_path / "cache"), FO_NVRTC_OPTIONS=f"{options} -DFO_SM90_HANG_TRAP=1",
+               FO_SM90_AUTOTUNE="0", PYTHONPATH=os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=180,
+                          cwd=repo)
+
+
+def _walk_with_a_late_warp(tmp_path, meet: bool):
+    cases = '[("128x256x64/row1", 130, 1024, 4096, 132), ("128x128x64c2/row2", 100, 640, 4096, 132)]'
+    options = "-DFO_SM90_WALK_LAG_NS=20000" + ("" if meet else " -DFO_SM90_WALK_MEET=0")
+    return _with_a_late_warp(tmp_path, f"CASES = {cases}" + WALK_SCRIPT, options)
+
+
+def test_a_walk_waits_for_its_late_warp(tmp_path):
+    run = _walk_with_a_late_warp(tmp_path, meet=True)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert run.stdout.count("ok ") == 2 and "fo_sm90 hang" not in run.stdout
+
+
+def test_without_the_meeting_a_late_walking_warp_hangs(tmp_path):
+    run = _walk_with_a_late_warp(tmp_path, meet=False)
+    assert run.returncode != 0 and "fo_sm90 hang" in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]
+
+
+def test_ping_pong_hands_its_turn_over_with_no_warp_behind(tmp_path):
+    """Ping-pong thread 0 hands the tensor cores to the other warpgroup once its unit's MMAs are
+    issued; with units of one k-block (K = 64) and warps 1-3 late at their order barrier
+    (FO_SM90_ORDER_LAG_NS), the launches must still finish, correct (a warp left two turns behind
+    would wait on a later phase)."""
+    # Two CTAs: 32 units each, the warpgroups' turns alternating.
+    cases = '[("128x128x64p/row1", 1024, 1024, 64, 2), ("128x176x64pd/row1", 1000, 1000, 128, 2)]'
+    run = _with_a_late_warp(tmp_path, f"CASES = {cases}" + WALK_SCRIPT, "-DFO_SM90_ORDER_LAG_NS=20000")
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert run.stdout.count("ok ") == 2 and "fo_sm90 hang" not in run.stdout
