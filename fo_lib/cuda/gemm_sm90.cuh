@@ -89,7 +89,8 @@
 //   order[c]  : ping-pong, 1 arrival (the other consumer WG, once its unit's last MMAs are issued;
 //               a phantom's after its walk of the stages; FO_SM90_ORDER_AT_ISSUE=0: once they are done)
 //   epi[c]    : ping-pong, 1 arrival (the other consumer WG, after staging its unit's C tile, or
-//               passing a unit without one)
+//               passing a unit without one); FO_SM90_HANDOVER_ALL=1: order and epi 128 arrivals,
+//               every thread of the other WG
 //   named barrier 1: the 96 store threads; named barrier 2: the 256 consumer threads (stream-K;
 //   ping-pong: 2 + c, the 128 threads of consumer warpgroup c); 3 + c (ping-pong: 2 + c): the 128
 //   threads of consumer warpgroup c at each stage of a walk without reads (a phantom unit, a
@@ -129,6 +130,12 @@
 #endif
 #ifndef FO_SM90_ORDER_LAG_NS
 #define FO_SM90_ORDER_LAG_NS 0
+#endif
+// A/B switch (FO_NVRTC_OPTIONS=-DFO_SM90_HANDOVER_ALL=1): ping-pong's order and epi barriers count
+// all 128 threads of a warpgroup, each arriving when it hands over, instead of thread 0 alone (then
+// no warp can still be before its own wait on the barrier the other warpgroup completes next).
+#ifndef FO_SM90_HANDOVER_ALL
+#define FO_SM90_HANDOVER_ALL 0
 #endif
 #ifndef FO_SM90_WALK_MEET
 #define FO_SM90_WALK_MEET 1
@@ -644,7 +651,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
         mbar_init(bar_c_full, PINGPONG ? 128 : 256);  // every thread of the warpgroup(s) computing a tile
         if (PINGPONG) {
 #pragma unroll
-            for (int i = 0; i < 4; ++i) mbar_init(bar_order + 8 * i, 1);  // order[0..1], epi[0..1]
+            for (int i = 0; i < 4; ++i) mbar_init(bar_order + 8 * i, FO_SM90_HANDOVER_ALL ? 128 : 1);  // order[0..1], epi[0..1]
         }
         mbar_init(bar_c_empty, S::STORE_THREADS);
         // Make the initialised barriers visible to the async proxy (TMA complete_tx) as well.
@@ -888,6 +895,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 // One k-block of MMAs in flight: k-block kb's stage is freed once kb + 1's are issued
                 // and wgmma.wait_group 1 says kb's are done. No branch that is not uniform in here.
                 const u32 one = tid == 0;
+                const u32 hand = FO_SM90_HANDOVER_ALL ? 1u : one;  // who hands the turn over
                 const int nk = idle ? 0 : w.k1 - k0;  // a phantom or idle warpgroup keeps step below instead
                 int prev = stage;
                 // Ping-pong: the other warpgroup's turn once this unit's last MMAs are issued (a phantom's
@@ -922,7 +930,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 // Every stage of this unit has been waited for, so the other warpgroup may start its
                 // next unit now: its MMAs queue behind this unit's last ones, and the tensor cores do
                 // not drain between the two warpgroups' units.
-                if (PINGPONG && order_at_issue) mbar_arrive_pred<1>(bar_order + 8 * (c ^ 1), 0u, one);
+                if (PINGPONG && order_at_issue) mbar_arrive_pred<1>(bar_order + 8 * (c ^ 1), 0u, hand);
                 wgmma_wait<0>();
 #pragma unroll
                 for (int h = 0; h < H; ++h) fence_acc(acc[h]);
@@ -940,7 +948,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                     }
                 }
                 // Every stage of this unit has been waited for: the other warpgroup may start its next.
-                if (PINGPONG && !order_at_issue) mbar_arrive_pred<1>(bar_order + 8 * (c ^ 1), 0u, one);
+                if (PINGPONG && !order_at_issue) mbar_arrive_pred<1>(bar_order + 8 * (c ^ 1), 0u, hand);
             } else {
 #pragma unroll 1
                 for (int kb = idle ? k0 : w.k1; kb < w.k1; ++kb) {  // no MMAs here: keep step (see walk_bar)
@@ -992,7 +1000,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
                 epi_par ^= 1u;
             }
             const auto pass_epilogue = [&]() {
-                if (PINGPONG) mbar_arrive_pred<1>(bar_epi + 8 * (c ^ 1), 0u, u32(tid == 0));
+                if (PINGPONG) mbar_arrive_pred<1>(bar_epi + 8 * (c ^ 1), 0u, u32(FO_SM90_HANDOVER_ALL || tid == 0));
             };
             if (phantom) {
                 pass_epilogue();

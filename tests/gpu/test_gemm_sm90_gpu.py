@@ -730,13 +730,15 @@ def test_without_the_meeting_a_late_walking_warp_hangs(tmp_path):
     assert run.returncode != 0 and "fo_sm90 hang" in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]
 
 
-def test_ping_pong_hands_its_turn_over_with_no_warp_behind(tmp_path):
-    """Ping-pong thread 0 hands the tensor cores to the other warpgroup once its unit's MMAs are
-    issued; with units of one k-block (K = 64) and warps 1-3 late at their order barrier
-    (FO_SM90_ORDER_LAG_NS), the launches must still finish, correct (a warp left two turns behind
-    would wait on a later phase)."""
+@pytest.mark.parametrize("handover_all", [False, True])
+def test_ping_pong_hands_its_turn_over_with_no_warp_behind(tmp_path, handover_all):
+    """Ping-pong thread 0 (FO_SM90_HANDOVER_ALL=1: every thread) hands the tensor cores to the other
+    warpgroup once its unit's MMAs are issued; with units of one k-block (K = 64) and warps 1-3 late
+    at their order barrier (FO_SM90_ORDER_LAG_NS), the launches must still finish, correct (a warp
+    left two turns behind would wait on a later phase)."""
     # Two CTAs: 32 units each, the warpgroups' turns alternating.
     cases = '[("128x128x64p/row1", 1024, 1024, 64, 2), ("128x176x64pd/row1", 1000, 1000, 128, 2)]'
-    run = _with_a_late_warp(tmp_path, f"CASES = {cases}" + WALK_SCRIPT, "-DFO_SM90_ORDER_LAG_NS=20000")
+    options = f"-DFO_SM90_ORDER_LAG_NS=20000 -DFO_SM90_HANDOVER_ALL={int(handover_all)}"
+    run = _with_a_late_warp(tmp_path, f"CASES = {cases}" + WALK_SCRIPT, options)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert run.stdout.count("ok ") == 2 and "fo_sm90 hang" not in run.stdout
