@@ -5,8 +5,8 @@
 # with phantom units, M = 130 and 140 whose last tile row idles a warpgroup, the stream-K tails with
 # runs of unequal length, each idle-row case under both plans), then every GPU test outside the sm90
 # file (the engine runs these kernels). First the sm90 tests new since call 26: a late warp in walks
-# with and without the meeting, in ping-pong turns (FO_SM90_*_LAG_NS), and the stream-K cases under
-# both plans.
+# with and without the meeting, in ping-pong turns (FO_SM90_*_LAG_NS; the hand-over as it is and with
+# FO_SM90_HANDOVER_ALL=1), and the stream-K cases under both plans.
 export PYTHONPATH=$PWD FO_CACHE_DIR=/tmp/fo_cache FO_GIT_SHA=${FO_GIT_SHA:?} PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 t0=$SECONDS
 ( time timeout 200 python3 -m fo_lib build ) > $OUT/run.log 2>&1; echo "build rc=$? $((SECONDS - t0))s" | tee -a $OUT/run.log
