@@ -823,6 +823,8 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
         // without rows) frees each with one arrival, so its warps meet first: nothing else holds them
         // together there (wgmma does in the main loop), and a warp still waiting on the stage's full
         // barrier when the producer has refilled it twice would wait on a later phase, for ever.
+        // The walk is written out in both main-loop paths below: as one lambda it moved the stream-K
+        // kernels' wgmma descriptors out of uniform registers (R2UR in their k-loops).
         const u32 walk_bar = PINGPONG ? 2 + c : 3 + c;
         const int warp = tid / 32;
         const int lane = tid % 32;

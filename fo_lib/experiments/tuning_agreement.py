@@ -78,11 +78,12 @@ def measure(rounds: int = 10, inner: int = 3, seed: int = 0, only=None, on_shape
 
 def summary(df: pd.DataFrame) -> pd.DataFrame:
     """Per shape: ``tune_pick`` (autotuning's choice from its timings of the shortlist: the model's
-    pick unless another is faster by ``autotune.WIN``, each time weighed by its ``handicap``), ``graph_pick`` (the fastest shortlisted one
-    in the benchmark's regime), ``pick_loss`` = graph time of ``tune_pick`` / graph time of ``graph_pick`` (1.0: the regimes
-    agree), and ``direct_gain`` = graph time of ``graph_pick`` / the fastest cooperative direct-C
-    twin's (the rows not shortlisted; above 1.0: a twin would have beaten the shortlist in the
-    benchmark's regime). The shortlist itself may hold ping-pong direct-C configs."""
+    pick unless another is faster by ``autotune.WIN``, each time weighed by its ``handicap``),
+    ``graph_pick`` (the fastest shortlisted one in the benchmark's regime), ``pick_loss`` = graph
+    time of ``tune_pick`` / graph time of ``graph_pick`` (1.0: the regimes agree), and
+    ``direct_gain`` = graph time of ``graph_pick`` / the fastest cooperative direct-C twin's (the
+    rows not shortlisted; above 1.0: a twin would have beaten the shortlist in the benchmark's
+    regime). The shortlist itself may hold ping-pong direct-C configs."""
     out = []
     for (M, N, K), g in df.groupby(["M", "N", "K"], sort=False):
         s = g[g.shortlisted].set_index("config")

@@ -66,10 +66,10 @@ REPS = 3  # calls per candidate and round, back to back
 # grids of more waves the idle did not help (LLM shapes, tuning with and without it in alternating
 # processes: 0.997 with it; docs/perf-log.md): their own load sets the clocks the benchmark sees.
 SETTLE_S = 0.2  # idle before a one-wave grid's timed rounds
-# NOTES: on a one-wave grid these rounds time single-CTA configs within ~2 % of the cluster ones,
+# NOTES: on a one-wave grid these rounds time single-CTA configs within a hair of the cluster ones,
 # either way; the LLM benchmark's rounds (cuBLAS and other GEMMs among them) time a cluster pick's
-# single-CTA twin behind it (18 of 19 processes, by a median 4.7 %; docs/perf-log.md). There a single CTA
-# wins only where faster by more than this share (fo_lib.gemm.sm90.tuning_handicap).
+# single-CTA twin behind it in nearly every process (docs/perf-log.md). There a single CTA wins only
+# where faster by more than this share (fo_lib.gemm.sm90.tuning_handicap).
 ONE_WAVE_SINGLE_CTA = 0.03
 # What time_launches measures, in the cache digest: tunings timed another way tune again.
 TIMING = (f"bench_interleaved graph replays of {REPS} back-to-back calls on rotating operand copies, {ROUNDS} rounds"
