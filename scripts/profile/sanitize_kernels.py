@@ -26,6 +26,7 @@ def exercise(family, configs, shapes) -> None:
     post-reorder with every fused op back to row-major; results checked against float64."""
     torch.manual_seed(0)
     for cfg in configs:
+        print(f"sanitize: {cfg.tile_name}{'+sk' if getattr(cfg, 'stream_k', False) else ''}", flush=True)  # how far a cut-off run got
         for M, N, K in shapes:
             # Clusters: pairs down a tile column share B; an odd last band's, along its row, share A.
             cfg = cfg.with_raster("row", 2)
