@@ -134,6 +134,8 @@
 // A/B switch (FO_NVRTC_OPTIONS=-DFO_SM90_HANDOVER_ALL=1): ping-pong's order and epi barriers count
 // all 128 threads of a warpgroup, each arriving when it hands over, instead of thread 0 alone (then
 // no warp can still be before its own wait on the barrier the other warpgroup completes next).
+// Thread 0 alone is enough: the warpgroup's next MMAs, a warpgroup instruction, wait for its late
+// warps, and the other warpgroup's next turn waits for those MMAs (the late-warp test passes both).
 #ifndef FO_SM90_HANDOVER_ALL
 #define FO_SM90_HANDOVER_ALL 0
 #endif
