@@ -288,6 +288,23 @@ def test_k_loops_build_their_descriptors_on_the_uniform_datapath(cname, nvrtc):
         assert n["R2UR"] == 0, f"{cname}: {n['R2UR']} R2UR in a k-block loop of {n['loop']} instructions"
 
 
+def test_planning_at_another_idle_tile_cost_drops_memoized_launches_and_restores_the_cost():
+    """Memoized launches keep their stream-K plan (their keys hold no cost), so the block that plans at
+    another cost drops them going in and out, and puts the cost back even when the block raises."""
+    coop = replace(gemm_sm90.CONFIGS["128x256x64"].with_raster("row", 8), stream_k=True)
+    default = gemm_sm90.IDLE_WARPGROUP_TILE_COST
+    gemm_sm90.SM90._memo.put(("planned before",), object())
+    with pytest.raises(KeyError):
+        with gemm_sm90.idle_warpgroup_tile_cost(0.6):
+            assert gemm_sm90.SM90._memo.get(("planned before",)) is None
+            assert gemm_sm90.stream_k_schedule(coop, 5000, 7168, 8192, 132)[2] is not None
+            gemm_sm90.SM90._memo.put(("planned at 0.6",), object())
+            raise KeyError("the block fails")
+    assert gemm_sm90.IDLE_WARPGROUP_TILE_COST == default
+    assert gemm_sm90.SM90._memo.get(("planned at 0.6",)) is None
+    assert gemm_sm90.stream_k_schedule(coop, 5000, 7168, 8192, 132) == (64, 2, None)
+
+
 def test_a_short_last_tile_row_gets_stream_k_runs_weighed_by_its_idle_warpgroup(monkeypatch):
     """M = 5000 leaves 8 rows in the last row of 128 x 256 tiles: where its tiles cost less
     (IDLE_WARPGROUP_TILE_COST 0.6: the second warpgroup has no rows), the runs of unequal length

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -369,12 +370,11 @@ def _sm90_operand_args(cfg, dtype, a, b, c_ptr, ldc):
             np.int32(b.shape[0]), np.int32(K), np.int64(ldc))
 
 
-# The cost, in whole tiles, that the stream-K planner weighs a cooperative tile by whose second
-# warpgroup has no rows (the last tile row, where M leaves at most 64 rows in it; that warpgroup walks
-# the stages without MMAs). Alone such a tile costs less than a whole one on the H200, but runs weighed
-# by what it costs ran behind the split tail there (they cut more tiles than they save), so the planner
-# weighs it as a whole tile and the plan stays stream_k_plan's (probe_idle_warpgroup.py measures both;
-# docs/perf-log.md has the numbers).
+# The cost, in whole tiles, that the stream-K planner weighs a cooperative tile by whose second warpgroup has no rows
+# (the last tile row, where M leaves at most 64 rows in it; that warpgroup walks the stages without MMAs). Alone such a
+# tile costs less than a whole one on the H200, but runs weighed by what it costs ran behind the split tail there (they
+# cut more tiles than they save), so the planner weighs it as a whole tile and the plan stays stream_k_plan's
+# (probe_idle_warpgroup.py measures both; docs/perf-log.md has the numbers).
 IDLE_WARPGROUP_TILE_COST = 1.0
 # Runs of unequal length replace stream_k_plan's tail only where the busiest CTA saves this share of a
 # tile (the plan's split tail starts every part together and cuts fewer tiles).
@@ -425,13 +425,26 @@ def _stream_k_args(cfg, a, b, grid):
              np.uint64(0 if runs is None else runs.data_ptr())), (partial, flags, runs), cfg)
 
 
-# The same public calls as the portable family (fo_lib.gemm.family.GemmFamily). Probe stamps: start
-# when the consumers begin the tile, end when its stores are done (when a signal would be sent).
-# place_store=False: the store warps fetch a tile's row offsets while the consumers compute it, so
-# the row table costs nothing measurable here, while tile places add per-store arithmetic to the
-# three store warps (docs/perf-log.md, "Tile places").
+# The same public calls as the portable family (fo_lib.gemm.family.GemmFamily). Probe stamps: start when the consumers
+# begin the tile, end when its stores are done (when a signal would be sent). place_store=False: the store warps fetch a
+# tile's row offsets while the consumers compute it, so the row table costs nothing measurable here, while tile places
+# add per-store arithmetic to the three store warps (docs/perf-log.md, "Tile places").
 SM90 = GemmFamily(_operands, generate_source, _sm90_operand_args, place_store=False, tail_args=_stream_k_args)
 gemm_nt = SM90.gemm_nt
 gemm_nt_signal = SM90.gemm_nt_signal
 gemm_nt_scatter = SM90.gemm_nt_scatter
 gemm_nt_probe = SM90.gemm_nt_probe
+
+
+@contextmanager
+def idle_warpgroup_tile_cost(cost: float):
+    """Plan stream-K launches within the block as if a tile of an idle warpgroup cost ``cost`` (see
+    :data:`IDLE_WARPGROUP_TILE_COST`), dropping memoized launches on the way in and out (their keys hold no plan)."""
+    global IDLE_WARPGROUP_TILE_COST
+    saved, IDLE_WARPGROUP_TILE_COST = IDLE_WARPGROUP_TILE_COST, cost
+    SM90._memo.clear()
+    try:
+        yield
+    finally:
+        IDLE_WARPGROUP_TILE_COST = saved
+        SM90._memo.clear()

@@ -24,13 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 def runs_with_cost(sm90, cfg, cost, a, b, ctas, label):
     """``{label: TuningRun}`` of ``cfg`` planned as if idle-warpgroup tiles cost ``cost``, and its plan."""
-    saved = sm90.IDLE_WARPGROUP_TILE_COST
-    sm90.IDLE_WARPGROUP_TILE_COST = cost
-    try:
+    with sm90.idle_warpgroup_tile_cost(cost):
         (run,) = sm90.tuning_runs([cfg], "bf16", a, b, ctas).values()
         sk, split, bounds = sm90.stream_k_schedule(cfg, a.shape[0], b.shape[0], a.shape[1], ctas)
-    finally:
-        sm90.IDLE_WARPGROUP_TILE_COST = saved
     return {label: run}, f"sk {sk} split {split}" + (" unequal runs" if bounds is not None else "")
 
 

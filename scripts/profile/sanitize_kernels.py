@@ -26,7 +26,8 @@ def exercise(family, configs, shapes) -> None:
     post-reorder with every fused op back to row-major; results checked against float64."""
     torch.manual_seed(0)
     for cfg in configs:
-        print(f"sanitize: {cfg.tile_name}{'+sk' if getattr(cfg, 'stream_k', False) else ''}", flush=True)  # how far a cut-off run got
+        tail = "+sk" if getattr(cfg, "stream_k", False) else ""
+        print(f"sanitize: {cfg.tile_name}{tail}", flush=True)  # how far a cut-off run got
         for M, N, K in shapes:
             # Clusters: pairs down a tile column share B; an odd last band's, along its row, share A.
             cfg = cfg.with_raster("row", 2)
@@ -104,18 +105,14 @@ def sm90(stream_k_only: bool = False) -> None:
     sk = [replace(c, stream_k=True) for c in configs if c.cluster == 1]
     shapes = ((200, 300, 72), (140, 520, 200), (130, 520, 520), (130, 1800, 1024))
     # Each plan of those short last rows: as the planner weighs their tiles (sm90.IDLE_WARPGROUP_TILE_COST),
-    # and in runs of unequal length, planned as if such a tile cost 0.6 of a whole one (the memoized
-    # launches, built at the other cost, dropped between).
-    default = gemm_sm90.IDLE_WARPGROUP_TILE_COST
-    for cost in (default, 0.6):
-        gemm_sm90.IDLE_WARPGROUP_TILE_COST = cost
-        gemm_sm90.SM90._memo.clear()
-        plans = [gemm_sm90.stream_k_schedule(c, M, N, K, 3) for c in sk for M, N, K in shapes]
-        splits = {split for _, split, _ in plans}
-        assert {1, 2, 3} <= splits, splits
-        assert any(bounds is not None for *_, bounds in plans) == (cost < 1), cost
-        exercise(gemm_sm90.SM90, sk, shapes)
-    gemm_sm90.IDLE_WARPGROUP_TILE_COST = default
+    # and in runs of unequal length, planned as if such a tile cost 0.6 of a whole one.
+    for cost in (gemm_sm90.IDLE_WARPGROUP_TILE_COST, 0.6):
+        with gemm_sm90.idle_warpgroup_tile_cost(cost):
+            plans = [gemm_sm90.stream_k_schedule(c, M, N, K, 3) for c in sk for M, N, K in shapes]
+            splits = {split for _, split, _ in plans}
+            assert {1, 2, 3} <= splits, splits
+            assert any(bounds is not None for *_, bounds in plans) == (cost < 1), cost
+            exercise(gemm_sm90.SM90, sk, shapes)
     print("sanitize: ok")
 
 

@@ -2,6 +2,7 @@
 random inputs with poisoned outputs and guard frames, the signal epilogue's row tables (random and
 fo_lib.reorder's tile / subtile / subtoken layouts) and exact counters over back-to-back epochs, a
 counter-gated reader on a second stream, and the probe's timestamps against the wave model."""
+import contextlib
 import json
 from dataclasses import replace
 
@@ -319,16 +320,13 @@ IDLE_COST = 0.6
 
 
 @pytest.fixture
-def plan_idle_tiles_at(monkeypatch):
+def plan_idle_tiles_at():
     """``plan_idle_tiles_at(cost)``: plan stream-K launches as if a tile whose second warpgroup has no
-    rows cost ``cost`` (None: sm90.IDLE_WARPGROUP_TILE_COST as it is); the memoized launches, planned
-    at another cost, are dropped now and after the test."""
-    def plan(cost):
-        if cost is not None:
-            monkeypatch.setattr(gemm_sm90, "IDLE_WARPGROUP_TILE_COST", cost)
-        gemm_sm90.SM90._memo.clear()
-    yield plan
-    gemm_sm90.SM90._memo.clear()
+    rows cost ``cost`` (None: sm90.IDLE_WARPGROUP_TILE_COST as it is) until the test ends
+    (sm90.idle_warpgroup_tile_cost: launches memoized under another plan dropped)."""
+    with contextlib.ExitStack() as stack:
+        yield lambda cost: stack.enter_context(gemm_sm90.idle_warpgroup_tile_cost(
+            gemm_sm90.IDLE_WARPGROUP_TILE_COST if cost is None else cost))
 
 
 # Each case with the cost its plan is made at (None: the default).
