@@ -256,7 +256,7 @@ def test_cooperative_direct_c_configs_are_recorded_not_picked(monkeypatch):
     pool = gemm_sm90.candidate_pool()
     assert {n for n, c in pool.items() if c.direct_c} == {f"128x{bn}x64pd" for bn in gemm_sm90.PINGPONG_DIRECT_WIDTHS}
     assert all(c.pingpong for c in pool.values() if c.direct_c)
-    table = Path(__file__).resolve().parents[1] / "data/h200/runs/gemm_sm90_llm_9d1654a_direct_c/gemm_sm90_tiles.csv"
+    table = Path(__file__).resolve().parents[1] / "data/h200/gemm_sm90_tiles.csv"
     monkeypatch.setenv("FO_SM90_TILES", str(table))
     loaded = tile_table.load(table, C)
     everything = dict(C)
