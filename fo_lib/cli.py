@@ -54,7 +54,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     try:
         arch = args.arch or jit.current_arch()
-        done = catalog.build_all(arch, args.jobs)
+        done = catalog.build_all(arch, args.jobs, progress=True)
+    except jit.KernelCompileError as exc:
+        raise CliError(str(exc)) from None
     except jit.CudaUnavailableError as exc:
         hint = "" if args.arch else f"; --arch sm_XX ({', '.join(BUILD_ARCHS)}) compiles without a GPU"
         raise CliError(f"{exc}{hint}") from None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from . import counting
 from .comm import loopback
 from .gemm import portable, sm90
-from .jit.compiler import ARCHS, check_arch, current_arch, ensure_cubin
+from .jit.compiler import ARCHS, KernelCompileError, cached_compile, check_arch, current_arch
 from .postops import kernel as post_reorder
 
 
@@ -56,20 +56,51 @@ def compile_check_cases() -> Iterator[tuple[str, str, str]]:
                 yield label, source, arch
 
 
-def _build_one(job: tuple[str, str, str]) -> tuple[str, float]:
+def _build_one(job: tuple[str, str, str]) -> tuple[str, str, float, str | None]:
     label, source, arch = job
     t0 = time.perf_counter()
-    ensure_cubin(source, arch)
-    return label, time.perf_counter() - t0
+    try:
+        cached_compile(source, arch, f"{label.split()[0]}.cu")
+    except KernelCompileError as exc:
+        # returned, not raised: one bad source must not stop the others (its test recompiles it and
+        # raises there, with the log)
+        return label, arch, time.perf_counter() - t0, str(exc).splitlines()[0]
+    return label, arch, time.perf_counter() - t0, None
 
 
-def build_all(arch: str | None = None, jobs: int | None = None) -> list[tuple[str, float]]:
-    """Compile every cataloged kernel for ``arch`` (default: this device) into the disk cache, in
-    parallel processes; returns (label, seconds) per source. Later ``get_kernel`` calls hit the cache."""
+def build_cases(cases: Iterable[tuple[str, str, str]], jobs: int | None = None,
+                progress: bool = False) -> list[tuple[str, str, float, str | None]]:
+    """Compile ``(label, source, arch)`` cases into the disk cache, in parallel processes, skipping
+    those already there; returns ``(label, arch, seconds, error or None)`` per case. The processes
+    are spawned, not forked: the caller may hold torch's or CUDA's threads."""
+    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    arch = arch or current_arch()
-    work = [(label, src, arch) for label, src in compile_check_sources(arch)]
+    work = list(cases)
     jobs = jobs or max(1, min(len(work), os.cpu_count() or 1))
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(_build_one, work))
+    if jobs == 1 or len(work) <= 1:
+        results = map(_build_one, work)
+    else:
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+        results = pool.map(_build_one, work)
+    try:
+        if progress:
+            from tqdm.auto import tqdm
+            results = tqdm(results, total=len(work), desc="compiling kernels", unit="kernel")
+        return list(results)
+    finally:
+        if jobs > 1 and len(work) > 1:
+            pool.shutdown()
+
+
+def build_all(arch: str | None = None, jobs: int | None = None,
+              progress: bool = False) -> list[tuple[str, float]]:
+    """Compile every cataloged kernel for ``arch`` (default: this device) into the disk cache, in
+    parallel processes; returns (label, seconds) per source. Later ``get_kernel`` calls hit the cache."""
+    arch = arch or current_arch()
+    done = build_cases(((label, src, arch) for label, src in compile_check_sources(arch)), jobs, progress)
+    failed = [(label, err) for label, _, _, err in done if err]
+    if failed:
+        raise KernelCompileError(f"{len(failed)} of {len(done)} kernels failed to compile for {arch}; "
+                                 f"first: {failed[0][0]}: {failed[0][1]}")
+    return [(label, seconds) for label, _, seconds, _ in done]

@@ -3,7 +3,7 @@
 # each under its own time limit, logging everything to $OUT/run.log and writing CSV + provenance
 # sidecars under $OUT/data/. Run from the repo root:
 #   FO_GIT_SHA=<sha of HEAD> FO_STEPS=build,tests,sanitize,bench_gemm,bench_postops scripts/gpu_run.sh
-# Steps: build sm90_tiles tests sanitize sanitize_sm90 bench_gemm exp_gemm signal_cost stall_sites bench_sm90 sm90_ncu sm90_sass cluster_probe sm90_ab tune_agree late_tune sm90_llm bench_postops launch profile record host_path
+# Steps: build sm90_tiles tests sanitize sanitize_sm90 bench_gemm exp_gemm signal_cost stall_sites bench_sm90 sm90_ncu sm90_sass sm90_ab tune_agree sm90_llm bench_postops launch profile record host_path
 # timeline engine engine_host multi_gpu bench_overlap run_all_quick heatmap ablation e2e; arguments through FO_TEST_ARGS, FO_GEMM_ARGS, FO_EXP_OPTIONS/FO_EXP_ARGS, FO_STALL_ARGS, FO_SM90_ARGS, FO_POSTOPS_ARGS,
 # FO_MULTI_ARGS, FO_OVERLAP_ARGS, FO_FIGURES_ARGS (default --quick). (tests runs every file in tests/gpu, the sm90 GEMM's included.)
 # (the GPU machine gets a copy without .git: FO_GIT_SHA is what the provenance sidecars record)
@@ -28,7 +28,7 @@ step() {  # step NAME LIMIT_S CMD...
 python3 -m fo_lib info >>"$log" 2>&1
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv >>"$log" 2>&1
 step build 120 python3 -m fo_lib build
-# Issue 23: record the Hopper tile table (full-wave time per tile x raster x K) before anything that
+# Record the Hopper tile table (full-wave time per tile x raster x K) before anything that
 # picks a config: the tests and benchmarks after it in this call read THAT table (FO_SM90_TILES; a
 # config change makes the committed one stale, which the GPU autotune tests refuse), and sm90_llm
 # benchmarks the LLM shapes with its picks. To make the table the GPU's default, commit
@@ -61,8 +61,6 @@ step bench_sm90 300 python3 scripts/bench/bench_gemm_sm90.py ${FO_SM90_ARGS:-} -
 step sm90_ncu 240 python3 scripts/profile/profile_sm90_vs_cublas.py ${FO_SM90_NCU_ARGS:-} --out "$OUT/data/sm90_ncu.csv"
 # The same, opcode by opcode: warp instructions per 128 x 128 x 64 block of work, ours against cuBLAS.
 step sm90_sass 240 python3 scripts/profile/profile_sm90_sass.py ${FO_SM90_SASS_ARGS:-} --out-dir "$OUT/data/sm90_sass"
-# Clusters of 2: how many fit at once, and a cluster grid's cost at 132 / 130 / 128 / 120 CTAs.
-step cluster_probe 90 python3 scripts/profile/sm90_cluster_probe.py ${FO_CLUSTER_PROBE_ARGS:-}
 # Two trees' kernels on the LLM shapes (.baseline/: `git archive <sha> fo_lib scripts data/h200/gemm_sm90_tiles.*`),
 # A B A B processes, autotuning off; FO_AB_ARGS e.g. "--pairs 2 --rounds 10 --b-options=-DNAME=1" (split at
 # spaces: one -D per --b-options). Each tree reads its own committed table, or both the one sm90_tiles
@@ -71,9 +69,6 @@ step sm90_ab 560 python3 scripts/bench/ab_sm90_llm.py --a .baseline --b . ${FO_A
 # Does autotuning pick what the LLM benchmark measures as fastest? Each shape's shortlist and its
 # direct-C twins timed as autotuning times them and as the benchmark does, in one process. ~20 s.
 step tune_agree 300 python3 scripts/bench/autotune_agreement.py ${FO_TUNE_AGREE_ARGS:-} --out "$OUT/data/autotune_agreement.csv"
-# A tuning late in a long process timed every one-wave candidate alike: the shapes before it, then its
-# candidates timed several times with the GPU's clocks, power and throttle reasons around each. ~40 s.
-step late_tune 200 python3 scripts/profile/probe_late_tuning.py ${FO_LATE_TUNE_ARGS:---fresh}
 step sm90_llm 150 python3 scripts/bench/bench_gemm_sm90_llm.py "${tiles_arg[@]}" ${FO_SM90_LLM_ARGS:-} --out "$OUT/data/gemm_sm90_llm.csv"
 step bench_postops 120 python3 scripts/bench/bench_postops.py ${FO_POSTOPS_ARGS:-} --out "$OUT/data/postops.csv"
 step launch 120 python3 scripts/bench/bench_launch.py --out "$OUT/data/launch_host_time.csv"

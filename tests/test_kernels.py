@@ -13,9 +13,20 @@ CASES = list(catalog.compile_check_cases())
 
 
 
+@pytest.fixture(scope="module")
+def built():
+    """Every case compiled once into the disk cache, in parallel across the cores: each test below
+    then reads its entry (or, for a source that failed here, compiles it again and shows the log)."""
+    try:
+        jit.nvrtc_version()
+    except jit.CudaUnavailableError:
+        return  # each test's nvrtc fixture skips, or fails in CI
+    catalog.build_cases(CASES)
+
+
 @pytest.mark.parametrize("label,source,arch", CASES, ids=[f"{label}-{arch}" for label, _, arch in CASES])
-def test_every_kernel_compiles(label, source, arch, nvrtc):
-    cubin = jit.compile_cubin(source, arch, name=f"{label}.cu")
+def test_every_kernel_compiles(label, source, arch, nvrtc, built):
+    cubin, _ = jit.cached_compile(source, arch, name=f"{label.split()[0]}.cu")
     assert cubin[:4] == b"\x7fELF"
 
 
@@ -86,6 +97,37 @@ def test_cache_key_covers_headers(tmp_path, monkeypatch, nvrtc):
     finally:
         monkeypatch.undo()
         jit.reload_headers()
+
+
+def test_cache_compiles_each_source_once_and_recompiles_a_bad_entry(tmp_path, monkeypatch, nvrtc):
+    """One compile per (source, arch): later calls read the cubin and ptxas' report from the disk;
+    an entry cut short or overwritten with garbage is compiled again, not loaded."""
+    monkeypatch.setenv("FO_CACHE_DIR", str(tmp_path))
+    calls = []
+    real = compiler.compile_with_log
+    monkeypatch.setattr(compiler, "compile_with_log", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    src = 'extern "C" __global__ void k(int* x) { x[0] = 1; }\n'
+    cubin, log = jit.cached_compile(src, "sm_80")
+    assert cubin[:4] == b"\x7fELF" and "registers" in log
+    assert jit.cached_compile(src, "sm_80") == (cubin, log) and calls == ["sm_80"]
+    path = jit.ensure_cubin(src, "sm_80")
+    assert path.read_bytes() == cubin and len(calls) == 1
+    for bad in (b"", b"garbage", cubin[: len(cubin) // 2]):
+        path.write_bytes(bad)
+        again, again_log = jit.cached_compile(src, "sm_80")
+        assert again == cubin and "registers" in again_log and path.read_bytes() == cubin
+    assert len(calls) == 4
+
+
+def test_parallel_build_reports_a_failing_source_and_builds_the_rest(tmp_path, monkeypatch, nvrtc):
+    monkeypatch.setenv("FO_CACHE_DIR", str(tmp_path))
+    good = 'extern "C" __global__ void k(int* x) { x[0] = 1; }\n'
+    bad = 'extern "C" __global__ void k() { undefined_symbol_xyz(); }\n'
+    done = catalog.build_cases([("good", good, "sm_80"), ("bad", bad, "sm_80"), ("good", good, "sm_86")], jobs=2)
+    assert [(label, arch) for label, arch, _, _ in done] == [("good", "sm_80"), ("bad", "sm_80"), ("good", "sm_86")]
+    errors = [err for _, _, _, err in done]
+    assert errors[0] is None and errors[2] is None and "NVRTC failed" in errors[1]
+    assert len(list(tmp_path.glob("*.cubin"))) == 2
 
 
 def test_compile_error_carries_log(nvrtc):

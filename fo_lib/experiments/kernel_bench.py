@@ -202,7 +202,6 @@ def gemm_shape(M, N, K, dtype, rounds, inner, configs=(), ablation=False, graph=
 
 
 def gemm_header(configs=()) -> str:
-    # NOTES: fo_lib.reports.gemm_log reads these printed tables back from GPU logs: keep the format.
     return (f"{'M':>6} {'N':>6} {'K':>6} {'config':>24} {'torch':>7} {'ours':>7} {'x':>5} {'signal':>7} "
             f"{'scat%':>6} {'sig%':>6}  vs_torch " + " ".join(f"{c:>11}" for c in configs))
 

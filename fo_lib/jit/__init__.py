@@ -5,12 +5,13 @@ compiles, imports the kernel modules and is imported by name only: nothing here 
 kernel modules can import this package.
 """
 from .._util import CudaUnavailableError, require_cupy
-from .compiler import (ARCHS, CUDA_DIR, KernelCompileError, cache_dir, check_arch, compile_cubin, compile_with_log,
+from .compiler import (ARCHS, CUDA_DIR, KernelCompileError, cache_dir, cached_compile, check_arch,
+                       compile_cubin, compile_with_log,
                        current_arch, ensure_cubin, get_kernel, nvrtc_options, nvrtc_version, reload_headers,
                        source_key)
 from .runtime import LaunchMemo, PreparedLaunch, check_cuda_tensor, launch, memo_key, ptr, tensor_signature
 
 __all__ = ["ARCHS", "CUDA_DIR", "CudaUnavailableError", "KernelCompileError", "LaunchMemo", "PreparedLaunch",
-           "cache_dir", "check_arch", "check_cuda_tensor", "compile_cubin", "compile_with_log", "current_arch",
+           "cache_dir", "cached_compile", "check_arch", "check_cuda_tensor", "compile_cubin", "compile_with_log", "current_arch",
            "ensure_cubin", "get_kernel", "launch", "memo_key", "nvrtc_options", "nvrtc_version", "ptr",
            "reload_headers", "require_cupy", "source_key", "tensor_signature"]

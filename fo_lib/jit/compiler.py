@@ -34,7 +34,7 @@ ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90a")
 
 _BASE_OPTIONS = ("-std=c++17", "-DNDEBUG", "--use_fast_math", "-default-device")
 
-__all__ = ["ARCHS", "CUDA_DIR", "CudaUnavailableError", "KernelCompileError", "cache_dir", "check_arch",
+__all__ = ["ARCHS", "CUDA_DIR", "CudaUnavailableError", "KernelCompileError", "cache_dir", "cached_compile", "check_arch",
            "compile_cubin", "compile_with_log", "current_arch", "ensure_cubin", "get_kernel", "nvrtc_options",
            "nvrtc_version", "reload_headers", "source_key"]
 
@@ -162,12 +162,34 @@ def current_arch() -> str:
     return "sm_90a" if cc == "90" else f"sm_{cc}"
 
 
+def _is_whole_cubin(data: bytes) -> bool:
+    """An ELF image that reaches the end of its header tables (a cache entry cut short or garbage
+    fails this and is compiled again)."""
+    return len(data) >= 64 and data[:4] == b"\x7fELF" and _whole_elf(data) == data
+
+
+def cached_compile(source: str, arch: str, name: str = "fo_kernel.cu") -> tuple[bytes, str]:
+    """The cubin for ``(source, arch)`` and ptxas' report (registers, spills), from the disk cache or
+    compiled once and stored. Compiled with ``--ptxas-options=-v``, which changes the log and not the
+    cubin, so the compile check, the ptxas-report tests and the kernels' launches share one entry."""
+    stem = cache_dir() / f"{source_key(source, arch)}_{arch}"
+    cubin_path, log_path = Path(f"{stem}.cubin"), Path(f"{stem}.log")
+    try:
+        cubin, log = cubin_path.read_bytes(), log_path.read_text()
+        if _is_whole_cubin(cubin):
+            return cubin, log
+    except OSError:
+        pass
+    cubin, log = compile_with_log(source, arch, name, ("--ptxas-options=-v",))
+    atomic_write(log_path, log.encode())  # the log first: a cubin in the cache implies its log
+    atomic_write(cubin_path, cubin)
+    return cubin, log
+
+
 def ensure_cubin(source: str, arch: str, name: str = "fo_kernel.cu") -> Path:
     """Path of the cached cubin for (source, arch), compiling it first if needed."""
-    path = cache_dir() / f"{source_key(source, arch)}_{arch}.cubin"
-    if not path.exists():
-        atomic_write(path, compile_cubin(source, arch, name=name))
-    return path
+    cached_compile(source, arch, name)
+    return cache_dir() / f"{source_key(source, arch)}_{arch}.cubin"
 
 
 _lock = threading.Lock()
