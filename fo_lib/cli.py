@@ -67,15 +67,15 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_gemm_tunings(args: argparse.Namespace) -> int:
-    from .gemm import autotune, sm90
+    from .gemm import config_tuning, sm90
 
-    path = autotune.cache_path()
+    path = config_tuning.cache_path()
     if args.clear:
-        print(f"removed {autotune.clear()} remembered Hopper GEMM tunings ({path})")
+        print(f"removed {config_tuning.clear()} remembered Hopper GEMM tunings ({path})")
         return 0
     current = {}  # dtype -> the digest tunings of this tree's kernels are remembered under
     rows = []
-    for k, where, cfg, entry in autotune.remembered(sm90.Sm90Config):
+    for k, where, cfg, entry in config_tuning.remembered(sm90.Sm90Config):
         if where is None or cfg is None:
             rows.append(dict(key=k, stale=True))
             continue

@@ -174,7 +174,7 @@ def check_modules(comm, device: str, seed: int = 7) -> list[str]:
 
     from . import gemm
     from .modules import MoECombine, RowParallelLinear, SequenceParallelLinear
-    from .tuning import OverlapCheck
+    from .partition_tuning import OverlapCheck
 
     W, rank = comm.world_size, comm.rank
     K, N = 48, 136

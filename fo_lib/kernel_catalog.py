@@ -60,7 +60,7 @@ def _build_one(job: tuple[str, str, str]) -> tuple[str, str, float, str | None]:
     label, source, arch = job
     t0 = time.perf_counter()
     try:
-        cached_compile(source, arch, f"{label.split()[0]}.cu")
+        cached_compile(source, arch)
     except KernelCompileError as exc:
         # returned, not raised: one bad source must not stop the others (its test recompiles it and
         # raises there, with the log)

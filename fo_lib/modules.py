@@ -17,7 +17,7 @@ shape pays for tables, buffers and kernel loading; later calls only launch. ``pa
 wave groups: a tuple, a callable ``(M, N, K, T) -> tuple`` (e.g. a tuner), or ``None`` for the
 engine's default. ``graphs=True`` replays each shape's call as a CUDA graph after the first call
 (inputs are copied into the graph's static buffers; see :meth:`OverlapPlan.capture`).
-``check=OverlapCheck()`` (:class:`fo_lib.tuning.OverlapCheck`) times each new shape's overlapped
+``check=OverlapCheck()`` (:class:`fo_lib.partition_tuning.OverlapCheck`) times each new shape's overlapped
 call against the non-overlapped fallback (:func:`fo_lib.baselines.sequential`: the GEMM, one
 collective, the post-ops; the same result) on its first call, and runs the fallback from then on
 where overlap does not win. (It times eager calls, so with ``graphs=True`` it errs towards the
@@ -49,10 +49,10 @@ def _module_base():
 
 class _PlanCache:
     """Plans keyed by shape (and routing), with optional CUDA-graph replay per plan and the
-    overlap-or-fallback decision of an :class:`~fo_lib.tuning.OverlapCheck` per plan."""
+    overlap-or-fallback decision of an :class:`~fo_lib.partition_tuning.OverlapCheck` per plan."""
 
     def __init__(self, primitive, comm, *, dtype, device, partition, graphs, plan_kw, check=None):
-        from .tuning import OverlapCheck
+        from .partition_tuning import OverlapCheck
         if check is not None and not isinstance(check, OverlapCheck):
             raise TypeError(f"check must be an OverlapCheck or None, got {type(check).__name__}")
         self.primitive, self.comm, self.dtype, self.device = primitive, comm, dtype, device

@@ -159,7 +159,7 @@ class BandwidthCurve:
     def bus_bandwidth_gbps(self) -> np.ndarray:
         """NCCL-style bus bandwidth of each point (GB/s), for plots."""
         w = self.world_size
-        # all_gather's sizes are what each rank sends (tuning.collective_fn), NCCL's the whole output.
+        # all_gather's sizes are what each rank sends (partition_tuning.collective_fn), NCCL's the whole output.
         factor = {"all_reduce": 2 * (w - 1) / w, "reduce_scatter": (w - 1) / w,
                   "all_gather": w - 1, "all_to_all": (w - 1) / w}[self.primitive]
         return self.sizes * factor / (self.times * 1e-3) / 1e9

@@ -97,7 +97,7 @@ for ds, tl, tmeta in timelines:
 # collective shares the GPU, which `OverlapModel(contention="gemm_overlap")` models; the loopback
 # record's model is fitted that way (on the previous run). Before the link's finishing step became a
 # scale kernel and device copies, the All-to-All's first group took 2.8x its curve
-# (docs/perf-log.md, session 6).
+# (docs/decisions.md, "Identical ranks are finished by a scale kernel and device copies").
 
 # %%
 pd.concat([ex.timeline.summary(tl).assign(data_set=ds) for ds, tl, _ in timelines], ignore_index=True).round(3)

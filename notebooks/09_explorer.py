@@ -15,7 +15,7 @@
 # time. Links: every curve measured under `data/` (2 H200s over NVLink with NCCL's kernels at each
 # recorded CTA budget and with its copy engines; one H200's emulated link) and two *modelled* links
 # (RTX 4090s over PCIe, A800s over NVLink: latency + bandwidth assumptions, cited in
-# `fo_lib/experiments/explorer.py`). The GEMM's wave times are the recorded profile when the data
+# `fo_lib/experiments/explorer/`). The GEMM's wave times are the recorded profile when the data
 # has this exact GEMM, else a throughput model (one tile's FLOPs at a per-SM rate) that says so.
 # Headless (papermill) this notebook draws the default view; open it in JupyterLab for the controls.
 
@@ -62,8 +62,8 @@ ex.explorer.design_table(t5).round(4)
 # %% [markdown]
 # **Explore.** Every control redraws the figure above's three panels (typed partitions: group sizes
 # such as `1,2,2` that sum to T; an impossible input shows its error and keeps the last figure).
-# Measuring the chosen shape's tile end times on a GPU is not wired in: `fo_lib.tuning.measure_gemm_profile`
-# records a profile that `scripts/bench_overlap.py` / `bench_nccl.py` add to `data/`, where the
+# Measuring the chosen shape's tile end times on a GPU is not wired in: `fo_lib.partition_tuning.measure_gemm_profile`
+# records a profile that `scripts/bench/bench_overlap.py` / `bench_nccl.py` add to `data/`, where the
 # explorer then finds it.
 
 # %%

@@ -84,7 +84,7 @@ ex.save(fig, "13_end_to_end", figures_dir)
 # output through the emulated ring (~55 GB/s), milliseconds against GEMMs of 0.1-1.4 ms per rank,
 # so there is little to hide and the eight wave groups' extra collectives cost about what the
 # overlap saves. These layers use the engine's default partition; the modules'
-# `check=OverlapCheck()` would time the fallback and keep it where overlap loses (`fo_lib.tuning`),
+# `check=OverlapCheck()` would time the fallback and keep it where overlap loses (`fo_lib.partition_tuning`),
 # which this record does not do.
 
 # %%

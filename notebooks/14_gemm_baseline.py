@@ -15,7 +15,7 @@
 # clusters of 2 CTAs that share the B tile.
 #
 # **Who chooses.** A *model* (a table of measured full-wave times per width and raster, times the
-# waves) proposes; *autotuning* (`fo_lib.gemm.autotune`) times the model's shortlist on the shape's
+# waves) proposes; *autotuning* (`fo_lib.gemm.config_tuning`) times the model's shortlist on the shape's
 # first call and remembers the winner on disk, as Triton's autotuner does. The model alone cannot
 # separate candidates a few percent apart.
 #
@@ -75,7 +75,7 @@ for col, mk, label in (("guess", "x", "table-free guess (128/256 wide)"), ("mode
     geo, med, worst = summary[col]
     ax1.scatter(r[col], y, marker=mk, s=28 if mk != "o" else 40, label=f"{label}: geomean {geo:.3f}, worst {worst:.3f}")
 ax1.axvline(1.0, color="0.3", lw=1)
-ax1.axvline(0.97, color="0.6", lw=1, ls="--", label="0.97: the issue's worst-shape bar")
+ax1.axvline(0.97, color="0.6", lw=1, ls="--", label="0.97: the worst-shape bar")
 ax1.set(yticks=y, yticklabels=[f"{c}" for c in r.tuned_config], ylim=ax0.get_ylim(),
         xlabel="cuBLAS time / ours (> 1: ours faster)", title="measured against torch.matmul (cuBLAS), bf16")
 ax1.tick_params(axis="y", labelsize=7)
@@ -97,6 +97,6 @@ ex.save(fig, "14_gemm_baseline", figures_dir)
 # 3-4 % more of the time than cuBLAS's, which runs those shapes in clusters of 2. The one-wave shape
 # 1100 x 1792 x 5120 (about 40 us) moves most from one process to the next (0.965 to 1.014 over six
 # processes with the same configs); its cluster pairs now share whichever operand tile they have in
-# common, A or B, which lifted it 1-2 % (docs/perf-log.md).
+# common, A or B, which lifted it 1-2 % (docs/decisions.md, "Clusters of 2 share their common tile, A or B, by TMA multicast").
 # %%
 {k: dict(geomean=round(v[0], 3), median=round(v[1], 3), worst=round(v[2], 3)) for k, v in summary.items()}

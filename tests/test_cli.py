@@ -209,22 +209,22 @@ def test_any_curve_document_is_valid_or_a_profile_error(doc):
 def test_gemm_tunings_lists_and_clears_what_autotuning_remembered(tmp_path, monkeypatch):
     import json as _json
 
-    from fo_lib.gemm import autotune, sm90
+    from fo_lib.gemm import config_tuning, sm90
     env = {"FO_CACHE_DIR": str(tmp_path)}
     proc, _ = _cli("gemm-tunings", env=env)
     assert proc.returncode == 0 and "no remembered Hopper GEMM tunings" in proc.stdout
     monkeypatch.setenv("FO_CACHE_DIR", str(tmp_path))
-    autotune.forget()
+    config_tuning.forget()
     try:
         won = sm90.CONFIGS["128x176x64c2"].with_raster("row", 8)
         model = sm90.CONFIGS["128x256x64"].with_raster("row", 8)
-        k = autotune.key("NVIDIA H200", 132, 2048, 7168, 5120, "bf16", sm90.kernel_digest("bf16"))
-        autotune.remember(k, won, {sm90.config_label(won): 0.2, sm90.config_label(model): 0.22},
+        k = config_tuning.key("NVIDIA H200", 132, 2048, 7168, 5120, "bf16", sm90.kernel_digest("bf16"))
+        config_tuning.remember(k, won, {sm90.config_label(won): 0.2, sm90.config_label(model): 0.22},
                           sm90.config_label(model))
-        old = autotune.key("NVIDIA H200", 132, 1100, 1792, 5120, "bf16", "an older config set")
-        autotune.remember(old, model, {sm90.config_label(model): 0.04}, sm90.config_label(model))
+        old = config_tuning.key("NVIDIA H200", 132, 1100, 1792, 5120, "bf16", "an older config set")
+        config_tuning.remember(old, model, {sm90.config_label(model): 0.04}, sm90.config_label(model))
     finally:
-        autotune.forget()
+        config_tuning.forget()
     proc, _ = _cli("gemm-tunings", env=env)
     assert proc.returncode == 0, proc.stderr
     assert "2 remembered Hopper GEMM tunings" in proc.stdout
@@ -233,10 +233,10 @@ def test_gemm_tunings_lists_and_clears_what_autotuning_remembered(tmp_path, monk
     proc, _ = _cli("gemm-tunings", "--json", env=env)
     rows = _json.loads(proc.stdout)["tunings"]
     assert [r["stale"] for r in rows] == [True, False] and rows[1]["config"] == "128x176x64c2/row8"
-    data = _json.loads((tmp_path / autotune.FILE_NAME).read_text())
-    (tmp_path / autotune.FILE_NAME).write_text(_json.dumps(dict(data, garbage={"config": {"BN": 7}})))
+    data = _json.loads((tmp_path / config_tuning.FILE_NAME).read_text())
+    (tmp_path / config_tuning.FILE_NAME).write_text(_json.dumps(dict(data, garbage={"config": {"BN": 7}})))
     proc, _ = _cli("gemm-tunings", env=env)
     assert proc.returncode == 0 and "garbage: unreadable entry (another version)" in proc.stdout
     proc, _ = _cli("gemm-tunings", "--clear", env=env)
     assert proc.returncode == 0 and "removed 3 remembered" in proc.stdout
-    assert not (tmp_path / autotune.FILE_NAME).exists()
+    assert not (tmp_path / config_tuning.FILE_NAME).exists()

@@ -196,10 +196,10 @@ def test_post_stages_cover_the_rows_and_read_only_finished_groups(primitive, see
 
 
 def test_overlap_check_decides_once_per_shape_and_the_fallback_gives_the_same_result():
-    from fo_lib import baselines, tuning
+    from fo_lib import baselines, partition_tuning
     from fo_lib.modules import RowParallelLinear
 
-    class Fixed(tuning.OverlapCheck):
+    class Fixed(partition_tuning.OverlapCheck):
         def __init__(self, overlap_ms, fallback_ms):
             super().__init__()
             object.__setattr__(self, "t", {"overlap": overlap_ms, "fallback": fallback_ms})
@@ -240,12 +240,12 @@ def test_row_parallel_linear_returns_the_pre_norm_sum_with_residual_out(check):
     """Fused add + RMSNorm with ``residual_out``: the module returns ``(normed, pre_norm)``, the
     pre-norm sum in a tensor of its own (the residual is left as it was), on the overlapped path and
     on the check's fallback alike."""
-    from fo_lib import baselines, tuning
+    from fo_lib import baselines, partition_tuning
     from fo_lib.modules import RowParallelLinear
     from fo_lib.postops import PostOps
     from fo_lib.testing import calc_diff
 
-    class Fallback(tuning.OverlapCheck):
+    class Fallback(partition_tuning.OverlapCheck):
         def timings(self, comm, overlapped, fallback, *, device="cuda"):
             overlapped(), fallback()
             return {"overlap": 2.0, "fallback": 1.0}
@@ -267,7 +267,7 @@ def test_row_parallel_linear_returns_the_pre_norm_sum_with_residual_out(check):
 
 
 def test_overlap_check_times_both_sides_on_the_cpu():
-    from fo_lib.tuning import OverlapCheck
+    from fo_lib.partition_tuning import OverlapCheck
 
     import time
     t = OverlapCheck(rounds=2, inner=2).timings(CpuLoopbackCommunicator(1), lambda: time.sleep(0.004), lambda: None, device="cpu")

@@ -5,7 +5,7 @@ import pytest
 
 from fo_lib import experiments as ex
 from fo_lib import partition as P
-from fo_lib import tuning
+from fo_lib import partition_tuning
 from fo_lib.experiments import overlap
 
 
@@ -61,7 +61,7 @@ def test_missing_record_is_a_clear_error():
 def test_all_to_all_wave_bytes():
     from fo_lib.engine import Routing
     from fo_lib.tiling import TileGrid
-    from fo_lib.tuning import all_to_all_wave_bytes
+    from fo_lib.partition_tuning import all_to_all_wave_bytes
 
     grid = TileGrid(512, 256, BM=64, BN=64, sm_count=6)
     out_bytes = grid.wave_elements() * 2
@@ -93,8 +93,8 @@ def test_rank_agreement_helpers():
     # One process: nothing to agree on; several: rank 0's choice and the slowest rank's time.
     assert overlap._agree(_OneProcessLink(), (1, 2)) == (1, 2)
     assert overlap._agree(_RankLink(), (1, 2)) == ("from rank 0", (1, 2))
-    assert tuning.slowest_rank(_OneProcessLink(), {"b": 1.0, "a": 2.0}) == {"b": 1.0, "a": 2.0}
-    assert tuning.slowest_rank(_RankLink(), {"b": 1.0, "a": 2.0}) == {"a": 3.0, "b": 2.0}
+    assert partition_tuning.slowest_rank(_OneProcessLink(), {"b": 1.0, "a": 2.0}) == {"b": 1.0, "a": 2.0}
+    assert partition_tuning.slowest_rank(_RankLink(), {"b": 1.0, "a": 2.0}) == {"a": 3.0, "b": 2.0}
     assert overlap.link_label(_OneProcessLink()).startswith("emulated")
     assert overlap.link_label(_RankLink()) == "NCCL (4 GPUs)"
 
@@ -223,7 +223,7 @@ def test_checked_tuner_also_picks_the_allreduce_layout():
 def test_benchmark_routing_is_seeded_by_the_shape_and_routed_profile_counts_its_bytes():
     from fo_lib import gemm
     from fo_lib.profiles import GemmProfile
-    from fo_lib.tuning import all_to_all_wave_bytes
+    from fo_lib.partition_tuning import all_to_all_wave_bytes
 
     r1, r2 = overlap.benchmark_routing(512, 256, 64, 4), overlap.benchmark_routing(512, 256, 64, 4)
     assert all(np.array_equal(a, b) for a, b in zip(r1.dest, r2.dest)) and len(r1.dest) == 4

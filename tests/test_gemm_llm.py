@@ -1,4 +1,4 @@
-"""CPU checks of fo_lib.experiments.gemm_llm (issue 23's benchmark and notebook 14): the wave fill
+"""CPU checks of fo_lib.experiments.gemm_llm (the LLM-shape benchmark and notebook 14): the wave fill
 of each tile width, the per-shape ratios of the recorded benchmark, the modes."""
 import math
 

@@ -1,6 +1,6 @@
 """CPU checks of the sm_90a GEMM's host logic: configs, heuristic, source generation, tensor-map
 geometry, and ptxas' report for every specialization (no spills, setmaxnreg honoured, wgmma not
-serialized). Plain compile checks of the same sources run in tests/test_jit.py (sm_90a only)."""
+serialized). Plain compile checks of the same sources run in tests/test_kernels.py (sm_90a only)."""
 import re
 from dataclasses import replace
 
@@ -8,6 +8,7 @@ import pytest
 
 from fo_lib import gemm, jit
 from fo_lib.gemm import sm90 as gemm_sm90
+from fo_lib.gemm.sm90 import launch as sm90_launch, stream_k_tail
 from fo_lib.gemm.config import MAX_SMEM
 from fo_lib.gemm.wgmma import wgmma_source
 from fo_lib import kernel_catalog as catalog
@@ -26,19 +27,36 @@ def test_compile_check_covers_every_config_dtype_epilogue_with_and_without_a_str
         targs = re.search(r"gemm_sm90_body<([^>]*)>", gemm_sm90.generate_source(cfg, "bf16", "plain")[0]).group(1)
         assert targs.split(", ")[-1] == ("true" if label.endswith("+sk") else "false"), (label, targs)
         assert cfg.stream_k == label.endswith("+sk") and cfg.kernel_id.endswith("_sk") == cfg.stream_k
-    assert len(labels) == len(SOURCES) == len(VARIANTS) * len(gemm.DTYPES) * len(gemm.EPILOGUES)
+    # bf16: every variant; f16: the first variant of each code path (ping-pong, direct C, cluster, tail)
+    assert gemm.DTYPES == ("bf16", "f16")
+    paths = {}
+    for cname, cfg in VARIANTS.items():
+        paths.setdefault(gemm_sm90.code_path(cfg), cname)
+    assert len(paths) == 11
+    assert len(labels) == len(SOURCES) == (len(VARIANTS) + len(paths)) * len(gemm.EPILOGUES)
     for cname in VARIANTS:
-        for dtype in gemm.DTYPES:
-            for epi in gemm.EPILOGUES:
-                assert f"gemm_sm90 {cname} {dtype} {epi}" in labels
+        for epi in gemm.EPILOGUES:
+            assert f"gemm_sm90 {cname} bf16 {epi}" in labels
+            assert (f"gemm_sm90 {cname} f16 {epi}" in labels) == (cname in paths.values())
     assert labels <= {label for label, _ in catalog.compile_check_sources("sm_90a")}
     assert not labels & {label for label, _ in catalog.compile_check_sources("sm_80")}
 
 
+@pytest.fixture(scope="module")
+def built():
+    """Every source compiled once into the disk cache, in parallel (the compile check of
+    tests/test_kernels.py shares the entries, ptxas' report included)."""
+    try:
+        jit.nvrtc_version()
+    except jit.CudaUnavailableError:
+        return  # each test's nvrtc fixture skips, or fails in CI
+    catalog.build_cases((label, source, "sm_90a") for label, source in SOURCES)
+
+
 @pytest.mark.parametrize("label,source", SOURCES, ids=[label for label, _ in SOURCES])
-def test_ptxas_report(label, source, nvrtc):
+def test_ptxas_report(label, source, nvrtc, built):
     """No local memory, and neither C7508 (setmaxnreg ignored) nor C7510 (wgmma serialized)."""
-    cubin, log = jit.compile_with_log(source, "sm_90a", f"{label}.cu", ("--ptxas-options=-v",))
+    cubin, log = jit.cached_compile(source, "sm_90a")
     assert cubin[:4] == b"\x7fELF"
     assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in log, log
     assert not re.search(r"C75\d\d|warning", log, re.IGNORECASE), log
@@ -222,7 +240,7 @@ def test_mid_width_configs_take_the_deepest_ring_that_fits():
 
 
 def test_direct_c_configs_take_a_fourth_stage_in_less_shared_memory():
-    from fo_lib.gemm.sm90_configs import DIRECT_C_BYTES
+    from fo_lib.gemm.sm90.configs import DIRECT_C_BYTES
     for bn in (224, 240, 256):
         for c in ("", "c2"):
             d, plain = gemm_sm90.CONFIGS[f"128x{bn}x64{c}d"], gemm_sm90.CONFIGS[f"128x{bn}x64{c}"]
@@ -235,7 +253,7 @@ def test_direct_c_configs_take_a_fourth_stage_in_less_shared_memory():
 
 def test_pingpong_direct_c_configs_take_a_fifth_stage():
     """At 168 and 176 wide the per-warp buffers leave room for the fifth stage the C tile took."""
-    from fo_lib.gemm.sm90_configs import PINGPONG_DIRECT_WIDTHS
+    from fo_lib.gemm.sm90.configs import PINGPONG_DIRECT_WIDTHS
     assert PINGPONG_DIRECT_WIDTHS == (168, 176)
     for bn in PINGPONG_DIRECT_WIDTHS:
         d, pp = gemm_sm90.CONFIGS[f"128x{bn}x64pd"], gemm_sm90.CONFIGS[f"128x{bn}x64p"]
@@ -274,7 +292,7 @@ def test_k_loops_build_their_descriptors_on_the_uniform_datapath(cname, nvrtc):
     """The consumers' k-loop (SASS, nvdisasm of the test extra): 4 HGMMAs per k-block (8 in ping-pong:
     two halves) and no R2UR: ptxas proved the tile loop warp-uniform and steps the wgmma descriptors
     on the uniform datapath. A branch only one lane takes in that loop (a lone thread's spin on a
-    stream-K flag did) moves every k-block's descriptors through vector registers (docs/perf-log.md).
+    stream-K flag did) moves every k-block's descriptors through vector registers (docs/decisions.md, "The k-loop steps its wgmma descriptors on the uniform datapath").
     The one exception: ping-pong with a stream-K tail compiled in, whose warpgroup index stays
     unshuffled (shuffled, the tail's values and the loop's overflow the uniform registers: spills)."""
     from script_loader import load_script
@@ -292,16 +310,16 @@ def test_planning_at_another_idle_tile_cost_drops_memoized_launches_and_restores
     """Memoized launches keep their stream-K plan (their keys hold no cost), so the block that plans at
     another cost drops them going in and out, and puts the cost back even when the block raises."""
     coop = replace(gemm_sm90.CONFIGS["128x256x64"].with_raster("row", 8), stream_k=True)
-    default = gemm_sm90.IDLE_WARPGROUP_TILE_COST
-    gemm_sm90.SM90._memo.put(("planned before",), object())
+    default = stream_k_tail.IDLE_WARPGROUP_TILE_COST
+    sm90_launch.SM90._memo.put(("planned before",), object())
     with pytest.raises(KeyError):
         with gemm_sm90.idle_warpgroup_tile_cost(0.6):
-            assert gemm_sm90.SM90._memo.get(("planned before",)) is None
+            assert sm90_launch.SM90._memo.get(("planned before",)) is None
             assert gemm_sm90.stream_k_schedule(coop, 5000, 7168, 8192, 132)[2] is not None
-            gemm_sm90.SM90._memo.put(("planned at 0.6",), object())
+            sm90_launch.SM90._memo.put(("planned at 0.6",), object())
             raise KeyError("the block fails")
-    assert gemm_sm90.IDLE_WARPGROUP_TILE_COST == default
-    assert gemm_sm90.SM90._memo.get(("planned at 0.6",)) is None
+    assert stream_k_tail.IDLE_WARPGROUP_TILE_COST == default
+    assert sm90_launch.SM90._memo.get(("planned at 0.6",)) is None
     assert gemm_sm90.stream_k_schedule(coop, 5000, 7168, 8192, 132) == (64, 2, None)
 
 
@@ -310,13 +328,13 @@ def test_a_short_last_tile_row_gets_stream_k_runs_weighed_by_its_idle_warpgroup(
     (IDLE_WARPGROUP_TILE_COST 0.6: the second warpgroup has no rows), the runs of unequal length
     finish sooner than the split tail; ping-pong (no idle warpgroup), 65+ rows, clusters and configs
     without a tail keep their plans; at the measured cost (1) every config keeps its plan."""
-    from fo_lib.tiling import last_row_costs, stream_k_finish, stream_k_plan
+    from fo_lib.gemm.stream_k import last_row_costs, stream_k_finish, stream_k_plan
     coop = replace(gemm_sm90.CONFIGS["128x256x64"].with_raster("row", 8), stream_k=True)
     assert gemm_sm90.stream_k_schedule(coop, 5000, 7168, 8192, 132) == (64, 2, None)
-    monkeypatch.setattr(gemm_sm90, "IDLE_WARPGROUP_TILE_COST", 0.6)
+    monkeypatch.setattr(stream_k_tail, "IDLE_WARPGROUP_TILE_COST", 0.6)
     sk, split, bounds = gemm_sm90.stream_k_schedule(coop, 5000, 7168, 8192, 132)
     assert (sk, split) == (196, 1) and len(bounds) == 133 and bounds[-1] == 196 * 128
-    cost = last_row_costs(40, 28, "row", 8, gemm_sm90.IDLE_WARPGROUP_TILE_COST)
+    cost = last_row_costs(40, 28, "row", 8, stream_k_tail.IDLE_WARPGROUP_TILE_COST)
     assert stream_k_finish(1120, 132, 128, cost, 64, 2) == 8.5  # the split tail, 2 parts
     assert stream_k_plan(1120, 132, 128) == (64, 2)
     pp = replace(gemm_sm90.CONFIGS["128x176x64p"].with_raster("row", 8), stream_k=True)

@@ -8,6 +8,7 @@ import pytest
 
 from fo_lib import provenance
 from fo_lib.gemm import GemmError, pick_by_waves, sm90, tile_table
+from fo_lib.gemm.sm90 import pick as sm90_pick
 
 BIG, SMALL = "128x256x64", "128x128x64"
 # The recording grid of scripts/bench/record_sm90_tiles.py on 132 SMs (33 x 32 tiles of 128 x 256 =
@@ -50,7 +51,7 @@ def _table(data_dir, rows):
 
 
 def _guess(M, N, K):
-    return pick_by_waves({n: sm90.CONFIGS[n] for n in (BIG, SMALL)}, sm90._TILE_SPEED, M, N, K, 132, 227 * 1024)
+    return pick_by_waves({n: sm90.CONFIGS[n] for n in (BIG, SMALL)}, sm90_pick._TILE_SPEED, M, N, K, 132, 227 * 1024)
 
 
 def test_the_choice_follows_the_measured_wave_times(data_dir, monkeypatch):

@@ -26,7 +26,7 @@ def built():
 
 @pytest.mark.parametrize("label,source,arch", CASES, ids=[f"{label}-{arch}" for label, _, arch in CASES])
 def test_every_kernel_compiles(label, source, arch, nvrtc, built):
-    cubin, _ = jit.cached_compile(source, arch, name=f"{label.split()[0]}.cu")
+    cubin, _ = jit.cached_compile(source, arch)
     assert cubin[:4] == b"\x7fELF"
 
 

@@ -56,12 +56,12 @@ def _coverage(sim, P, tiles, sk, KT, bounds):
 
 
 def test_stream_k_runs_of_unequal_length_cover_each_k_block_once_without_a_violation():
-    """The host's runs of unequal length (fo_lib.tiling.stream_k_weighted, the kernel's sk_bounds):
+    """The host's runs of unequal length (fo_lib.gemm.stream_k.stream_k_weighted, the kernel's sk_bounds):
     every (tile, k-block) computed once and no protocol violation, cooperative and ping-pong; a run
     shorter than a tile (which the host never gives) computes k-blocks twice, which the check finds."""
     import numpy as np
 
-    from fo_lib.tiling import stream_k_weighted
+    from fo_lib.gemm.stream_k import stream_k_weighted
     sim = _sim()
     cases = 0
     for P, tiles, KT in ((3, 7, 4), (4, 9, 3), (2, 5, 5), (6, 13, 2)):

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from fo_lib.experiments import tuning_agreement as ta
-from fo_lib.gemm import autotune, sm90
+from fo_lib.gemm import config_tuning, sm90
 
 TABLE = Path(__file__).resolve().parents[1] / "data" / "h200" / "gemm_sm90_tiles.csv"
 
@@ -15,7 +15,7 @@ def test_candidates_are_the_tuning_shortlist_and_its_direct_c_twins(monkeypatch)
     monkeypatch.setenv("FO_SM90_TILES", str(TABLE))
     shortlist, direct, model = ta.candidates(2048, 4096, 7168, 132)
     assert model in shortlist and not any(c.direct_c and not c.pingpong for c in shortlist)
-    assert len(shortlist) >= autotune.TOP
+    assert len(shortlist) >= config_tuning.TOP
     assert direct and all(c.direct_c and c.stages == 4 for c in direct)
     # each twin has a shortlisted cooperative tile of its width, cluster and raster
     for d in direct:
@@ -56,7 +56,7 @@ def test_summary_says_what_the_tuned_pick_costs_in_the_benchmark_regime():
     df = pd.DataFrame(_rows((1, 2, 3), [("a", False, 1.00, 1.10), ("b", False, 1.05, 1.00), ("a_d", True, 0.90, 1.20)])
                       + _rows((4, 5, 6), [("a", False, 1.00, 1.00), ("b", False, 1.10, 1.05), ("b_d", True, 0.95, 0.98)])
                       + _rows((7, 8, 9), [("c", False, 2.0, 2.0)])
-                      # tuning: b faster than the model's a, but by less than autotune.WIN: a stays
+                      # tuning: b faster than the model's a, but by less than config_tuning.WIN: a stays
                       + _rows((1, 1, 1), [("a", False, 1.000, 1.0), ("b", False, 0.998, 1.1)]))
     s = ta.summary(df).set_index(["M", "N", "K"])
     # the regimes disagree: tuning takes a (the direct config, fastest when tuned, is not shortlisted)
@@ -71,7 +71,7 @@ def test_summary_says_what_the_tuned_pick_costs_in_the_benchmark_regime():
 def test_summary_weighs_the_tunings_as_autotuning_does():
     """Rows that record a handicap (a single CTA on one wave) are weighed by it: a single CTA 1 %
     ahead of the cluster is not autotuning's pick, 5 % ahead it is; rows without the column: none."""
-    h = 1 + autotune.ONE_WAVE_SINGLE_CTA
+    h = 1 + config_tuning.ONE_WAVE_SINGLE_CTA
     for lead, want in ((0.01, "c2"), (0.05, "single")):
         rows = _rows((1, 1, 1), [("single", False, 1.0 - lead, 1.1), ("c2", False, 1.0, 1.0)])
         rows[0]["model"], rows[1]["model"] = False, True

@@ -171,7 +171,7 @@ class LoopbackCommunicator:
         sc, mine = virtual.own_chunk(send, send_counts, recv, recv_counts, self.world_size, self.rank)
         # Every virtual rank routes alike, and a collective ends with its slowest rank: the one that
         # keeps the fewest of its own rows moves the most off-rank (what the model counts as well,
-        # fo_lib.tuning.all_to_all_wave_bytes).
+        # fo_lib.partition_tuning.all_to_all_wave_bytes).
         self._transfer(send, (send.numel() - min(sc)) * send.element_size())
         if mine.numel():
             self._repeat(mine, recv)

@@ -72,7 +72,7 @@ class TorchDistCommunicator:
         self.link = dist.get_backend(group)
         # SMs NCCL's kernels occupy beside the GEMM (one CTA per channel): max_ctas when bounded, else
         # NCCL_MAX_CTAS if set, else what NCCL chose for large messages on 2 H200s (24 CTAs for
-        # AllReduce and ReduceScatter, 32 for All-to-All: tuning.measure_sm_footprint, data/h200x2).
+        # AllReduce and ReduceScatter, 32 for All-to-All: partition_tuning.measure_sm_footprint, data/h200x2).
         # Override with OverlapPlan(comm_sms=...).
         if self.link == "gloo":
             self.sm_footprint = 0

@@ -38,7 +38,7 @@
 //     tiles themselves under the same handshake. An odd tile count gives the CTA paired with the
 //     last tile's a phantom unit (schedule index s == tiles: no loads, no MMA, no store) so both
 //     CTAs walk the same k-blocks; no stream-K tail in clusters.
-//   * Split tail (sk_split >= 2, sk_tiles * sk_split <= P; fo_lib.tiling.stream_k_plan): each of the
+//   * Split tail (sk_split >= 2, sk_tiles * sk_split <= P; fo_lib.gemm.stream_k.stream_k_plan): each of the
 //     last sk_tiles tiles (the partial last wave) runs as sk_split k ranges on as many CTAs, all
 //     starting together after the whole tiles; the other parts go to slot 2 b of sk_partial and add 1
 //     to the tile's flag, the last range waits for sk_split - 1, adds them (latest k range first:
@@ -46,7 +46,7 @@
 //   * Stream-K runs (sk_split 1, P <= sk_tiles < 2 P, else ignored): the last sk_tiles schedule indices are not
 //     given out whole but as one run of sk_tiles * KT k-blocks split evenly over the P CTAs (or, with
 //     sk_bounds, CTA b's run is k-blocks [sk_bounds[b], sk_bounds[b + 1]), each at least KT long: the
-//     host's runs of unequal length where tiles cost unequal time, fo_lib.tiling.stream_k_weighted), each
+//     host's runs of unequal length where tiles cost unequal time, fo_lib.gemm.stream_k.stream_k_weighted), each
 //     CTA's run after its whole tiles (a partial last wave would leave SMs idle; here every CTA does
 //     the same work). A run is longer than a tile, so a cut tile has two parts: its head (k-block 0
 //     on, the end of CTA b's run) and its tail (up to its last k-block, the start of CTA b + 1's).
@@ -442,7 +442,7 @@ struct Sm90Work {
     // no STREAM_K, so sk_tiles is 0 here), and an odd tile count gets one phantom unit (s == tiles:
     // no tile) so both CTAs walk the same number of units.
     // sk_split >= 2: the split tail (CTA b < sk_tiles * split runs k range b / sk_tiles of tile
-    // b % sk_tiles of the tail); 1: runs; the host's contract is fo_lib.tiling.stream_k_plan.
+    // b % sk_tiles of the tail); 1: runs; the host's contract is fo_lib.gemm.stream_k.stream_k_plan.
     __device__ __forceinline__ Sm90Work(int tiles, int sk_tiles, int sk_split, int KT_, int cluster = 1,
                                         const i64* bounds = nullptr) {
         P = gridDim.x;
@@ -869,7 +869,7 @@ __device__ __forceinline__ void gemm_sm90_body(const TmaDesc& tma_a, const TmaDe
             if (!phantom) raster.tile(w.s, tm, tn);
             // Cooperative: a warpgroup whose 64 rows all lie past M (the last tile row, where M leaves
             // at most 64 rows in it) walks the unit's stages without MMAs, as a phantom does, so the
-            // tile costs less (the host may weigh it so: fo_lib.tiling.stream_k_weighted). Its
+            // tile costs less (the host may weigh it so: fo_lib.gemm.stream_k.stream_k_weighted). Its
             // accumulators are not stored (rows past M).
             const bool idle = phantom || (FO_SM90_IDLE_WG && !PINGPONG && tm * BM + 64 * __shfl_sync(0xffffffffu, c, 0) >= M);
             // DIRECT_C with a row table or tile places: where row r of the tile goes (null past M),

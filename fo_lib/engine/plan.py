@@ -70,7 +70,7 @@ class OverlapPlan:
     """Everything one overlapped GEMM + collective needs, built once and reused.
 
     ``comm`` is a :class:`fo_lib.comm.Communicator`; its world size and rank define the plan's.
-    ``config`` is a :class:`fo_lib.gemm.GemmConfig` (portable) or :class:`fo_lib.gemm.Sm90Config`
+    ``config`` is a :class:`fo_lib.gemm.GemmConfig` (portable) or :class:`fo_lib.gemm.sm90.Sm90Config`
     (Hopper), default :func:`fo_lib.gemm.auto_config` (the Hopper kernel on sm_90 devices);
     ``ctas`` the persistent CTA count (default: SM count minus ``comm_sms``, which defaults to the
     communicator's ``sm_footprint``: with no SM left, the wait kernel and the collective's kernels

@@ -12,7 +12,7 @@ Variants of one shape (``T`` waves of ``P`` tiles: ``P`` = the GEMM's persistent
   and the plan cuts its groups every ``P + 20`` tiles of the schedule (:class:`MisgroupedPlan`),
   so a group boundary falls inside a real wave and the group waits for that whole wave.
 
-Measured with the overlap sweep's own pieces (:mod:`.overlap_measure`: the case, its variants, the
+Measured with the overlap sweep's own pieces (:mod:`.overlap_measure.cases`: the case, its variants, the
 interleaved rounds), recorded as ``data/<gpu>/ablation.csv`` with a provenance sidecar.
 """
 from __future__ import annotations
@@ -132,7 +132,7 @@ def measure(comm=None, *, world: int = 2, quick: bool = False, cases=None, extra
 
     from .. import gemm
     from .measure_common import link_label
-    from .overlap_measure import _case, _timings, _variants
+    from .overlap_measure.cases import _case, _timings, _variants
 
     if comm is None:
         from ..comm.loopback import LoopbackCommunicator

@@ -96,7 +96,7 @@ def time_case(case: Case, *, rounds: int, inner: int, seed=0) -> dict:
     """``{"ours": ms, "baseline": ms}``: medians of interleaved rounds in a seeded random order per
     round (the same on every rank), the slowest rank's (CUDA)."""
     from ..testing import bench_interleaved, summarize
-    from ..tuning import slowest_rank
+    from ..partition_tuning import slowest_rank
 
     fns = {"ours": lambda i: case.ours(*case.args), "baseline": lambda i: case.baseline(*case.args)}
     samples = bench_interleaved(fns, rounds=rounds, inner=inner, warmup=1, order="shuffle", seed=seed)

@@ -1,4 +1,4 @@
-"""The Hopper GEMM against cuBLAS on LLM projection shapes (issue 23's benchmark), and how the tile
+"""The Hopper GEMM against cuBLAS on LLM projection shapes (the LLM-shape benchmark), and how the tile
 width fills a GEMM's last wave: the logic of ``scripts/bench/bench_gemm_sm90_llm.py`` and notebook 14.
 
 ``C = A @ W^T``: ``A`` is M tokens x K, ``W`` the ``nn.Linear`` weight N x K of one projection at a
@@ -18,7 +18,7 @@ Variants per shape (:func:`bench_shape`), in the same interleaved rounds, a rand
 as CUDA-graph replays (device time), inputs rotated beyond the L2
 (:mod:`fo_lib.experiments.kernel_bench`): ``torch`` (``torch.matmul``), ``ours`` (what a plain
 ``fo_lib.gemm.sm90.gemm_nt`` runs, ``sm90.config_for``: the fastest of the tile table's shortlist,
-timed on the shape's first call by :mod:`fo_lib.gemm.autotune` before these rounds; plain epilogue),
+timed on the shape's first call by :mod:`fo_lib.gemm.config_tuning` before these rounds; plain epilogue),
 ``model`` (the tile table's own pick, ``default_config``, timed where autotuning chose another),
 ``signal`` (ours with the engine's AllReduce-tile signal: one group per wave, through the row
 table), ``alt`` (the model's best config of another tile width), ``guess`` (the table-free picker's
@@ -39,6 +39,8 @@ import numpy as np
 import pandas as pd
 
 from ..gemm import sm90, tile_table
+from ..gemm.config import MAX_SMEM
+from ..gemm.stream_k import stream_k_tiles
 from ..tiling import TileGrid
 from . import common
 from .common import load, measured_set, record, resolve_mode
@@ -90,8 +92,8 @@ def alt_config(cfg, M, N, K, sms):
     path = tile_table.table_path()
     if path is None:
         from ..gemm.config import pick_by_waves
-        return pick_by_waves(other, {n: 1.0 for n in other}, M, N, K, sms, sm90.MAX_SMEM)
-    return tile_table.pick(tile_table.load(path, sm90.CONFIGS), other, M, N, K, sms, sm90.MAX_SMEM)
+        return pick_by_waves(other, {n: 1.0 for n in other}, M, N, K, sms, MAX_SMEM)
+    return tile_table.pick(tile_table.load(path, sm90.CONFIGS), other, M, N, K, sms, MAX_SMEM)
 
 
 def cluster_twin(cfg):
@@ -137,11 +139,11 @@ def bench_shape(M, N, K, dtype, rounds, inner, sms, seed, cluster=False, control
         fns["model"] = plain(model)
     if guess not in (cfg, alt):
         fns["guess"] = plain(guess)
-    sk = sm90.stream_k_tiles(cfg.grid(M, N, sms).num_tiles, sms) if cfg.stream_k else 0
+    sk = stream_k_tiles(cfg.grid(M, N, sms).num_tiles, sms) if cfg.stream_k else 0
     if sk:  # the same config in whole waves: what the stream-K tail gains or costs here
         fns["no_sk"] = plain(replace(cfg, stream_k=False))
     # The other tile with the other choice (clusters have no stream-K tail).
-    if alt.cluster == 1 and sm90.stream_k_tiles(alt.grid(M, N, sms).num_tiles, sms):
+    if alt.cluster == 1 and stream_k_tiles(alt.grid(M, N, sms).num_tiles, sms):
         fns["alt_flip"] = plain(replace(alt, stream_k=not alt.stream_k))
     twin = cluster_twin(cfg) if cluster else None
     if twin is not None:  # the pick's tile with the other cluster choice (what clusters gain or cost here)

@@ -17,13 +17,13 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from ..gemm import autotune
+from ..gemm import config_tuning
 
 L2_BYTES = 60 * 2**20
 # Variants in a random order per round (fo_lib.testing.round_orders). NOTES: in the alternating order
 # each variant keeps its place and its neighbours, and on this power-capped GPU the plain kernel timed
 # twice then differed by 2-4 % on long (>= 1 ms) shapes; in a random order by ~1 % at most
-# (docs/perf-log.md, session 10).
+# (docs/decisions.md, "GEMMs are timed as graph replays in a random order per round").
 ORDER = "shuffle"
 DTYPES = ("bf16", "f16")
 
@@ -77,7 +77,7 @@ def input_sets(M, N, K, dtype):
 
     elem = torch.finfo(dtype).bits // 8
     set_bytes = (M * K + N * K + M * N) * elem
-    n_sets = autotune.rotation_sets(set_bytes, L2_BYTES)
+    n_sets = config_tuning.rotation_sets(set_bytes, L2_BYTES)
     return [(torch.randn(M, K, device="cuda").to(dtype), torch.randn(N, K, device="cuda").to(dtype),
              torch.empty(M, N, dtype=dtype, device="cuda")) for _ in range(n_sets)]
 

@@ -45,18 +45,18 @@ def benchmark_routing(M: int, N: int, K: int, world: int):
 def routed_profile(profile, config, ctas: int, routing):
     """``profile`` with the bytes per wave an All-to-All with ``routing`` really moves (a skewed
     routing moves more off-rank than the output size suggests)."""
-    from .. import tuning
+    from .. import partition_tuning
 
-    return dataclasses.replace(profile, wave_bytes=tuning.all_to_all_wave_bytes(config.grid(profile.M, profile.N, ctas),
-                                                                                 routing))
+    grid = config.grid(profile.M, profile.N, ctas)
+    return dataclasses.replace(profile, wave_bytes=partition_tuning.all_to_all_wave_bytes(grid, routing))
 
 
 def measured_profile(comm, M: int, N: int, K: int, config, ctas: int, routing=None):
     """The GEMM profile on ``ctas`` CTAs (an All-to-All's bytes per wave from ``routing``), rank 0's
     on every rank."""
-    from .. import tuning
+    from .. import partition_tuning
 
-    profile = tuning.measure_gemm_profile(M, N, K, config=config, ctas=ctas)
+    profile = partition_tuning.measure_gemm_profile(M, N, K, config=config, ctas=ctas)
     return _agree(comm, profile if routing is None else routed_profile(profile, config, ctas, routing))
 
 

@@ -30,7 +30,7 @@ def measure(comm=None, *, shapes=LOOPBACK_SHAPES, repeats: int = 5, world: int =
     the post-reorder, modelled with the AllGather's curve; a ``reduction`` column says which)."""
     import torch
 
-    from .. import gemm, tuning
+    from .. import gemm, partition_tuning
     from ..engine import OverlapPlan, group_collective
     from ..predictor import OverlapModel
     from .measure_common import _agree, benchmark_routing, link_label, measured_profile
@@ -46,8 +46,8 @@ def measure(comm=None, *, shapes=LOOPBACK_SHAPES, repeats: int = 5, world: int =
         routing = benchmark_routing(M, N, K, comm.world_size) if prim == "all_to_all" else None
         profile = measured_profile(comm, M, N, K, cfg, ctas, routing)
         red = reduction if prim == "all_reduce" else "collective"
-        curve = _agree(comm, tuning.measure_curve(comm, group_collective(prim, red),
-                                                  tuning.default_sizes(sum(profile.wave_bytes))))
+        curve = _agree(comm, partition_tuning.measure_curve(comm, group_collective(prim, red),
+                                                            partition_tuning.default_sizes(sum(profile.wave_bytes))))
         choice = OverlapModel(profile, curve, "refined").tune().best
         plan = OverlapPlan(prim, M, N, K, comm, config=cfg, ctas=ctas, partition=choice.partition, routing=routing,
                            reduction=red)

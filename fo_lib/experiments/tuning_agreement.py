@@ -1,19 +1,20 @@
-"""Does autotuning pick what the LLM benchmark measures as fastest? (issue 23)
+"""Does autotuning pick what the LLM benchmark measures as fastest?
 
 Each shape of :data:`fo_lib.experiments.gemm_llm.SHAPES` gets its tuning shortlist
-(:func:`fo_lib.gemm.sm90.tuning_candidates`) plus the direct-C configs of its widths, timed two ways
-in one process:
+(:func:`fo_lib.gemm.sm90.config_tuning.tuning_candidates`) plus the direct-C configs of its widths,
+timed two ways in one process:
 
-* ``tune_ms``: as autotuning times them (:func:`fo_lib.gemm.sm90.time_candidates`: copies of one
-  operand set, its own rounds);
+* ``tune_ms``: as autotuning times them (:func:`fo_lib.gemm.sm90.launch.time_candidates`: copies of
+  one operand set, its own rounds);
 * ``graph_ms``: as the benchmark does (:func:`fo_lib.experiments.kernel_bench.check_and_time`:
   CUDA-graph replays of back-to-back calls, inputs rotated beyond the L2, interleaved rounds).
 
 :func:`summary` says per shape what autotuning's pick costs in the benchmark's regime against the
 benchmark's own best, and what the direct-C configs would add there. Why: when autotuning timed
 each call alone after an L2 flush, or back to back without a graph, its picks cost up to 5 % in the
-benchmark (docs/perf-log.md), the size of the bar's remaining gap. Now that both regimes are graph
-replays, what is left of ``pick_loss`` is the two measurements' noise and their operand data.
+benchmark (docs/decisions.md, "Autotuning times the shortlist as the LLM benchmark times"), the size
+of the bar's remaining gap. Now that both regimes are graph replays, what is left of ``pick_loss``
+is the two measurements' noise and their operand data.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from dataclasses import replace
 
 import pandas as pd
 
-from ..gemm import autotune, sm90, tile_table
+from ..gemm import config_tuning, sm90, tile_table
 from .gemm_llm import SHAPES
 
 COLUMNS = ("M", "N", "K", "config", "direct_c", "shortlisted", "model", "tune_ms", "graph_ms", "handicap")
@@ -32,7 +33,7 @@ def candidates(M: int, N: int, K: int, sms: int) -> tuple[list, list, object]:
     """``(shortlist, direct, model)``: what autotuning times for ``M x N x K`` on ``sms`` CTAs with
     the current tile table, the cooperative direct-C config of each of its cooperative tiles that
     has one (same raster), and the table's own pick (which autotuning keeps unless another beats it
-    by ``autotune.WIN``)."""
+    by ``config_tuning.WIN``)."""
     path = tile_table.table_path()
     if path is None:
         raise sm90.GemmError("no tile table for this GPU (FO_SM90_TILES or data/<gpu>/gemm_sm90_tiles.csv)")
@@ -46,7 +47,7 @@ def candidates(M: int, N: int, K: int, sms: int) -> tuple[list, list, object]:
 
 def measure(rounds: int = 10, inner: int = 3, seed: int = 0, only=None, on_shape=None) -> list[dict]:
     """One row per (shape, candidate) on this GPU, bf16 (``only``: indices into SHAPES): ``tune_ms``
-    with autotuning's own rounds (``autotune.ROUNDS``), ``graph_ms`` with ``rounds`` x ``inner``;
+    with autotuning's own rounds (``config_tuning.ROUNDS``), ``graph_ms`` with ``rounds`` x ``inner``;
     ``on_shape(rows)`` after each shape."""
     import torch
 
@@ -78,7 +79,7 @@ def measure(rounds: int = 10, inner: int = 3, seed: int = 0, only=None, on_shape
 
 def summary(df: pd.DataFrame) -> pd.DataFrame:
     """Per shape: ``tune_pick`` (autotuning's choice from its timings of the shortlist: the model's
-    pick unless another is faster by ``autotune.WIN``, each time weighed by its ``handicap``),
+    pick unless another is faster by ``config_tuning.WIN``, each time weighed by its ``handicap``),
     ``graph_pick`` (the fastest shortlisted one in the benchmark's regime), ``pick_loss`` = graph
     time of ``tune_pick`` / graph time of ``graph_pick`` (1.0: the regimes agree), and
     ``direct_gain`` = graph time of ``graph_pick`` / the fastest cooperative direct-C twin's (the
@@ -89,7 +90,7 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
         s = g[g.shortlisted].set_index("config")
         # As autotuning weighs its timings (the handicap measure recorded; rows without one: none).
         handicap = s.handicap.to_dict() if "handicap" in s else None
-        tune_pick = s.loc[autotune.choose(s.tune_ms.to_dict(), s.index[s.model.astype(bool)][0], handicap)]
+        tune_pick = s.loc[config_tuning.choose(s.tune_ms.to_dict(), s.index[s.model.astype(bool)][0], handicap)]
         graph_pick = s.loc[s.graph_ms.idxmin()]
         d = g[~g.shortlisted]
         out.append(dict(M=M, N=N, K=K, tune_pick=tune_pick.name, graph_pick=graph_pick.name,

@@ -4,6 +4,11 @@ Layers, each importing only those above it in this list:
 
 * :mod:`~fo_lib.gemm.config`: dtypes, store modes (epilogues), :class:`GemmError`, the raster
   shared by every tile config, and the wave-count heuristic :func:`pick_by_waves`;
+* :mod:`~fo_lib.gemm.stream_k`: the stream-K planning of a launch's last waves (which tiles every
+  CTA shares, and how);
+* :mod:`~fo_lib.gemm.config_tuning`: a config chosen by timing a shape's candidates on its first
+  call, remembered on disk (the timing and the cache; what the Hopper family times:
+  :mod:`fo_lib.gemm.sm90.config_tuning`);
 * :mod:`~fo_lib.gemm.tile_table`: the Hopper tiles' measured full-wave times
   (``data/<gpu>/gemm_sm90_tiles.csv``) and the wave-quantization model that picks a tile and raster
   from them (no table: the guess of :func:`pick_by_waves`);

@@ -29,7 +29,8 @@ class GemmFamily:
         # The instantiation that runs a store mode (the portable kernel shares one between two).
         self.kernel_of = kernel_of or (lambda epilogue: epilogue)
         # Whether the engine should store tile blocks through tile places (``signal_tiles``) rather
-        # than the row table: whichever measured cheaper for the family (docs/perf-log.md, "Tile places").
+        # than the row table: whichever measured cheaper for the family (docs/decisions.md,
+        # "Tile places on the portable kernel, the row table on the Hopper kernel").
         self.place_store = place_store
         self._kernels: dict[tuple[str, str, str, int], object] = {}
         self._memo = LaunchMemo()

@@ -35,7 +35,7 @@ from .family import GemmFamily
 
 # The portable kernel's instantiations (its EPILOGUE argument): one kernel, "signal_store", stores
 # row-major or at tile places, chosen per launch. Compiled as two, their main loops were scheduled
-# unlike plain's and ran slower (docs/perf-log.md, "One binary per mode set").
+# unlike plain's and ran slower (docs/decisions.md, "The signal's two plain-layout stores are one kernel; plain keeps its own").
 PORTABLE_KERNELS = ("plain", "signal", "probe", "scatter", "signal_store")
 _PORTABLE_KERNEL_OF = {"signal_rows": "signal_store", "signal_tiles": "signal_store"}
 
@@ -124,7 +124,8 @@ for _c in CONFIGS.values():
     _c.validate()
 
 # Relative full-tile throughput per unit area (mainloop efficiency; bigger warp tiles reuse
-# fragments better), measured on an H200 (docs/perf-log.md, "Numbers behind the tile-speed tables").
+# fragments better), measured on an H200 (docs/decisions.md,
+# "The portable picker's tile speeds are measured full-tile throughputs").
 # Only used to trade tile size against wave count in default_config.
 _TILE_SPEED = {"256x128x64": 1.0, "128x256x64": 0.97, "256x128x32": 0.93, "128x256x32": 0.93,
                "128x128x32": 0.75, "64x64x32": 0.25}
@@ -196,12 +197,16 @@ extern "C" __global__ void {name}(int* out, int tiles_m, int tiles_n, int order,
 
 
 def compile_check_sources():
-    """Every config x dtype x instantiation (fo_lib.kernel_catalog: compiled for every target)."""
+    """Every config x instantiation in bf16, and each instantiation in f16 on the first config: the
+    element type changes the MMA and the epilogue's conversions, not the tile's code, so one f16
+    config per instantiation covers its code paths (fo_lib.kernel_catalog: compiled for every target)."""
+    first = next(iter(CONFIGS))
     for cname, cfg in CONFIGS.items():
         for dtype in DTYPES:
+            if dtype != "bf16" and cname != first:
+                continue
             for epi in PORTABLE_KERNELS:
-                src, name = generate_source(cfg, dtype, epi)
-                yield f"gemm {cname} {dtype} {epi}", src
+                yield f"gemm {cname} {dtype} {epi}", generate_source(cfg, dtype, epi)[0]
     yield "raster_tile check", raster_check_source()[0]
 
 

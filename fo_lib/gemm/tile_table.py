@@ -30,8 +30,8 @@ from pathlib import Path
 
 from .. import provenance
 from .._util import ceil_div
-from ..tiling import stream_k_plan, stream_k_tiles
 from .config import GemmError, check_positive_ints
+from .stream_k import stream_k_plan, stream_k_tiles
 
 TABLE_NAME = "gemm_sm90_tiles.csv"
 # A path to a table to use instead of data/<gpu>/gemm_sm90_tiles.csv, or "guess" for the table-free
@@ -51,7 +51,7 @@ TIE = 0.01
 SMALLER_TILE_MARGIN = 0.05
 # The stream-K tail's extra cost per unit of its work: the cut tiles' fp32 parts through L2 (a head,
 # and a parked tail where it must wait) and the finishing CTA's epilogue. Fitted to
-# bench_gemm_sm90_llm.py's whole-wave variants on an H200 (docs/perf-log.md, "Issue 23"): -2..26 %
+# bench_gemm_sm90_llm.py's whole-wave variants on an H200 (docs/decisions.md, "The stream-K tail's cost is one fitted constant per form"): -2..26 %
 # (mean 14 %) on nine 128 x 256 shapes, 3-18 % on three 128 x 128 ones.
 STREAM_K_FIXUP = 0.15
 # The same for the split tail (stream_k_plan's split >= 2: each tail tile's parts run side by side,
@@ -224,9 +224,9 @@ def predict_ms(table: TileTable, name: str, cfg, M: int, N: int, K: int, sm_coun
 
 def waves(tiles: int, sm_count: int, stream_k: bool, k_blocks: int) -> float:
     """The waves a launch takes: whole waves (a partial last one costs a full one), or with a
-    stream-K tail (:func:`fo_lib.tiling.stream_k_plan`) the whole waves before it plus, for runs, the
-    tail's tiles shared by every CTA at an extra cost of :data:`STREAM_K_FIXUP` (one value fits both
-    tile widths), for the split tail ``1 / split`` of a wave at :data:`STREAM_K_SPLIT_FIXUP`."""
+    stream-K tail (:func:`fo_lib.gemm.stream_k.stream_k_plan`) the whole waves before it plus, for
+    runs, the tail's tiles shared by every CTA at an extra cost of :data:`STREAM_K_FIXUP` (one value
+    fits both tile widths), for the split tail ``1 / split`` of a wave at :data:`STREAM_K_SPLIT_FIXUP`."""
     sk, split = stream_k_plan(tiles, sm_count, k_blocks) if stream_k else (0, 0)
     if sk == 0:
         return ceil_div(tiles, sm_count)
@@ -238,8 +238,8 @@ def waves(tiles: int, sm_count: int, stream_k: bool, k_blocks: int) -> float:
 def candidates(table: TileTable, configs: dict, M: int, N: int, sm_count: int):
     """``(name, config with raster)`` for every recorded raster that means something on this grid:
     one wave gets row order, swizzle 1 (whole waves of many, as recorded, cannot rank the rasters of
-    one wave; autotuning times a few, ``fo_lib.gemm.sm90.ONE_WAVE_RASTERS``; clusters: swizzle 2,
-    which pairs tiles down a tile column, and at least two tile rows); a swizzle wider than the grid
+    one wave; autotuning times a few, ``fo_lib.gemm.sm90.config_tuning.ONE_WAVE_RASTERS``; clusters:
+    swizzle 2, which pairs tiles down a tile column, and at least two tile rows); a swizzle wider than the grid
     along its band is skipped (it walks like a narrower one, which was not what was recorded). A
     config with ``stream_k`` comes both with and without it where the grid would have a tail."""
     for name, cfg in configs.items():

@@ -84,8 +84,8 @@ def reload_headers() -> None:
 
 
 # Bumped when what the cache stores changes for the same key parts (2: cubins padded to their whole
-# ELF image, _whole_elf).
-_CACHE_FORMAT = 2
+# ELF image, _whole_elf; 3: ptxas' report beside each cubin, every program named fo_kernel.cu).
+_CACHE_FORMAT = 3
 
 
 def source_key(source: str, arch: str) -> str:
@@ -168,10 +168,12 @@ def _is_whole_cubin(data: bytes) -> bool:
     return len(data) >= 64 and data[:4] == b"\x7fELF" and _whole_elf(data) == data
 
 
-def cached_compile(source: str, arch: str, name: str = "fo_kernel.cu") -> tuple[bytes, str]:
+def cached_compile(source: str, arch: str) -> tuple[bytes, str]:
     """The cubin for ``(source, arch)`` and ptxas' report (registers, spills), from the disk cache or
     compiled once and stored. Compiled with ``--ptxas-options=-v``, which changes the log and not the
-    cubin, so the compile check, the ptxas-report tests and the kernels' launches share one entry."""
+    cubin, so the compile check, the ptxas-report tests and the kernels' launches share one entry.
+    The program is always named ``fo_kernel.cu`` (the name is in the cubin): its bytes are a function
+    of the key alone, the same as :func:`compile_cubin`'s."""
     stem = cache_dir() / f"{source_key(source, arch)}_{arch}"
     cubin_path, log_path = Path(f"{stem}.cubin"), Path(f"{stem}.log")
     try:
@@ -180,15 +182,15 @@ def cached_compile(source: str, arch: str, name: str = "fo_kernel.cu") -> tuple[
             return cubin, log
     except OSError:
         pass
-    cubin, log = compile_with_log(source, arch, name, ("--ptxas-options=-v",))
+    cubin, log = compile_with_log(source, arch, extra_options=("--ptxas-options=-v",))
     atomic_write(log_path, log.encode())  # the log first: a cubin in the cache implies its log
     atomic_write(cubin_path, cubin)
     return cubin, log
 
 
-def ensure_cubin(source: str, arch: str, name: str = "fo_kernel.cu") -> Path:
+def ensure_cubin(source: str, arch: str) -> Path:
     """Path of the cached cubin for (source, arch), compiling it first if needed."""
-    cached_compile(source, arch, name)
+    cached_compile(source, arch)
     return cache_dir() / f"{source_key(source, arch)}_{arch}.cubin"
 
 
@@ -213,7 +215,7 @@ def get_kernel(source: str, kernel_name: str):
         if hit is not None:
             _by_source[(source, kernel_name, device)] = hit
             return hit
-        path = ensure_cubin(source, arch, f"{kernel_name}.cu")
+        path = ensure_cubin(source, arch)
         module = cupy.RawModule(path=str(path))
         kernel = module.get_function(kernel_name)
         _loaded[(key, kernel_name, device)] = kernel

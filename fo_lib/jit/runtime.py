@@ -3,7 +3,7 @@ pointers they take.
 
 A CuPy launch repacks its arguments and enters device and stream contexts every time; with the
 operand checks around it, an eager GEMM launch cost several times cuBLAS's host time
-(docs/perf-log.md, "Host time of an eager launch"). Hot paths (the engine's waits, a plan's GEMM
+(docs/decisions.md, "A launch is packed once and memoized by its tensors' signatures"). Hot paths (the engine's waits, a plan's GEMM
 and post-reorder) therefore pack a :class:`PreparedLaunch` once and call it, and calls with the same
 tensors find theirs in a :class:`LaunchMemo`.
 """

@@ -4,7 +4,7 @@ The k-loop is the innermost backward branch around the HMMAs; its hot path is ev
 the loop except the block only taken once per tile (the load cursor's move to the next tile). Two
 instantiations' hot paths compare as opcode sequences (:func:`similarity`, 1.000: the same
 schedule). ``scripts/profile/sass_report.py`` compiles the kernels and prints these per epilogue;
-docs/perf-log.md compares epilogues with it.
+docs/decisions.md, "An epilogue change is judged by its k-loop's SASS first".
 """
 from __future__ import annotations
 

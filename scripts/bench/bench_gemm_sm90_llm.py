@@ -1,5 +1,5 @@
 """Benchmark the Hopper GEMM's picked config against torch.matmul (cuBLAS) on LLM projection shapes
-(issue 23's bar: cuBLAS / ours geomean >= 1.00, median >= 1.00, worst >= 0.97).
+(the bar: cuBLAS / ours geomean >= 1.00, median >= 1.00, worst >= 0.97).
 
 The shapes, the variants timed per shape and how (interleaved rounds, random order, CUDA-graph
 replays, inputs beyond the L2) are :mod:`fo_lib.experiments.gemm_llm`'s; this script runs them all,

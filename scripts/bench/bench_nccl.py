@@ -3,7 +3,7 @@
 * ``nccl_curves.csv``: latency and bus bandwidth of AllReduce, ReduceScatter and All-to-All against
   message size at this world size;
 * ``nccl_footprint.csv``: the SMs each collective takes from a GEMM running beside it (the CTA count
-  of NCCL's kernels, and the GEMM CTAs it delays: see ``fo_lib.tuning.measure_sm_footprint``);
+  of NCCL's kernels, and the GEMM CTAs it delays: see ``fo_lib.partition_tuning.measure_sm_footprint``);
 * ``overlap_nccl.csv`` (+ ``_candidates.csv``, ``_profiles.json``): the speedup sweep over the paper's
   evaluation shapes and Llama-3-70B TP=8 layers, overlapped vs sequential (torch.matmul + NCCL) vs
   decomposition vs PyTorch's symmetric-memory fused matmul+ReduceScatter, predicted vs best partition.
@@ -111,7 +111,7 @@ def main(argv=None) -> int:
 
     import pandas as pd
 
-    from fo_lib import tuning
+    from fo_lib import partition_tuning
     from fo_lib.comm.torch_dist import init_from_env
     from fo_lib.experiments.overlap import link_label, load_model_params, measure
 
@@ -161,14 +161,15 @@ def main(argv=None) -> int:
         prims = [p for p in args.primitives if budget == 0 or p != "all_to_all"]
         if "curves" not in args.skip:
             for prim in prims:
-                curve = c.broadcast_object(tuning.measure_curve(c, prim, tuning.default_sizes(1 << 30, min_bytes=16 << 10)))
+                sizes = partition_tuning.default_sizes(1 << 30, min_bytes=16 << 10)
+                curve = c.broadcast_object(partition_tuning.measure_curve(c, prim, sizes))
                 curves += [r | {"nccl_max_ctas": budget} for r in curve_rows(curve)]
                 big = max(curve.points)
                 say(f"[{tag}] curve {prim:>14}: {len(curve.points)} sizes, {big[0] / 2**20:.0f} MiB in "
                     f"{big[1]:.3f} ms (bus {curve.bus_bandwidth_gbps()[-1]:.0f} GB/s)")
         free = {}
         for prim in prims:
-            r = c.broadcast_object(tuning.measure_sm_footprint(c, prim))
+            r = c.broadcast_object(partition_tuning.measure_sm_footprint(c, prim))
             footprints.append(r | {"nccl_max_ctas": budget})
             free[prim] = r["footprint"]
             say(f"[{tag}] footprint {prim:>14}: {r['collective_ctas']} CTAs x {r['collective_threads']} threads, "

@@ -1,7 +1,7 @@
 """Where the Hopper GEMM's instructions go, against cuBLAS's, opcode by opcode.
 
 Nsight Compute found ours issuing 1.7-2.8 times the warp instructions of cuBLAS's kernel on the same
-shapes (docs/perf-log.md, issue 23). For each shape, one launch of ours and one of torch.matmul are
+shapes (docs/decisions.md, "The k-loop steps its wgmma descriptors on the uniform datapath"). For each shape, one launch of ours and one of torch.matmul are
 profiled by ``ncu --section SourceCounters`` (each alone, inside the NVTX range "profile", after a
 warm-up outside it), their source pages exported with ``--print-source sass``, and the executed warp
 instructions summed per SASS opcode per unit of work (a 128 x 128 x 64 block of multiply-adds,

@@ -1,5 +1,5 @@
 """The Hopper GEMM against torch.matmul (cuBLAS) under Nsight Compute: where the two differ in
-cycles, L2 traffic, pipe use and warp stalls on the LLM shapes where ours is slowest (issue 23).
+cycles, L2 traffic, pipe use and warp stalls on the LLM shapes where ours is slowest.
 
 With ``--out`` the script runs ncu on itself (``--clock-control none``, sections :data:`SECTIONS`, only
 the launches inside the NVTX range "profile") and writes the report's details page as a CSV with a

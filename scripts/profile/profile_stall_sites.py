@@ -13,8 +13,8 @@ source page):
 
 The summary (``summary.csv`` with its provenance sidecar) sums the stall samples and executed
 instructions per class, and per stall reason, for every variant; the difference between the plain
-kernel and a signal kernel on one shape says where the signal's extra time goes (docs/perf-log.md,
-session 9). The per-instruction tables are kept as ``<M>x<N>x<K>_<variant>.csv.gz``.
+kernel and a signal kernel on one shape says where the signal's extra time goes (docs/decisions.md,
+"Tile coordinates by multiply-high, not division"). The per-instruction tables are kept as ``<M>x<N>x<K>_<variant>.csv.gz``.
 
     python scripts/profile/profile_stall_sites.py --out-dir stalls/          # runs ncu on itself
 """

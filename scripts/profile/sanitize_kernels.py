@@ -90,6 +90,7 @@ def sm90(stream_k_only: bool = False) -> None:
     from dataclasses import replace
 
     from fo_lib.gemm import sm90 as gemm_sm90
+    from fo_lib.gemm.sm90 import stream_k_tail
 
     # Of the widths between 128 and 256, one whose C rows are padded (176), one swizzled (192) and one
     # of an odd count of 8-column blocks (168: the last stored by stmatrix x2): the others differ from
@@ -104,9 +105,9 @@ def sm90(stream_k_only: bool = False) -> None:
     # rows in the last tile row: cooperative configs idle a warpgroup there.
     sk = [replace(c, stream_k=True) for c in configs if c.cluster == 1]
     shapes = ((200, 300, 72), (140, 520, 200), (130, 520, 520), (130, 1800, 1024))
-    # Each plan of those short last rows: as the planner weighs their tiles (sm90.IDLE_WARPGROUP_TILE_COST),
+    # Each plan of those short last rows: as the planner weighs their tiles (stream_k_tail.IDLE_WARPGROUP_TILE_COST),
     # and in runs of unequal length, planned as if such a tile cost 0.6 of a whole one.
-    for cost in (gemm_sm90.IDLE_WARPGROUP_TILE_COST, 0.6):
+    for cost in (stream_k_tail.IDLE_WARPGROUP_TILE_COST, 0.6):
         with gemm_sm90.idle_warpgroup_tile_cost(cost):
             plans = [gemm_sm90.stream_k_schedule(c, M, N, K, 3) for c in sk for M, N, K in shapes]
             splits = {split for _, split, _ in plans}

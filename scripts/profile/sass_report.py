@@ -5,8 +5,8 @@ registers and spills; with ``nvdisasm`` (PATH, ``--nvdisasm``, or the ``nvidia-c
 wheel) the k-loop's SASS is found (the innermost backward branch around the HMMAs) and its hot
 path is counted: every instruction of the loop except the blocks only taken once per tile (the
 cursor's move to the next tile), and compared with the first epilogue's as an opcode sequence
-(1.000: the same schedule; the parsing is :mod:`fo_lib.reports.sass`). This is how docs/perf-log.md
-(sessions 7 and 9) compares epilogues.
+(1.000: the same schedule; the parsing is :mod:`fo_lib.reports.sass`). This is how epilogues are compared
+(docs/decisions.md, "An epilogue change is judged by its k-loop's SASS first").
 
     python scripts/profile/sass_report.py                                    # 256x128x64, every instantiation
     python scripts/profile/sass_report.py --config 128x256x64 --epilogues plain signal_store --arch sm_80
@@ -54,7 +54,7 @@ def find_nvdisasm(given: str | None) -> str | None:
 
 def compile_counted(src: str, arch: str) -> tuple[bytes, int, int]:
     """``(cubin, registers, spill store bytes)`` of ``src`` as fo_lib compiles it, from ptxas' report."""
-    cubin, log = jit.compile_with_log(src, arch, extra_options=("--ptxas-options=-v",))
+    cubin, log = jit.cached_compile(src, arch)
     return (cubin, int(re.search(r"Used (\d+) registers", log).group(1)),
             int(re.search(r"(\d+) bytes spill stores", log).group(1)))
 

@@ -267,7 +267,7 @@ def test_modules_with_an_overlap_check(M, K):
     """With check=OverlapCheck() each shape's first call times the overlapped call against the
     fallback on the GPU, decides once, and every call gives the right result either way."""
     from fo_lib.modules import RowParallelLinear
-    from fo_lib.tuning import OverlapCheck
+    from fo_lib.partition_tuning import OverlapCheck
 
     layer = RowParallelLinear(K, 1024, LoopbackCommunicator(2), check=OverlapCheck(rounds=2, inner=2))
     x = torch.randn(M, K, device="cuda").bfloat16()

@@ -16,6 +16,7 @@ if not torch.cuda.is_available():  # pragma: no cover - conftest skips these any
 
 from fo_lib import counting, gemm, reorder  # noqa: E402
 from fo_lib.gemm import sm90 as gemm_sm90  # noqa: E402
+from fo_lib.gemm.sm90 import launch as sm90_launch, stream_k_tail  # noqa: E402
 from fo_lib.testing import calc_diff  # noqa: E402
 from fo_lib.tiling import TileGrid  # noqa: E402
 from gemm_helpers import (DTYPES, SHAPES, TOL, check_signal_rejects_bad_tables, gather_index,  # noqa: E402
@@ -124,7 +125,7 @@ def test_cooperative_direct_c_at_an_odd_width_equals_the_staged_tile(M, N, K, dt
     outside the output."""
     a, b = inputs(M, N, K, dtype, seed=M + N + K)
     staged = gemm_sm90.CONFIGS["128x168x64"].with_raster("col", 4)
-    from fo_lib.gemm.sm90_configs import max_stages
+    from fo_lib.gemm.sm90.configs import max_stages
     direct = replace(staged, stages=max_stages(168, direct_c=True), direct_c=True).validate()
     for ctas in (3, 132):
         buf, out, mask = guarded_out(M, N, dtype)
@@ -152,7 +153,7 @@ def test_a_cluster_default_runs_on_an_odd_cta_count(monkeypatch):
     """The default pick is made for the SM count (even: clusters allowed); where it is a cluster
     config, an odd ``ctas`` runs the same tiles one CTA at a time instead of refusing the call."""
     picked = gemm_sm90.CONFIGS["128x128x64c2"].with_raster("row", 2)
-    monkeypatch.setattr(gemm_sm90, "default_config", lambda *args, **kw: picked)  # whatever the table says
+    monkeypatch.setattr(sm90_launch, "default_config", lambda *args, **kw: picked)  # whatever the table says
     M, N, K = 1100, 1792, 5120
     a, b = inputs(M, N, K, "bf16", seed=9)
     assert gemm_sm90.config_for(a, b, ctas=131) == picked.for_ctas(131)
@@ -165,17 +166,17 @@ def _tuning_setup(tmp_path, monkeypatch):
     """A fresh tuning cache, and the H200's tile table to shortlist from on any sm_90 GPU (autotuning
     needs a table; which GPU recorded it does not matter to these checks)."""
     from fo_lib import provenance
-    from fo_lib.gemm import autotune, tile_table
+    from fo_lib.gemm import config_tuning, tile_table
     monkeypatch.setenv(tile_table.ENV_VAR, str(provenance.DATA_DIR / "h200" / tile_table.TABLE_NAME))
     monkeypatch.setenv("FO_CACHE_DIR", str(tmp_path))
-    autotune.forget()
+    config_tuning.forget()
 
 
 def test_autotune_times_a_shape_once_and_remembers_it(tmp_path, monkeypatch):
     """The first plain call of a shape times the model's shortlist and runs the winner (checked
     against float64); the cache file holds it, another process reads it back without timing, and
     FO_SM90_AUTOTUNE=0 runs the model's pick."""
-    from fo_lib.gemm import autotune
+    from fo_lib.gemm import config_tuning
     _tuning_setup(tmp_path, monkeypatch)
     M, N, K = 2048, 7168, 1024
     a, b = inputs(M, N, K, "bf16", seed=23)
@@ -185,50 +186,50 @@ def test_autotune_times_a_shape_once_and_remembers_it(tmp_path, monkeypatch):
     assert not torch.isnan(out).any(), "unwritten (NaN) elements in the output"
     assert torch.isnan(buf[~mask]).all(), "the kernel wrote outside the output view"
     assert calc_diff(out, ref(a, b)) < TOL["bf16"]
-    (entry,) = json.loads((tmp_path / autotune.FILE_NAME).read_text()).values()
+    (entry,) = json.loads((tmp_path / config_tuning.FILE_NAME).read_text()).values()
     cfg = gemm_sm90.config_for(a, b)
     label, ms = gemm_sm90.config_label(cfg), entry["ms"]
     assert len(ms) >= 2 and label in ms and entry["model"] in ms and all(v > 0 for v in ms.values())
     assert ms[label] == min(ms.values()) or label == entry["model"]
-    autotune.forget()  # as another process: the file, no timing
-    monkeypatch.setattr(autotune, "time_launches", lambda *a, **k: pytest.fail("timed a remembered shape"))
+    config_tuning.forget()  # as another process: the file, no timing
+    monkeypatch.setattr(config_tuning, "time_launches", lambda *a, **k: pytest.fail("timed a remembered shape"))
     assert gemm_sm90.config_for(a, b) == cfg
-    monkeypatch.setenv(autotune.ENV_VAR, "0")
+    monkeypatch.setenv(config_tuning.ENV_VAR, "0")
     assert gemm_sm90.config_for(a, b) == gemm_sm90.default_config(M, N, K, gemm.sm_count())
-    autotune.forget()
+    config_tuning.forget()
 
 
 def test_a_one_wave_tuning_keeps_a_cluster_unless_a_single_cta_is_well_ahead(tmp_path, monkeypatch):
-    """On a one-wave grid a single-CTA candidate's time counts autotune.ONE_WAVE_SINGLE_CTA more:
+    """On a one-wave grid a single-CTA candidate's time counts config_tuning.ONE_WAVE_SINGLE_CTA more:
     timings with every single CTA 1 % ahead of every cluster pick a cluster, 5 % ahead a single CTA."""
-    from fo_lib.gemm import autotune
+    from fo_lib.gemm import config_tuning
     _tuning_setup(tmp_path, monkeypatch)
     M, N, K = 1100, 1792, 512  # 9 x 14 tiles of 128 x 128: one wave
     a, b = inputs(M, N, K, "bf16", seed=29)
     for lead, cluster in ((0.01, 2), (0.05, 1)):
-        autotune.clear()
+        config_tuning.clear()
         timed = []
 
         def fake(runs, lead=lead, **kw):
             timed.append(list(runs))
             return {label: 1.0 if "c2" in label else 1.0 - lead for label in runs}
 
-        monkeypatch.setattr(autotune, "time_launches", fake)
+        monkeypatch.setattr(config_tuning, "time_launches", fake)
         assert gemm_sm90.config_for(a, b).cluster == cluster
         assert any("c2" in label for label in timed[0]) and any("c2" not in label for label in timed[0])
-    autotune.forget()
+    config_tuning.forget()
 
 
 def test_autotune_inside_a_graph_capture_and_after_a_failed_tuning(tmp_path, monkeypatch):
     """Under a CUDA-graph capture a tuned shape runs its winner and an untuned one the model's pick,
     with nothing timed; a tuning that fails warns once, runs the model's pick and is not retried."""
-    from fo_lib.gemm import autotune
+    from fo_lib.gemm import config_tuning
     _tuning_setup(tmp_path, monkeypatch)
     a, b = inputs(1536, 3584, 2048, "bf16", seed=29)
     tuned = gemm_sm90.config_for(a, b)  # eager: timed and remembered
     c, d = inputs(1024, 8192, 1024, "bf16", seed=31)  # never tuned
     model = gemm_sm90.default_config(1024, 8192, 1024, gemm.sm_count())
-    monkeypatch.setattr(autotune, "time_launches", lambda *a, **k: pytest.fail("timed inside a capture"))
+    monkeypatch.setattr(config_tuning, "time_launches", lambda *a, **k: pytest.fail("timed inside a capture"))
     with torch.cuda.graph(torch.cuda.CUDAGraph()):  # (nothing is launched: an empty graph)
         got = gemm_sm90.config_for(a, b), gemm_sm90.config_for(c, d)
     assert got == (tuned, model)
@@ -238,19 +239,19 @@ def test_autotune_inside_a_graph_capture_and_after_a_failed_tuning(tmp_path, mon
         calls.append(1)
         raise RuntimeError("out of memory (test)")
 
-    monkeypatch.setattr(autotune, "time_launches", broken)
+    monkeypatch.setattr(config_tuning, "time_launches", broken)
     with pytest.warns(RuntimeWarning, match="autotuning 1024 x 8192 x 1024 failed"):
         out = gemm_sm90.gemm_nt(c, d)
     assert calc_diff(out, ref(c, d)) < TOL["bf16"]
     assert gemm_sm90.config_for(c, d) == model and calls == [1]
-    autotune.forget()
+    config_tuning.forget()
 
 
 def test_tuning_runs_rotate_over_operand_copies_in_eager_calls_and_graphs():
     """Autotuning's timed calls: call i of a config reads operand set i % n (the caller's, then
     copies in memory of their own) and writes output i % n, eagerly and in the graphs
-    autotune.time_launches replays; the caller's operands are only read."""
-    from fo_lib.gemm import autotune
+    config_tuning.time_launches replays; the caller's operands are only read."""
+    from fo_lib.gemm import config_tuning
     M, N, K = 300, 520, 136  # small: as many copies as a graph's calls use
     a, b = inputs(M, N, K, "bf16", seed=37)
     want, a0, b0 = ref(a, b), a.clone(), b.clone()
@@ -259,7 +260,7 @@ def test_tuning_runs_rotate_over_operand_copies_in_eager_calls_and_graphs():
     assert list(runs) == [gemm_sm90.config_label(c) for c in cfgs]
     r0 = runs[gemm_sm90.config_label(cfgs[0])]
     n = len(r0.sets)
-    assert n == autotune.REPS and r0.sets[0][0] is a and r0.sets[0][1] is b
+    assert n == config_tuning.REPS and r0.sets[0][0] is a and r0.sets[0][1] is b
     ptrs = [t.data_ptr() for x, y in r0.sets for t in (x, y)] + [o.data_ptr() for o in r0.outs]
     assert len(set(ptrs)) == len(ptrs), "operand sets or outputs share memory"
     for k in range(1, n):  # set k holds (k + 1) a: its output must be (k + 1) a b^T
@@ -275,7 +276,7 @@ def test_tuning_runs_rotate_over_operand_copies_in_eager_calls_and_graphs():
             assert calc_diff(o, want * (k + 1)) < TOL["bf16"], (label, k)
     for o in r0.outs:
         o.fill_(float("nan"))
-    ms = autotune.time_launches(runs, rounds=2)  # graphs of REPS calls: every output written again
+    ms = config_tuning.time_launches(runs, rounds=2)  # graphs of REPS calls: every output written again
     assert set(ms) == set(runs) and all(v > 0 for v in ms.values())
     for k, o in enumerate(r0.outs):
         assert calc_diff(o, want * (k + 1)) < TOL["bf16"], k
@@ -284,7 +285,7 @@ def test_tuning_runs_rotate_over_operand_copies_in_eager_calls_and_graphs():
 
 # --- stream-K tail -------------------------------------------------------------------------------
 # (M, N, K, config, CTAs, split): cut tiles with M/N/K tails, few CTAs, and the LLM shapes the tail
-# is for (132 CTAs), in both modes of fo_lib.tiling.stream_k_plan: runs (split 1; K of two k-blocks:
+# is for (132 CTAs), in both modes of fo_lib.gemm.stream_k.stream_k_plan: runs (split 1; K of two k-blocks:
 # a CTA's run holds a whole tile and the first k-block of the next) and the split tail (2-4 parts).
 STREAM_K_CASES = [(200, 300, 72, "128x256x64", 3, 1), (1000, 2000, 4104, "128x256x64", 7, 4),
                   (129, 1030, 520, "128x128x64", 7, 1), (333, 4100, 4040, "128x128x64", 16, 4),
@@ -313,7 +314,7 @@ STREAM_K_CASES = [(200, 300, 72, "128x256x64", 3, 1), (1000, 2000, 4104, "128x25
                   (320, 1000, 520, "128x128x64", 16, 2), (320, 1000, 520, "128x168x64", 12, 2),
                   (5000, 7168, 8192, "128x256x64", 132, 2), (6208, 3072, 4096, "128x256x64", 132, 2)]
 # The same short last tile rows in runs of unequal length (sk_bounds), planned as if the idle
-# warpgroup's tile cost 0.6 of a whole one (sm90.IDLE_WARPGROUP_TILE_COST: on the H200 the planner
+# warpgroup's tile cost 0.6 of a whole one (stream_k_tail.IDLE_WARPGROUP_TILE_COST: on the H200 the planner
 # weighs it as a whole tile, so they run only here), where the plan splits the tail in 2.
 UNEQUAL_RUN_CASES = [(M, N, K, cname, ctas, 1) for M, N, K, cname, ctas, _ in STREAM_K_CASES[-6:]]
 IDLE_COST = 0.6
@@ -322,11 +323,11 @@ IDLE_COST = 0.6
 @pytest.fixture
 def plan_idle_tiles_at():
     """``plan_idle_tiles_at(cost)``: plan stream-K launches as if a tile whose second warpgroup has no
-    rows cost ``cost`` (None: sm90.IDLE_WARPGROUP_TILE_COST as it is) until the test ends
+    rows cost ``cost`` (None: stream_k_tail.IDLE_WARPGROUP_TILE_COST as it is) until the test ends
     (sm90.idle_warpgroup_tile_cost: launches memoized under another plan dropped)."""
     with contextlib.ExitStack() as stack:
         yield lambda cost: stack.enter_context(gemm_sm90.idle_warpgroup_tile_cost(
-            gemm_sm90.IDLE_WARPGROUP_TILE_COST if cost is None else cost))
+            stream_k_tail.IDLE_WARPGROUP_TILE_COST if cost is None else cost))
 
 
 # Each case with the cost its plan is made at (None: the default).
@@ -376,14 +377,14 @@ def test_stream_k_tail_matches_float64_and_repeats_exactly(M, N, K, cname, ctas,
     assert flags, "no memoized launch holds a stream-K workspace"
     assert all(int(f.count_nonzero()) == 0 for f in flags), "a finishing CTA left its flag set"
     # Runs of unequal length where the schedule says so: the launch keeps their bounds.
-    bounds = [launch._keep[2] for launch in gemm_sm90.SM90._memo._launches.values() if launch._keep]
+    bounds = [launch._keep[2] for launch in sm90_launch.SM90._memo._launches.values() if launch._keep]
     assert any(x is not None for x in bounds) == _unequal_runs(cfg, M, N, K, ctas)
 
 
 def _stream_k_flags():
     """The flag buffers of the memoized Hopper launches that have a stream-K workspace (a launch
     keeps ``(partial slots, flags)``; whole-wave launches keep nothing)."""
-    return [launch._keep[1] for launch in gemm_sm90.SM90._memo._launches.values() if launch._keep]
+    return [launch._keep[1] for launch in sm90_launch.SM90._memo._launches.values() if launch._keep]
 
 
 @pytest.mark.parametrize("M,N,K,cname,ctas,split,cost",

@@ -7,6 +7,9 @@
 
 Results are :class:`fo_lib.profiles.GemmProfile` / :class:`~fo_lib.profiles.BandwidthCurve`, which
 save to and load from versioned JSON.
+
+Not the GEMM's own config tuning (which tile config a shape runs, timed on its first call):
+:mod:`fo_lib.gemm.config_tuning`.
 """
 from __future__ import annotations
 
@@ -14,11 +17,10 @@ import dataclasses
 
 import numpy as np
 
+from ._util import require_torch
 from .predictor import OverlapModel
 from .profiles import BandwidthCurve, GemmProfile
 from .tiling import TileGrid
-from ._util import require_torch
-
 
 
 def _event_ms(fn, repeats: int, warmup: int = 2, calls: int = 3) -> float:

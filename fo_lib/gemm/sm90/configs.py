@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .config import MAX_SMEM, GemmError, RasterMixin
+from ..config import MAX_SMEM, GemmError, RasterMixin
 
 @dataclass(frozen=True)
 class Sm90Config(RasterMixin):
     """One sm_90a tile configuration: ``128 x BN x 64`` tiles, ``stages`` operand buffers.
     ``order``/``swizzle`` are run-time arguments (no recompile). ``stream_k`` (split the partial last
-    wave over every CTA where :func:`fo_lib.tiling.stream_k_plan` says it pays) is compiled in: a
+    wave over every CTA where :func:`fo_lib.gemm.stream_k.stream_k_plan` says it pays) is compiled in: a
     kernel without the tail's code keeps its k-loop on the uniform datapath (:attr:`kernel_id`)."""
 
     BN: int = 256
@@ -134,3 +134,9 @@ CONFIGS: dict[str, Sm90Config] = {
 }
 for _c in CONFIGS.values():
     _c.validate()
+
+
+def config_label(cfg: Sm90Config) -> str:
+    """``128x256x64/row8`` (``+sk`` with a stream-K tail): the CONFIGS name, raster order, swizzle."""
+    name = next((n for n, c in CONFIGS.items() if c.tile_name == cfg.tile_name), cfg.tile_name)
+    return f"{name}/{cfg.order}{cfg.swizzle}" + ("+sk" if cfg.stream_k else "")

@@ -1,4 +1,4 @@
-"""CPU checks of fo_lib.gemm.autotune: the shortlist the model proposes, the winner rule, and the
+"""CPU checks of fo_lib.gemm.config_tuning: the shortlist the model proposes, the winner rule, and the
 on-disk cache (keys, round trip, files another process wrote, unreadable files, stale entries).
 The timing itself runs on the GPU (tests/gpu/test_gemm_sm90_gpu.py)."""
 import json
@@ -6,8 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from fo_lib.gemm import autotune
-from fo_lib.gemm import sm90
+from fo_lib.gemm import config_tuning
+from fo_lib.gemm import sm90, tile_table
+from fo_lib.gemm.sm90 import config_tuning as sm90_tuning
+from fo_lib.gemm.sm90 import launch as sm90_launch
 
 C = sm90.CONFIGS
 
@@ -15,9 +17,9 @@ C = sm90.CONFIGS
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("FO_CACHE_DIR", str(tmp_path))
-    autotune.forget()
-    yield tmp_path / autotune.FILE_NAME
-    autotune.forget()
+    config_tuning.forget()
+    yield tmp_path / config_tuning.FILE_NAME
+    config_tuning.forget()
 
 
 def _ranked(*cfgs):
@@ -29,121 +31,121 @@ def test_the_shortlist_is_the_best_of_each_tile_and_tail_then_the_models_pick():
     ranked = _ranked(a, a.with_raster("row", 4), C["128x192x64c2"].with_raster("row", 8),
                      replace(C["128x176x64"], stream_k=True), C["128x176x64"], C["128x160x64"], C["128x128x64"])
     model = a.with_raster("row", 4)  # not the best of its tile: timed as well
-    got = autotune.shortlist(ranked, model)
+    got = config_tuning.shortlist(ranked, model)
     assert got == [a, C["128x192x64c2"].with_raster("row", 8), replace(C["128x176x64"], stream_k=True),
                    C["128x176x64"], model]
-    assert autotune.shortlist(ranked, a) == got[:4]
+    assert config_tuning.shortlist(ranked, a) == got[:4]
     guess = C["128x128x64"].with_raster("row", 8)
-    assert autotune.shortlist(ranked, a, also=(guess, a)) == got[:4] + [guess]
+    assert config_tuning.shortlist(ranked, a, also=(guess, a)) == got[:4] + [guess]
 
 
 def test_the_shortlist_keeps_a_128_or_256_wide_tile():
     mids = [C[f"128x{bn}x64"] for bn in (176, 192, 208, 224, 240)]
-    got = autotune.shortlist(_ranked(*mids, C["128x128x64c2"], C["128x256x64"]), mids[0])
+    got = config_tuning.shortlist(_ranked(*mids, C["128x128x64c2"], C["128x256x64"]), mids[0])
     assert got == mids[:4] + [C["128x128x64c2"]]
 
 
 def test_the_models_pick_stays_unless_beaten_by_more_than_noise():
-    w = autotune.WIN
-    assert autotune.choose({"m": 1.0, "x": 1.0 - w / 2, "y": 1.01}, "m") == "m"
-    assert autotune.choose({"m": 1.0, "x": 1.0 - 2 * w, "y": 1.0 - 3 * w}, "m") == "y"
+    w = config_tuning.WIN
+    assert config_tuning.choose({"m": 1.0, "x": 1.0 - w / 2, "y": 1.01}, "m") == "m"
+    assert config_tuning.choose({"m": 1.0, "x": 1.0 - 2 * w, "y": 1.0 - 3 * w}, "m") == "y"
 
 
 def test_a_handicap_scales_a_candidates_time_before_the_comparison():
-    w, h = autotune.WIN, {"x": 1.05}
+    w, h = config_tuning.WIN, {"x": 1.05}
     timed = {"m": 1.0, "x": 0.97, "y": 0.99}
-    assert autotune.choose(timed, "m") == "x"
-    assert autotune.choose(timed, "m", h) == "y"  # x counts 1.0185
-    assert autotune.choose({"m": 1.0, "x": 0.9}, "m", h) == "x"  # 0.945: still faster by more than WIN
-    assert autotune.choose({"m": 1.0, "x": 0.96}, "m", {"m": 1.05}) == "x"  # the model's pick handicapped
-    assert autotune.choose({"m": 1.0, "x": 1.0 - w / 2}, "m", {"m": 1.0 + w}) == "x"
+    assert config_tuning.choose(timed, "m") == "x"
+    assert config_tuning.choose(timed, "m", h) == "y"  # x counts 1.0185
+    assert config_tuning.choose({"m": 1.0, "x": 0.9}, "m", h) == "x"  # 0.945: still faster by more than WIN
+    assert config_tuning.choose({"m": 1.0, "x": 0.96}, "m", {"m": 1.05}) == "x"  # the model's pick handicapped
+    assert config_tuning.choose({"m": 1.0, "x": 1.0 - w / 2}, "m", {"m": 1.0 + w}) == "x"
 
 
 def test_on_one_wave_single_cta_candidates_are_handicapped_and_clusters_not():
     model = C["128x128x64"].with_raster("row", 1)
     cands = [model, C["128x128x64"].with_raster("col", 8), C["128x128x64c2"].with_raster("row", 8)]
     h = sm90.tuning_handicap(cands, model, 1100, 1792, 132)  # 9 x 14 = 126 tiles: one wave
-    assert h == {sm90.config_label(c): 1 + autotune.ONE_WAVE_SINGLE_CTA for c in cands[:2]}
-    assert autotune.ONE_WAVE_SINGLE_CTA > autotune.WIN
+    assert h == {sm90.config_label(c): 1 + config_tuning.ONE_WAVE_SINGLE_CTA for c in cands[:2]}
+    assert config_tuning.ONE_WAVE_SINGLE_CTA > config_tuning.WIN
     assert sm90.tuning_handicap(cands, model, 1100, 2048, 132) == {}  # 9 x 16 = 144 tiles
     # A cluster 0.5 % behind a single CTA on one wave: the cluster; 5 % behind: the single CTA.
     ms = {sm90.config_label(cands[1]): 1.0, sm90.config_label(cands[2]): 1.005, sm90.config_label(model): 1.1}
-    assert autotune.choose(ms, sm90.config_label(model), h) == sm90.config_label(cands[2])
+    assert config_tuning.choose(ms, sm90.config_label(model), h) == sm90.config_label(cands[2])
     ms[sm90.config_label(cands[2])] = 1.05
-    assert autotune.choose(ms, sm90.config_label(model), h) == sm90.config_label(cands[1])
+    assert config_tuning.choose(ms, sm90.config_label(model), h) == sm90.config_label(cands[1])
 
 
 def test_a_tuned_config_is_read_back_by_another_process(cache):
-    k = autotune.key("NVIDIA H200", 132, 2048, 7168, 5120, "bf16", "configs")
-    assert autotune.lookup(k, sm90.Sm90Config) is None
+    k = config_tuning.key("NVIDIA H200", 132, 2048, 7168, 5120, "bf16", "configs")
+    assert config_tuning.lookup(k, sm90.Sm90Config) is None
     cfg = C["128x176x64c2"].with_raster("row", 8)
-    autotune.remember(k, cfg, {"a": 0.2, "b": 0.21}, "b")
-    assert autotune.lookup(k, sm90.Sm90Config) == cfg
-    autotune.forget()  # as a new process: from the file
-    assert autotune.lookup(k, sm90.Sm90Config) == cfg
+    config_tuning.remember(k, cfg, {"a": 0.2, "b": 0.21}, "b")
+    assert config_tuning.lookup(k, sm90.Sm90Config) == cfg
+    config_tuning.forget()  # as a new process: from the file
+    assert config_tuning.lookup(k, sm90.Sm90Config) == cfg
     entry = json.loads(cache.read_text())[k]
     assert entry["model"] == "b" and entry["ms"] == {"a": 0.2, "b": 0.21}
     # Another process's entry, written meanwhile, is kept when this one writes.
-    other = autotune.key("NVIDIA H200", 132, 1100, 1792, 5120, "bf16", "configs")
+    other = config_tuning.key("NVIDIA H200", 132, 1100, 1792, 5120, "bf16", "configs")
     data = json.loads(cache.read_text())
     data[other] = dict(config=dict(BN=128, stages=5, order="row", swizzle=2, stream_k=False, cluster=2))
     cache.write_text(json.dumps(data))
-    k3 = autotune.key("NVIDIA H200", 132, 4096, 4096, 4096, "bf16", "configs")
-    autotune.remember(k3, C["128x256x64"], {"a": 1.0}, "a")
+    k3 = config_tuning.key("NVIDIA H200", 132, 4096, 4096, 4096, "bf16", "configs")
+    config_tuning.remember(k3, C["128x256x64"], {"a": 1.0}, "a")
     assert set(json.loads(cache.read_text())) == {k, other, k3}
 
 
 def test_keys_differ_by_shape_gpu_ctas_dtype_and_kernel():
     base = ("NVIDIA H200", 132, 2048, 7168, 5120, "bf16", "configs")
-    keys = {autotune.key(*base)}
+    keys = {config_tuning.key(*base)}
     for i, v in enumerate(("NVIDIA H100", 131, 2049, 7169, 5121, "f16", "other configs")):
-        keys.add(autotune.key(*base[:i], v, *base[i + 1:]))
+        keys.add(config_tuning.key(*base[:i], v, *base[i + 1:]))
     assert len(keys) == 8
 
 
 def test_unreadable_files_and_stale_entries_are_tuned_over(cache):
-    k = autotune.key("NVIDIA H200", 132, 2048, 7168, 5120, "bf16", "configs")
+    k = config_tuning.key("NVIDIA H200", 132, 2048, 7168, 5120, "bf16", "configs")
     cache.write_text("{not json")
-    assert autotune.lookup(k, sm90.Sm90Config) is None
-    autotune.remember(k, C["128x256x64"], {"a": 1.0}, "a")  # replaces the broken file
+    assert config_tuning.lookup(k, sm90.Sm90Config) is None
+    config_tuning.remember(k, C["128x256x64"], {"a": 1.0}, "a")  # replaces the broken file
     assert json.loads(cache.read_text())[k]["config"]["BN"] == 256
-    autotune.forget()
+    config_tuning.forget()
     cache.write_text(json.dumps({k: dict(config=dict(BN=204, stages=4, order="row", swizzle=8, stream_k=False,
                                                       cluster=1))}))
-    assert autotune.lookup(k, sm90.Sm90Config) is None  # a tile width no longer valid
+    assert config_tuning.lookup(k, sm90.Sm90Config) is None  # a tile width no longer valid
     cache.write_text(json.dumps({k: dict(config=dict(BN=256, unknown_field=1))}))
-    autotune.forget()
-    assert autotune.lookup(k, sm90.Sm90Config) is None
+    config_tuning.forget()
+    assert config_tuning.lookup(k, sm90.Sm90Config) is None
 
 
 @pytest.mark.parametrize("value,on", [(None, True), ("1", True), ("0", False), ("off", False), ("False", False)])
 def test_the_switch(monkeypatch, value, on):
     if value is None:
-        monkeypatch.delenv(autotune.ENV_VAR, raising=False)
+        monkeypatch.delenv(config_tuning.ENV_VAR, raising=False)
     else:
-        monkeypatch.setenv(autotune.ENV_VAR, value)
-    assert autotune.enabled() is on
+        monkeypatch.setenv(config_tuning.ENV_VAR, value)
+    assert config_tuning.enabled() is on
 
 
 def test_the_models_pick_where_autotuning_is_off_or_has_no_table(monkeypatch, tmp_path):
     """_tuned returns the model's pick before touching the operands (None here) when the switch is
     off, or when there is no tile table to propose candidates."""
     model = C["128x256x64"]
-    monkeypatch.setenv(autotune.ENV_VAR, "0")
-    assert sm90._tuned(None, None, "bf16", 1, 1, 1, 132, model) is model
-    monkeypatch.setenv(autotune.ENV_VAR, "1")
+    monkeypatch.setenv(config_tuning.ENV_VAR, "0")
+    assert sm90_launch._tuned(None, None, "bf16", 1, 1, 1, 132, model) is model
+    monkeypatch.setenv(config_tuning.ENV_VAR, "1")
     monkeypatch.setenv("FO_SM90_TILES", "guess")
-    assert sm90._tuned(None, None, "bf16", 1, 1, 1, 132, model) is model
+    assert sm90_launch._tuned(None, None, "bf16", 1, 1, 1, 132, model) is model
 
 
 def test_a_cache_file_that_cannot_be_written_is_remembered_in_this_process(cache, monkeypatch):
     def refuse(src, dst):
         raise PermissionError(f"read-only: {dst}")
 
-    monkeypatch.setattr(autotune.os, "replace", refuse)
-    k = autotune.key("NVIDIA H200", 132, 2048, 7168, 5120, "bf16", "configs")
-    autotune.remember(k, C["128x256x64"], {"a": 1.0}, "a")
-    assert autotune.lookup(k, sm90.Sm90Config) == C["128x256x64"]
+    monkeypatch.setattr(config_tuning.os, "replace", refuse)
+    k = config_tuning.key("NVIDIA H200", 132, 2048, 7168, 5120, "bf16", "configs")
+    config_tuning.remember(k, C["128x256x64"], {"a": 1.0}, "a")
+    assert config_tuning.lookup(k, sm90.Sm90Config) == C["128x256x64"]
     assert list(cache.parent.iterdir()) == []  # no file, no leftover temporary
 
 
@@ -151,28 +153,28 @@ def test_no_cache_folder_at_all_means_nothing_remembered(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("")
     monkeypatch.setenv("FO_CACHE_DIR", str(blocker / "sub"))  # cannot be made
-    autotune.forget()
+    config_tuning.forget()
     try:
-        k = autotune.key("NVIDIA H200", 132, 1, 2, 3, "bf16", "configs")
-        assert autotune.lookup(k, sm90.Sm90Config) is None
-        autotune.remember(k, C["128x256x64"], {"a": 1.0}, "a")
-        assert autotune.lookup(k, sm90.Sm90Config) == C["128x256x64"]
+        k = config_tuning.key("NVIDIA H200", 132, 1, 2, 3, "bf16", "configs")
+        assert config_tuning.lookup(k, sm90.Sm90Config) is None
+        config_tuning.remember(k, C["128x256x64"], {"a": 1.0}, "a")
+        assert config_tuning.lookup(k, sm90.Sm90Config) == C["128x256x64"]
     finally:
-        autotune.forget()
+        config_tuning.forget()
 
 
 def test_a_failed_tuning_is_remembered_until_forget(cache):
-    k = autotune.key("NVIDIA H200", 132, 7, 8, 9, "bf16", "configs")
-    assert not autotune.failed(k)
-    autotune.mark_failed(k)
-    assert autotune.failed(k)
-    autotune.forget()
-    assert not autotune.failed(k)
+    k = config_tuning.key("NVIDIA H200", 132, 7, 8, 9, "bf16", "configs")
+    assert not config_tuning.failed(k)
+    config_tuning.mark_failed(k)
+    assert config_tuning.failed(k)
+    config_tuning.forget()
+    assert not config_tuning.failed(k)
 
 
 def test_the_digest_follows_every_part_and_its_order():
-    assert autotune.digest(["a 1", "b 2"]) == autotune.digest(iter(["a 1", "b 2"]))
-    assert len({autotune.digest(p) for p in (["a 1", "b 2"], ["b 2", "a 1"], ["a 1", "b 3"], ["a 1b 2"])}) == 4
+    assert config_tuning.digest(["a 1", "b 2"]) == config_tuning.digest(iter(["a 1", "b 2"]))
+    assert len({config_tuning.digest(p) for p in (["a 1", "b 2"], ["b 2", "a 1"], ["a 1", "b 3"], ["a 1b 2"])}) == 4
 
 
 def test_atomic_write_replaces_whole_or_not_at_all(tmp_path, monkeypatch):
@@ -193,17 +195,17 @@ def test_atomic_write_replaces_whole_or_not_at_all(tmp_path, monkeypatch):
 
 def test_rotation_sets_reach_three_l2s_between_two_and_sixteen_sets():
     l2 = 60 * 2**20
-    assert autotune.rotation_sets(10 * l2, l2) == 2  # a big shape: its own copy breaks the reuse
-    assert autotune.rotation_sets(l2, l2) == 3
-    assert autotune.rotation_sets(l2 // 2 + 1, l2) == 6
-    assert autotune.rotation_sets(1, l2) == 16
+    assert config_tuning.rotation_sets(10 * l2, l2) == 2  # a big shape: its own copy breaks the reuse
+    assert config_tuning.rotation_sets(l2, l2) == 3
+    assert config_tuning.rotation_sets(l2 // 2 + 1, l2) == 6
+    assert config_tuning.rotation_sets(1, l2) == 16
 
 
 def test_a_one_wave_grid_times_each_shortlisted_tile_in_several_rasters(monkeypatch):
     from pathlib import Path
     table = Path(__file__).resolve().parents[1] / "data" / "h200" / "gemm_sm90_tiles.csv"
     monkeypatch.setenv("FO_SM90_TILES", str(table))
-    path = sm90.tile_table.table_path()
+    path = tile_table.table_path()
 
     def candidates(M, N, K):
         model = sm90.default_config(M, N, K, 132)
@@ -214,7 +216,7 @@ def test_a_one_wave_grid_times_each_shortlisted_tile_in_several_rasters(monkeypa
     tiles = {c.tile_name for c in one_wave}
     for t in tiles:
         rasters = {(c.order, c.swizzle) for c in one_wave if c.tile_name == t}
-        assert set(sm90.ONE_WAVE_RASTERS) <= rasters, (t, rasters)
+        assert set(sm90_tuning.ONE_WAVE_RASTERS) <= rasters, (t, rasters)
     assert len(one_wave) == len(set(one_wave))
     # a swizzle wider than the grid's band is left out: 3 tile rows take no band of 8
     _, short = candidates(300, 1792, 5120)
@@ -226,30 +228,30 @@ def test_a_one_wave_grid_times_each_shortlisted_tile_in_several_rasters(monkeypa
 
 def test_another_cache_file_by_name(cache, monkeypatch, tmp_path):
     other = tmp_path / "elsewhere" / "tunings.json"
-    monkeypatch.setenv(autotune.FILE_ENV, str(other))
-    assert autotune.cache_path() == other
-    monkeypatch.delenv(autotune.FILE_ENV)
-    assert autotune.cache_path() == cache
+    monkeypatch.setenv(config_tuning.FILE_ENV, str(other))
+    assert config_tuning.cache_path() == other
+    monkeypatch.delenv(config_tuning.FILE_ENV)
+    assert config_tuning.cache_path() == cache
 
 
 def test_the_digest_follows_how_tuning_times_and_the_one_wave_rasters(nvrtc, monkeypatch):
-    sm90._kernel_digest.cache_clear()
+    sm90_tuning._kernel_digest.cache_clear()
     try:
         base = sm90.kernel_digest("bf16")
-        monkeypatch.setattr(autotune, "TIMING", autotune.TIMING + " (another way)")
-        sm90._kernel_digest.cache_clear()
+        monkeypatch.setattr(config_tuning, "TIMING", config_tuning.TIMING + " (another way)")
+        sm90_tuning._kernel_digest.cache_clear()
         timed_otherwise = sm90.kernel_digest("bf16")
         monkeypatch.undo()
-        monkeypatch.setattr(sm90, "ONE_WAVE_RASTERS", sm90.ONE_WAVE_RASTERS[:1])
-        sm90._kernel_digest.cache_clear()
+        monkeypatch.setattr(sm90_tuning, "ONE_WAVE_RASTERS", sm90_tuning.ONE_WAVE_RASTERS[:1])
+        sm90_tuning._kernel_digest.cache_clear()
         fewer_rasters = sm90.kernel_digest("bf16")
         monkeypatch.undo()
-        monkeypatch.setattr(autotune, "ONE_WAVE_SINGLE_CTA", 0.0)
-        sm90._kernel_digest.cache_clear()
+        monkeypatch.setattr(config_tuning, "ONE_WAVE_SINGLE_CTA", 0.0)
+        sm90_tuning._kernel_digest.cache_clear()
         no_handicap = sm90.kernel_digest("bf16")
         assert len({base, timed_otherwise, fewer_rasters, no_handicap}) == 4
     finally:
-        sm90._kernel_digest.cache_clear()
+        sm90_tuning._kernel_digest.cache_clear()
 
 
 def test_tuning_idles_before_timing_a_one_wave_grid_only(monkeypatch):
@@ -263,21 +265,21 @@ def test_tuning_idles_before_timing_a_one_wave_grid_only(monkeypatch):
         return {label: [1.0, 2.0, 3.0] for label in runs}
 
     monkeypatch.setattr(testing, "bench_interleaved", fake_bench)
-    assert autotune.time_launches({"a": None, "b": None}, settle_s=0.5) == {"a": 2.0, "b": 2.0}
+    assert config_tuning.time_launches({"a": None, "b": None}, settle_s=0.5) == {"a": 2.0, "b": 2.0}
     assert seen[-1]["settle_s"] == 0.5 and seen[-1]["graph"] and seen[-1]["order"] == "shuffle"
-    autotune.time_launches({"a": None})
+    config_tuning.time_launches({"a": None})
     assert seen[-1]["settle_s"] == 0.0
     cfg = sm90.CONFIGS["128x128x64"]
-    assert sm90.tuning_settle_s(cfg, 1100, 1792, 132) == autotune.SETTLE_S > 0  # 9 x 14 = 126 tiles
+    assert sm90.tuning_settle_s(cfg, 1100, 1792, 132) == config_tuning.SETTLE_S > 0  # 9 x 14 = 126 tiles
     assert sm90.tuning_settle_s(cfg, 1100, 2048, 132) == 0.0  # 9 x 16 = 144 tiles
     assert sm90.tuning_settle_s(sm90.CONFIGS["128x256x64"], 1100, 2048, 132) > 0  # 72 tiles
-    assert f"after {autotune.SETTLE_S} s idle on one wave" in autotune.TIMING
+    assert f"after {config_tuning.SETTLE_S} s idle on one wave" in config_tuning.TIMING
     # time_candidates (autotuning, the agreement experiment, the probe) idles by the model's grid.
-    monkeypatch.setattr(sm90, "tuning_runs", lambda configs, *a: {sm90.config_label(c): None for c in configs})
+    monkeypatch.setattr(sm90_launch, "tuning_runs", lambda configs, *a: {sm90.config_label(c): None for c in configs})
 
     class Operand:
         def __init__(self, rows):
             self.shape = (rows, 5120)
-    for n, settle in ((1792, autotune.SETTLE_S), (2048, 0.0)):
+    for n, settle in ((1792, config_tuning.SETTLE_S), (2048, 0.0)):
         ms = sm90.time_candidates([cfg], "bf16", Operand(1100), Operand(n), 132, cfg)
         assert ms == {sm90.config_label(cfg): 2.0} and seen[-1]["settle_s"] == settle

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .._util import DTYPE_TAG
-from .config import DTYPES, EPILOGUE_ID, EPILOGUES, GemmError
-from .sm90_configs import CONFIGS, Sm90Config
-from .wgmma import wgmma_source
+from ..._util import DTYPE_TAG
+from ..config import DTYPES, EPILOGUE_ID, EPILOGUES, GemmError
+from ..wgmma import wgmma_source
+from .configs import CONFIGS, Sm90Config
+
+ARCH = "sm_90a"  # the NVRTC architecture of every source here (wgmma, setmaxnreg)
 
 
 def kernel_name(cfg: Sm90Config, dtype: str, epilogue: str) -> str:
@@ -50,14 +52,27 @@ extern "C" __global__ void __launch_bounds__({cfg.threads}, 1){cluster}
 
 def compiled_variants() -> dict:
     """Every compiled specialization by label: each of :data:`CONFIGS`, and each single-CTA one again
-    with its stream-K tail compiled in (``NAME+sk``, as :func:`config_label` marks it)."""
+    with its stream-K tail compiled in (``NAME+sk``, as :func:`.configs.config_label` marks it)."""
     return {**CONFIGS, **{f"{n}+sk": replace(c, stream_k=True) for n, c in CONFIGS.items() if c.cluster == 1}}
 
 
+def code_path(cfg: Sm90Config) -> tuple:
+    """What decides a variant's code beyond its tile width and stages: ping-pong, direct C, the
+    cluster and the stream-K tail."""
+    return cfg.pingpong, cfg.direct_c, cfg.cluster, cfg.stream_k
+
+
 def compile_check_sources():
-    """Every compiled variant (:func:`compiled_variants`) x dtype x epilogue (fo_lib.kernel_catalog:
-    compiled for sm_90a only, where wgmma and setmaxnreg exist)."""
+    """Every compiled variant (:func:`compiled_variants`) x epilogue in bf16, and in f16 the first
+    variant of each :func:`code_path` x epilogue: the element type changes the MMA and the
+    conversions, not the tile's code (fo_lib.kernel_catalog: compiled for sm_90a only, where wgmma
+    and setmaxnreg exist)."""
+    seen = set()
     for cname, cfg in compiled_variants().items():
+        first_of_path = code_path(cfg) not in seen
+        seen.add(code_path(cfg))
         for dtype in DTYPES:
+            if dtype != "bf16" and not first_of_path:
+                continue
             for epi in EPILOGUES:
                 yield f"gemm_sm90 {cname} {dtype} {epi}", generate_source(cfg, dtype, epi)[0]

@@ -1,6 +1,7 @@
 """A GEMM config chosen by timing a few candidates on the shape itself, remembered on disk: the first
 plain call of a shape times the tile table's best few configs and every later call (in any process
-on this GPU) reads the winner, in the spirit of Triton's autotuner.
+on this GPU) reads the winner, in the spirit of Triton's autotuner. (The offline measurements that
+feed the overlap predictor's partition search are :mod:`fo_lib.partition_tuning`.)
 
 The tile table's model (:mod:`fo_lib.gemm.tile_table`) ranks every config from full-wave times
 recorded on other grids; on the shape itself its predictions miss by a few percent either way (the
@@ -10,15 +11,17 @@ candidates differ. So the model proposes (:func:`shortlist`) and the GPU decides
 * Candidates: the best-ranked config of each (tile, stream-K) pair, the first :data:`TOP` of them,
   plus the model's pick, the table-free guess and the best 128- or 256-wide tile if they are not
   among those; on a grid of one wave each of those in a few rasters too
-  (``fo_lib.gemm.sm90.tuning_candidates``).
+  (``fo_lib.gemm.sm90.config_tuning.tuning_candidates``).
 * Timing: as the LLM benchmark times a GEMM against cuBLAS (``fo_lib.experiments.gemm_llm``), with
   the same code (:func:`fo_lib.testing.bench_interleaved`): per candidate a CUDA graph of
   :data:`REPS` back-to-back calls, each on the next operand set (the caller's operands, then
   copies: :func:`rotation_sets`, at most one per call), replayed between two CUDA events once per
   round, :data:`ROUNDS` rounds in a shuffled order, the median per candidate; on a grid of one wave
-  after :data:`SETTLE_S` of idle (clocks held down by earlier work go back up). (Timed otherwise, each call alone after an L2 flush or back to
-  back without a graph, the candidates ranked differently and the pick lost in the benchmark:
-  docs/perf-log.md.) The model's pick stays unless another is faster by more than :data:`WIN` (noise).
+  after :data:`SETTLE_S` of idle (clocks held down by earlier work go back up). (Timed otherwise,
+  each call alone after an L2 flush or back to back without a graph, the candidates ranked
+  differently and the pick lost in the benchmark: docs/decisions.md, "Autotuning times the shortlist
+  as the LLM benchmark times".) The model's pick stays unless another is faster by more than
+  :data:`WIN` (noise).
 * Cache: ``sm90_autotune.json`` in the kernel cache folder (:func:`fo_lib.jit.compiler.cache_dir`),
   keyed by GPU name, CTA count, ``M x N x K``, dtype and a digest of the candidates' kernel cache
   keys and of how they are timed (a changed source, header, NVRTC option or version, or timing,
@@ -56,7 +59,8 @@ FILE_ENV = "FO_SM90_AUTOTUNE_FILE"
 TOP = 4
 # NOTES: a timing's first rounds run at clocks the power limiter has not yet pulled down, and there
 # the candidates can rank otherwise than in the steady state that the benchmark and a model's stream
-# of GEMMs see (the median of 10 rounds picked by the boost, of 30 by the steady state: docs/perf-log.md).
+# of GEMMs see (the median of 10 rounds picked by the boost, of 30 by the steady state: docs/decisions.md,
+# "Autotuning takes the median of 30 rounds").
 ROUNDS = 30
 REPS = 3  # calls per candidate and round, back to back
 # NOTES: after a few seconds of heavy GEMMs an H200 sits at its power cap (throttle reason SW power
@@ -64,12 +68,14 @@ REPS = 3  # calls per candidate and round, back to back
 # one-wave grid then timed alike (within 3 %, where the clusters run 8 % ahead with the clocks free):
 # tuning kept the model's pick. The clocks were back by the next timing, under a second later. On
 # grids of more waves the idle did not help (LLM shapes, tuning with and without it in alternating
-# processes: 0.997 with it; docs/perf-log.md): their own load sets the clocks the benchmark sees.
+# processes: 0.997 with it; docs/decisions.md, "One-wave grids are tuned in four rasters after a 0.2 s
+# idle"): their own load sets the clocks the benchmark sees.
 SETTLE_S = 0.2  # idle before a one-wave grid's timed rounds
 # NOTES: on a one-wave grid these rounds time single-CTA configs within a hair of the cluster ones,
 # either way; the LLM benchmark's rounds (cuBLAS and other GEMMs among them) time a cluster pick's
-# single-CTA twin behind it in nearly every process (docs/perf-log.md). There a single CTA wins only
-# where faster by more than this share (fo_lib.gemm.sm90.tuning_handicap).
+# single-CTA twin behind it in nearly every process (docs/decisions.md, "On one wave a single CTA must
+# beat a cluster by 3 %"). There a single CTA wins only where faster by more than this share
+# (fo_lib.gemm.sm90.config_tuning.tuning_handicap).
 ONE_WAVE_SINGLE_CTA = 0.03
 # What time_launches measures, in the cache digest: tunings timed another way tune again.
 TIMING = (f"bench_interleaved graph replays of {REPS} back-to-back calls on rotating operand copies, {ROUNDS} rounds"

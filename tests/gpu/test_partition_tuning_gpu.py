@@ -1,10 +1,10 @@
-"""GPU checks of fo_lib.tuning's timing: a call's GPU time, not the host's time to launch it."""
+"""GPU checks of fo_lib.partition_tuning's timing: a call's GPU time, not the host's time to launch it."""
 import time
 
 import pytest
 import torch
 
-from fo_lib import tuning
+from fo_lib import partition_tuning
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(120)]
 
@@ -17,5 +17,5 @@ def test_event_ms_measures_the_device_not_the_host(host_s):
         time.sleep(host_s)
         torch.cuda._sleep(100_000)
 
-    ms = tuning._event_ms(slow_host_fast_gpu, repeats=3)
+    ms = partition_tuning._event_ms(slow_host_fast_gpu, repeats=3)
     assert 0.0 < ms < 0.25, ms
