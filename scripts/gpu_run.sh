@@ -76,7 +76,7 @@ step profile 200 ncu --clock-control none -k regex:fo_gemm_nt --launch-skip 3 --
 step record 120 bash -c "python3 scripts/record/record_experiments.py && cp data/*/wave_pattern.* $OUT/data/"
 step host_path 120 python3 scripts/profile/profile_host_path.py --profile
 step timeline 200 python3 scripts/record/record_timeline.py --out "$OUT/data"
-step engine 300 python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/gpu/test_engine_gpu.py
+step engine 300 python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/gpu/test_engine*_gpu.py tests/gpu/test_loopback_link_gpu.py
 # Multi-GPU (2+ GPUs): correctness with NCCL, then curves, footprint and the speedup sweep.
 step multi_gpu "${FO_MULTI_LIMIT:-560}" env FO_DATA_OUT="$OUT/data/multi" bash scripts/multi_gpu.sh ${FO_MULTI_ARGS:-}
 # The engine's host time per eager call against another tree (.baseline/: e.g. `git archive <sha> fo_lib`).

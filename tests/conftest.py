@@ -22,3 +22,16 @@ def nvrtc():
         if os.environ.get("CI"):
             raise
         pytest.skip("NVRTC (cupy) not installed")
+
+
+# The Hopper tile-table tests' folder (tests/sm90_tile_tables.py writes their tables into it).
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    """An empty data folder seen as that of an 'h200'."""
+    from fo_lib import provenance
+    from fo_lib.gemm import tile_table
+
+    monkeypatch.setattr(provenance, "DATA_DIR", tmp_path)
+    monkeypatch.setattr(tile_table, "current_gpu_tag", lambda: "h200")
+    monkeypatch.delenv(tile_table.ENV_VAR, raising=False)
+    return tmp_path

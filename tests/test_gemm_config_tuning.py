@@ -1,6 +1,6 @@
 """CPU checks of fo_lib.gemm.config_tuning: the shortlist the model proposes, the winner rule, and the
 on-disk cache (keys, round trip, files another process wrote, unreadable files, stale entries).
-The timing itself runs on the GPU (tests/gpu/test_gemm_sm90_gpu.py)."""
+The timing itself runs on the GPU (tests/gpu/test_gemm_sm90_autotune_gpu.py)."""
 import json
 from dataclasses import replace
 
