@@ -7,8 +7,9 @@ import sys
 
 from .partition import SearchSizeError, check_search_size
 from .provenance import environment_info
-from .profiles import BandwidthCurve, GemmProfile, ProfileError
+from .profiles import PRIMITIVES, ProfileError
 from .predictor import MODELS, OverlapModel, TuneResult, synthetic_model
+from .records import read_curve, read_profile
 
 # Options only the 'refined' model reads (the 'paper' model is Algorithm 1 as stated) and their
 # defaults when not given.
@@ -110,22 +111,30 @@ def _build_model(args: argparse.Namespace) -> OverlapModel:
                       f"(only --model refined reads {'it' if len(given) == 1 else 'them'})")
     if args.waves is not None:  # before building a profile of that many waves
         check_search_size(args.waves)
-    curve = BandwidthCurve.load(args.curve)
+    profile = primitive = None
+    if args.profile:
+        if any(v is not None for v in (args.waves, args.wave_ms, args.bytes_per_wave)):
+            raise CliError("give either --profile or --waves/--wave-ms/--bytes-per-wave, not both")
+        profile, primitive, budget = read_profile(args.profile, args.shape, args.primitive, _budget(args.budget))
+    if args.curve is None and primitive is None:
+        raise CliError("--curve is needed (a curve JSON, a <record>_profiles.json or nccl_curves.csv)")
+    if args.curve is None:  # the bundle's own curve for the profile's primitive and budget
+        curve = read_curve(args.profile, primitive, args.world, budget)
+    else:
+        curve = read_curve(args.curve, args.primitive or primitive, args.world, _budget(args.budget))
     falling = curve.falling_points()
     if falling:
         i = falling[0]
         (b0, t0), (b1, t1) = curve.points[i - 1], curve.points[i]
-        _warn("tune", f"{args.curve}: latency falls as bytes grow at {len(falling)} point(s), first at "
+        _warn("tune", f"{args.curve or args.profile}: latency falls as bytes grow at {len(falling)} point(s), first at "
                       f"point {i} ({b1:.0f} bytes, {t1:g} ms < {t0:g} ms at {b0:.0f} bytes); "
                       f"predictions between them are suspect")
     extra = {}
     if args.model == "refined":
         extra = {name: default if getattr(args, name) is None else getattr(args, name)
                  for name, default in REFINED_OPTIONS.items()}
-    if args.profile:
-        if any(v is not None for v in (args.waves, args.wave_ms, args.bytes_per_wave)):
-            raise CliError("give either --profile or --waves/--wave-ms/--bytes-per-wave, not both")
-        return OverlapModel(GemmProfile.load(args.profile), curve, args.model, **extra)
+    if profile is not None:
+        return OverlapModel(profile, curve, args.model, **extra)
     missing = [flag for flag, v in (("--waves", args.waves), ("--wave-ms", args.wave_ms),
                                     ("--bytes-per-wave", args.bytes_per_wave)) if v is None]
     if missing:
@@ -159,6 +168,17 @@ def _positive_int(text: str) -> int:
     if v <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
     return v
+
+
+def _shape(text: str) -> tuple[int, int, int]:
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"expected MxNxK with positive integers, got {text!r}")
+    return tuple(int(p) for p in parts)
+
+
+def _budget(text: str | None) -> int | str | None:
+    return int(text) if text is not None and text.lstrip("-").isdigit() else text
 
 
 def _positive_float(text: str) -> float:
@@ -211,8 +231,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_gemm_tunings)
 
     p = sub.add_parser("tune", help="choose a wave-group partition from a profile and a latency curve")
-    p.add_argument("--curve", required=True, help="bandwidth curve JSON ({'points': [[bytes, ms], ...]})")
-    p.add_argument("--profile", help="GemmProfile JSON (instead of --waves/--wave-ms/--bytes-per-wave)")
+    p.add_argument("--curve", help="latency curve: a curve JSON ({'points': [[bytes, ms], ...]}), a sweep's "
+                   "<record>_profiles.json or nccl_curves.csv (default: the --profile bundle's curve)")
+    p.add_argument("--profile", help="GEMM profile: a profile JSON or a sweep's <record>_profiles.json "
+                   "(instead of --waves/--wave-ms/--bytes-per-wave)")
+    p.add_argument("--shape", type=_shape, help="MxNxK: which profile of a bundle")
+    p.add_argument("--primitive", choices=PRIMITIVES, help="which profile and curve of a record")
+    p.add_argument("--world", type=_positive_int, help="which world size of a curves table")
+    p.add_argument("--budget", help="which NCCL CTA budget of a record (0, 8, 16, copy_engine)")
     p.add_argument("--waves", type=_positive_int, help="number of waves T (synthetic profile)")
     p.add_argument("--wave-ms", type=_positive_float, help="duration of one wave in ms (synthetic profile)")
     p.add_argument("--bytes-per-wave", type=_positive_int, help="output bytes per wave (synthetic profile)")

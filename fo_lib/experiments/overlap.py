@@ -52,20 +52,9 @@ def profiles_and_curves(data_dir, record: str) -> tuple[dict, dict]:
     ``bench_nccl.py --copy-engine`` has the budget ``"copy_engine"`` (see :func:`budget_key`)."""
     from pathlib import Path
 
-    from ..profiles import BandwidthCurve, GemmProfile
+    from ..records import bundle
 
-    saved = json.loads((Path(data_dir) / f"{record}_profiles.json").read_text())
-    per_budget = saved if "curves" not in saved else {"0": saved}
-    profiles, curves = {}, {}
-    for budget, sv in per_budget.items():
-        budget = int(budget) if budget.lstrip("-").isdigit() else budget
-        for k, v in sv["curves"].items():
-            curves[(budget, k)] = BandwidthCurve.from_dict(v)
-        for d in sv["profiles"]:
-            d = dict(d)
-            prim = d.pop("primitive")
-            profiles[(budget, prim, d["M"], d["N"], d["K"])] = GemmProfile.from_dict(d)
-    return profiles, curves
+    return bundle(Path(data_dir) / f"{record}_profiles.json")
 
 
 def budget_key(row) -> int | str:
