@@ -8,8 +8,11 @@ core and the CPU compile checks run without them.
 from __future__ import annotations
 
 import os
+import secrets
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
+from typing import Iterator
 
 # The C++ tag type of each 16-bit element type (fo_lib/cuda/common.cuh), as generated sources spell it.
 DTYPE_TAG = {"bf16": "fo::bf16_tag", "f16": "fo::f16_tag"}
@@ -29,16 +32,28 @@ def gpu_sleep(ms: float) -> None:
     require_torch().cuda._sleep(int(ms * SLEEP_CYCLES_PER_MS))
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file renamed over it: a concurrent reader never
-    sees a half-written file, and the temporary goes away if the write fails (the error propagates)."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` to write, renamed over ``path`` once the ``with`` body ends:
+    a reader or an interrupted run sees the old file or the new one, never part of one. If the body
+    raises (an interrupt included) the temporary goes away and ``path`` is untouched.
+
+    The temporary keeps ``path``'s suffix (``savefig`` picks the format from it) and starts with a
+    dot, so globs over the folder do not pick it up."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}-{secrets.token_hex(4)}.tmp{path.suffix}")
     try:
-        tmp.write_bytes(data)
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through :func:`atomic_path` (the error, if any, propagates)."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -29,10 +29,20 @@ def _warn(command: str, message: str) -> None:
     print(f"fo_lib {command}: warning: {message}", file=sys.stderr)
 
 
+def _print_json(doc) -> None:
+    """Print ``doc`` as strict JSON: NaN and Infinity are not JSON, so a non-finite number is an error."""
+    try:
+        text = json.dumps(doc, indent=1, allow_nan=False)
+    except ValueError:
+        raise CliError("the result holds a non-finite number (NaN or infinity), which JSON cannot carry; "
+                       "the inputs are out of range") from None
+    print(text)
+
+
 def _cmd_info(args: argparse.Namespace) -> int:
     info = environment_info()
     if args.json:
-        print(json.dumps(info, indent=1))
+        _print_json(info)
         return 0
     for key, value in info.items():
         if key == "gpus":
@@ -85,7 +95,7 @@ def _cmd_gemm_tunings(args: argparse.Namespace) -> int:
         rows.append(dict(where, config=sm90.config_label(cfg), model=entry.get("model"), ms=entry.get("ms") or {},
                          date=entry.get("date"), stale=where["digest"] != current[where["dtype"]]))
     if args.json:
-        print(json.dumps(dict(path=str(path), tunings=rows), indent=1))
+        _print_json(dict(path=str(path), tunings=rows))
         return 0
     if not rows:
         print(f"no remembered Hopper GEMM tunings in {path}")
@@ -155,8 +165,23 @@ def format_tune(result: TuneResult) -> str:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    result = _build_model(args).tune()
-    print(json.dumps(result.to_dict()) if args.json else format_tune(result))
+    import math
+
+    import numpy as np
+    # An overflow is reported below as one error line, not as NumPy's warning on top of it.
+    with np.errstate(over="ignore", invalid="ignore"):
+        result = _build_model(args).tune()
+    times = [p.total_ms for p in (result.best, result.no_overlap, result.finest)]
+    if not all(math.isfinite(t) for t in times):
+        raise CliError(f"the predicted times are not finite ({', '.join(f'{t:g}' for t in times)} ms): "
+                       "an input is too large for the model")
+    if args.json:
+        try:
+            print(json.dumps(result.to_dict(), allow_nan=False))
+        except ValueError:
+            raise CliError("the result holds a non-finite number, which JSON cannot carry") from None
+    else:
+        print(format_tune(result))
     return 0
 
 
@@ -178,7 +203,8 @@ def _shape(text: str) -> tuple[int, int, int]:
 
 
 def _budget(text: str | None) -> int | str | None:
-    return int(text) if text is not None and text.lstrip("-").isdigit() else text
+    # A budget is a small count: a longer numeral stays text (it matches no record) short of int()'s digit limit.
+    return int(text) if text is not None and text.lstrip("-").isdigit() and len(text) < 20 else text
 
 
 def _positive_float(text: str) -> float:

@@ -122,9 +122,11 @@ def check_search_size(num_waves: int) -> None:
     """Refuse, before allocating anything, a search over more than :data:`MAX_SEARCH_WAVES` waves."""
     if num_waves > MAX_SEARCH_WAVES:
         need = SEARCH_BYTES_PER_T2 * (num_waves + 1) ** 2
+        # A count of hundreds of digits is past what a float divides.
+        gib = f"~{need / 2**30:.1f} GiB" if num_waves < 10**12 else "more memory than exists"
         raise SearchSizeError(
             f"{num_waves} waves is more than the partition search holds (at most {MAX_SEARCH_WAVES} "
-            f"waves; at {num_waves} it would need ~{need / 2**30:.1f} GiB and up to T^3 work)")
+            f"waves; at {num_waves} it would need {gib} and up to T^3 work)")
 
 
 def _group_ends(partition: Sequence[int], compute_end, comm_cost: CommCost, finish=None) -> list[float]:

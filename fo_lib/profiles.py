@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from ._util import atomic_write
+
 GEMM_PROFILE_FORMAT = "fo_lib.gemm_profile"
 BANDWIDTH_CURVE_FORMAT = "fo_lib.bandwidth_curve"
 SCHEMA_VERSION = 1
@@ -41,6 +43,10 @@ def _read_json(path: str | Path) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise ProfileError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno} "
                            f"column {exc.colno}") from exc
+    except RecursionError:  # the decoder recurses once per level: no profile nests this deep
+        raise ProfileError(f"{path}: JSON nested too deeply to be a profile or curve") from None
+    except ValueError as exc:  # an integer literal past Python's digit limit
+        raise ProfileError(f"{path} is not readable JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise ProfileError(f"{path}: expected a JSON object at top level, got {type(doc).__name__}")
     return doc
@@ -62,7 +68,10 @@ def _check_format(doc: dict[str, Any], fmt: str, where: str) -> None:
 def _positive_finite(name: str, value: Any, where: str, allow_zero: bool = False) -> float:
     if not _is_number(value):
         raise ProfileError(f"{where}: {name} must be a number, got {value!r}")
-    x = float(value)
+    try:
+        x = float(value)
+    except OverflowError:  # an integer beyond a float's range
+        raise ProfileError(f"{where}: {name} is beyond a float's range (about 1.8e308)") from None
     if not math.isfinite(x) or x < 0 or (x == 0 and not allow_zero):
         raise ProfileError(f"{where}: {name} must be {'non-negative' if allow_zero else 'positive'} "
                            f"and finite, got {value!r}")
@@ -172,7 +181,7 @@ class BandwidthCurve:
 
     def save(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        atomic_write(Path(path), (json.dumps(self.to_dict(), indent=1) + "\n").encode())
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any], where: str = "bandwidth curve") -> "BandwidthCurve":
@@ -233,6 +242,9 @@ class GemmProfile:
             v, low = getattr(self, name), 0 if name == "comm_sms" else 1
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
                 raise ProfileError(f"{where}: {name} must be an integer >= {low}, got {v!r}")
+        if not isinstance(self.dtype, str) or not isinstance(self.config, dict):
+            raise ProfileError(f"{where}: dtype must be a string and config an object, "
+                               f"got {type(self.dtype).__name__} and {type(self.config).__name__}")
         if not 0 <= self.comm_sms < self.sm_count:
             raise ProfileError(f"{where}: comm_sms must be in [0, {self.sm_count})")
         for name in ("wave_ms", "wave_bytes"):
@@ -246,6 +258,11 @@ class GemmProfile:
         if len(self.wave_ms) != len(self.wave_bytes):
             raise ProfileError(f"{where}: {len(self.wave_ms)} wave durations but "
                                f"{len(self.wave_bytes)} wave sizes")
+        # The predictor sums wave sizes in int64 and durations in float64: refuse what overflows them.
+        if sum(self.wave_bytes) >= 2**63:
+            raise ProfileError(f"{where}: the waves' bytes add up to 2**63 or more")
+        if not math.isfinite(sum(self.wave_ms)):
+            raise ProfileError(f"{where}: the waves' durations add up to more than a float holds")
         _positive_finite("full_ms", self.full_ms, where)
         if self.baseline_ms is not None:
             _positive_finite("baseline_ms", self.baseline_ms, where)
@@ -265,7 +282,7 @@ class GemmProfile:
 
     def save(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        atomic_write(Path(path), (json.dumps(self.to_dict(), indent=1) + "\n").encode())
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any], where: str = "GEMM profile") -> "GemmProfile":
@@ -291,6 +308,9 @@ class GemmProfile:
             raise ProfileError(f"--waves must be a positive integer, got {num_waves!r}")
         _positive_finite("--wave-ms", wave_ms, "synthetic profile")
         _positive_finite("--bytes-per-wave", bytes_per_wave, "synthetic profile")
+        if not math.isfinite(wave_ms * num_waves) or bytes_per_wave * num_waves >= 2**63:
+            raise ProfileError(f"synthetic profile: {num_waves} waves of {wave_ms:g} ms and {bytes_per_wave} bytes "
+                               f"is more than the model adds up (under 2**63 bytes and a finite time in all)")
         defaults = dict(M=1, N=1, K=1, dtype="bf16", config={}, sm_count=132, comm_sms=0, ctas=132,
                         full_ms=wave_ms * num_waves, gpu="synthetic")
         defaults.update(kw)

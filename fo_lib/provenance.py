@@ -96,7 +96,9 @@ def provenance(*, world_size: int = 1, link: str = "none", command: str | None =
 def write_result(df, path: str | Path, **meta) -> Path:
     """Write ``df`` as CSV at ``path`` and its sidecar ``<stem>.meta.json``; return the CSV path."""
     path = Path(path)
+    from ._util import atomic_path, atomic_write
     path.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(path, index=False)
-    path.with_suffix(".meta.json").write_text(json.dumps(provenance(**meta), indent=1) + "\n")
+    with atomic_path(path) as tmp:  # an interrupted run leaves the old record, not a truncated one
+        df.to_csv(tmp, index=False)
+    atomic_write(path.with_suffix(".meta.json"), (json.dumps(provenance(**meta), indent=1) + "\n").encode())
     return path

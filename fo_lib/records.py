@@ -22,7 +22,8 @@ __all__ = ["bundle", "read_curve", "read_profile"]
 
 
 def _budget(key: str) -> int | str:
-    return int(key) if key.lstrip("-").isdigit() else key
+    # A budget is a small count: a longer numeral stays text (it matches nothing) short of int()'s digit limit.
+    return int(key) if key.lstrip("-").isdigit() and len(key) < 20 else key
 
 
 def bundle(path: str | Path) -> tuple[dict, dict]:
@@ -38,9 +39,16 @@ def bundle(path: str | Path) -> tuple[dict, dict]:
         if not isinstance(part, dict) or not isinstance(part.get("profiles"), list):
             raise ProfileError(f"{path}: not a profile bundle ({budget!r} holds no 'profiles' list)")
         budget = _budget(budget)
-        for prim, doc in (part.get("curves") or {}).items():
+        part_curves = part.get("curves") or {}
+        if not isinstance(part_curves, dict):
+            raise ProfileError(f"{path}: 'curves' of {budget!r} must be an object of primitive: curve")
+        for prim, doc in part_curves.items():
+            if not isinstance(doc, dict):
+                raise ProfileError(f"{path} curve {prim}: expected an object, got {type(doc).__name__}")
             curves[(budget, prim)] = BandwidthCurve.from_dict(doc, where=f"{path} curve {prim}")
         for i, doc in enumerate(part["profiles"]):
+            if not isinstance(doc, dict):
+                raise ProfileError(f"{path} profile {i}: expected an object, got {type(doc).__name__}")
             doc = dict(doc)
             prim = doc.pop("primitive", None)
             p = GemmProfile.from_dict(doc, where=f"{path} profile {i}")
@@ -96,7 +104,10 @@ def read_curve(path: str | Path, primitive: str | None = None, world: int | None
         return _curve_from_csv(path, primitive, world, budget)
     doc = _read_json(path)
     if not _is_bundle(doc):
-        return BandwidthCurve.from_dict(doc, where=str(path))
+        curve = BandwidthCurve.from_dict(doc, where=str(path))
+        if world is not None and world != curve.world_size:  # a world asked for is not one to ignore
+            raise ProfileError(f"{path}: a curve of world size {curve.world_size}, not the {world} asked for")
+        return curve
     _, curves = bundle(path)
     found = {(b, p, c.world_size): c for (b, p), c in curves.items()}
     return _pick(found, "curve", path, budget=budget, primitive=primitive, world=world)[1]
@@ -115,8 +126,8 @@ def _curve_from_csv(path: Path, primitive, world, budget) -> BandwidthCurve:
         for r in rows:
             key = (_budget(r.get("nccl_max_ctas") or "0"), r["primitive"], int(r["world"]))
             points.setdefault(key, []).append([float(r["bytes"]), float(r["ms"])])
-    except ValueError as exc:
-        raise ProfileError(f"{path}: a row that is not a number ({exc})") from None
+    except (ValueError, TypeError) as exc:  # TypeError: a short row's missing cells read as None
+        raise ProfileError(f"{path}: a row that is short or not a number ({exc})") from None
     (b, prim, w), pts = _pick(points, "curve", path, budget=budget, primitive=primitive, world=world)
     return BandwidthCurve.from_dict({"primitive": prim, "world_size": w, "link": f"NCCL ({w} GPUs)",
                                      "points": sorted(pts), "meta": {"source": str(path), "budget": b}},

@@ -89,8 +89,11 @@ if [[ $steps == *",run_all_quick,"* ]]; then
 fi
 step bench_overlap 300 python3 scripts/bench/bench_overlap.py ${FO_OVERLAP_ARGS:-} --out "$OUT/data/overlap_loopback.csv"
 # Fig. 13 and Fig. 14 on one GPU over the emulated link (notebooks 10 and 11 replay these files).
-step heatmap 240 python3 scripts/record/record_figures.py ${FO_FIGURES_ARGS:---quick} --only heatmap --out-dir "$OUT/data"
-step ablation 180 python3 scripts/record/record_figures.py ${FO_FIGURES_ARGS:---quick} --only ablation --out-dir "$OUT/data"
+# Into data/<gpu>[-quick]/ of the archive: record_figures.py refuses a quick record in a full folder.
+figures_out="$OUT/data/$(python3 -c 'from fo_lib.provenance import gpu_tag; print(gpu_tag())' 2>/dev/null || echo gpu)"
+[[ " ${FO_FIGURES_ARGS:---quick} " == *" --quick "* ]] && figures_out+="-quick"
+step heatmap 240 python3 scripts/record/record_figures.py ${FO_FIGURES_ARGS:---quick} --only heatmap --out-dir "$figures_out"
+step ablation 180 python3 scripts/record/record_figures.py ${FO_FIGURES_ARGS:---quick} --only ablation --out-dir "$figures_out"
 # Fig. 12 / Table 4: a Llama TP block and a Mixtral MoE combine step over the emulated link (notebook 13 replays this file).
 step e2e 240 python3 scripts/bench/bench_e2e_layer.py --quick --out "$OUT/data/e2e_layer.csv"
 # Everything under data/ comes back as one archive (a call brings back at most 8 files).

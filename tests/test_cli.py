@@ -240,3 +240,82 @@ def test_gemm_tunings_lists_and_clears_what_autotuning_remembered(tmp_path, monk
     proc, _ = _cli("gemm-tunings", "--clear", env=env)
     assert proc.returncode == 0 and "removed 3 remembered" in proc.stdout
     assert not (tmp_path / config_tuning.FILE_NAME).exists()
+
+
+# --- out-of-range numbers and hostile JSON: every one is a one-line error, never a traceback --------
+DEEP = "[" * 100_000 + "]" * 100_000
+PROFILE = dict(format="fo_lib.gemm_profile", version=1, M=1, N=1, K=1, dtype="bf16", config={}, sm_count=132,
+               comm_sms=0, ctas=132, wave_ms=[0.5] * 4, wave_bytes=[1_000_000] * 4, full_ms=2.0)
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--waves", "4", "--wave-ms", "1", "--bytes-per-wave", "1" + "0" * 400], "--bytes-per-wave is beyond a float's range"),
+    (["--waves", "4", "--wave-ms", "1", "--bytes-per-wave", "1" + "0" * 30], "2**63 bytes"),
+    (["--waves", "4", "--wave-ms", "1e308", "--bytes-per-wave", "1000"], "finite time"),
+    (["--waves", "1" + "0" * 400, "--wave-ms", "1", "--bytes-per-wave", "1000"], "more memory than exists"),
+    ([*SYNTHETIC, "--model", "refined", "--launch-ms", "1e308"], "not finite"),
+    ([*SYNTHETIC, "--model", "refined", "--launch-ms", "1e308", "--json"], "not finite"),
+    ([*SYNTHETIC, "--model", "refined", "--gemm-slowdown", "1e308", "--json"], "not finite"),
+])
+def test_cli_numbers_out_of_range_are_one_line(curve, flags, needle):
+    proc, _ = _cli("tune", "--curve", curve, *flags)
+    _assert_one_line_error(proc, needle)
+    assert proc.stdout == ""  # neither inf in a table nor Infinity in the JSON
+
+
+@pytest.mark.parametrize("doc, needle", [
+    (DEEP, "nested too deeply"),
+    ('{"points": ' + DEEP + "}", "nested too deeply"),
+    ('{"a":' * 100_000 + "1" + "}" * 100_000, "nested too deeply"),
+    ('{"points": [[1000, 0.01], [1' + "0" * 5000 + ", 1]]}", "4300 digits"),
+    ('{"points": [[1000, 0.01], [1' + "0" * 400 + ", 1]]}", "beyond a float's range"),
+    ('{"profiles": [], "curves": {"all_reduce": {"points": ' + DEEP + "}}}", "nested too deeply"),
+])
+def test_cli_hostile_curve_json_is_one_line(tmp_path, doc, needle):
+    path = _write(tmp_path, "curve.json", doc)
+    proc, _ = _cli("tune", "--curve", path, *SYNTHETIC)
+    _assert_one_line_error(proc, str(path), needle)
+
+
+@pytest.mark.parametrize("doc, needle", [
+    (DEEP, "nested too deeply"),
+    (json.dumps(PROFILE).replace("[1000000, 1000000, 1000000, 1000000]", "[1" + "0" * 400 + "]"), "beyond a float's range"),
+    (json.dumps(dict(PROFILE, wave_ms=[1e308] * 4, full_ms=1e308)), "durations add up"),
+    (json.dumps(dict(PROFILE, config=[1])), "config an object"),
+    ('{"profiles": [1]}', "profile 0: expected an object"),
+    ('{"profiles": [], "curves": [1]}', "'curves'"),
+    ('{"profiles": [], "curves": {"all_reduce": 5}}', "curve all_reduce: expected an object"),
+])
+def test_cli_hostile_profile_json_is_one_line(curve, tmp_path, doc, needle):
+    path = _write(tmp_path, "profile.json", doc)
+    proc, _ = _cli("tune", "--curve", curve, "--profile", path)
+    _assert_one_line_error(proc, str(path), needle)
+
+
+def test_cli_refuses_a_world_the_curve_is_not_of(curve):
+    proc, _ = _cli("tune", "--curve", curve, *SYNTHETIC, "--world", "1" + "0" * 400)
+    _assert_one_line_error(proc, "world size 2, not the 1000")
+
+
+def test_cli_curves_table_with_a_short_row_is_one_line(tmp_path):
+    path = _write(tmp_path, "nccl_curves.csv", "primitive,world,bytes,ms\nall_reduce,2,1000\nall_reduce,2,1e9,1\n")
+    proc, _ = _cli("tune", "--curve", path, *SYNTHETIC)
+    _assert_one_line_error(proc, str(path), "short")
+
+
+def test_cli_json_out_is_strict(tmp_path, monkeypatch):
+    # A remembered tuning whose time is NaN (a hand-edited file): strict JSON cannot carry it.
+    from fo_lib.gemm import config_tuning, sm90
+    monkeypatch.setenv("FO_CACHE_DIR", str(tmp_path))
+    config_tuning.forget()
+    try:
+        cfg = sm90.CONFIGS["128x256x64"].with_raster("row", 8)
+        k = config_tuning.key("NVIDIA H200", 132, 256, 256, 256, "bf16", sm90.kernel_digest("bf16"))
+        config_tuning.remember(k, cfg, {sm90.config_label(cfg): 0.25}, sm90.config_label(cfg))
+    finally:
+        config_tuning.forget()
+    path = tmp_path / config_tuning.FILE_NAME
+    path.write_text(path.read_text().replace("0.25", "NaN"))
+    proc, _ = _cli("gemm-tunings", "--json", env={"FO_CACHE_DIR": str(tmp_path)})
+    _assert_one_line_error(proc, "non-finite")
+    assert proc.stdout == ""

@@ -181,7 +181,10 @@ def record(df: pd.DataFrame, data_dir, *, comm_sms: int = 4, **meta):
     from pathlib import Path
 
     from ..provenance import write_result
+    from .common import check_record_folder
 
+    if "quick" in meta:
+        check_record_folder(data_dir, meta["quick"])
     return write_result(df, Path(data_dir) / f"{NAME}.csv", world_size=int(df.world.iloc[0]),
                         link=df.link.iloc[0], comm_sms=comm_sms, **meta)
 

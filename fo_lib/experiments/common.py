@@ -74,6 +74,16 @@ def measured_set(quick: bool = False, world: int | None = None) -> str:
     return gpu_tag() + (f"x{world}" if world else "") + ("-quick" if quick else "")
 
 
+def check_record_folder(folder: str | Path, quick: bool) -> None:
+    """Refuse a quick record outside a ``*-quick`` folder and a full one inside it: a notebook replays
+    ``data/<data_set>/`` as what its name says, so a small grid in a full folder would pass for the
+    paper's figure."""
+    name = Path(folder).resolve().name
+    if bool(quick) != name.endswith("-quick"):
+        raise ValueError(f"a {'quick' if quick else 'full'} record belongs in a folder "
+                         f"{'named' if quick else 'not named'} *-quick, not {folder}")
+
+
 def record(df: pd.DataFrame, name: str, data_set: str | None = None, **meta) -> Path:
     """Write a measured DataFrame to ``data/<gpu>/<name>.csv`` with its provenance sidecar."""
     from ..provenance import gpu_tag, write_result
@@ -90,6 +100,9 @@ def save(fig, name: str, figures_dir: str | Path = "figures") -> list[Path]:
     # Same data -> same bytes (no dates, fixed SVG ids): regenerated figures only differ in git
     # when the data did.
     matplotlib.rcParams["svg.hashsalt"] = "fo_lib"
-    fig.savefig(paths[0], dpi=150, bbox_inches="tight", metadata={"Software": None})
-    fig.savefig(paths[1], bbox_inches="tight", metadata={"Date": None})
+    from .._util import atomic_path
+    with atomic_path(paths[0]) as tmp:  # an interrupted run leaves the old figure, not half a new one
+        fig.savefig(tmp, dpi=150, bbox_inches="tight", metadata={"Software": None})
+    with atomic_path(paths[1]) as tmp:
+        fig.savefig(tmp, bbox_inches="tight", metadata={"Date": None})
     return paths

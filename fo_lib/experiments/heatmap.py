@@ -129,8 +129,11 @@ def record(cells, cands, saved, data_dir, *, world: int = 2, comm_sms: int = 4, 
     with its provenance sidecar."""
     from pathlib import Path
 
+    from .common import check_record_folder
     from .overlap_measure import write_records
 
+    if "quick" in meta:
+        check_record_folder(data_dir, meta["quick"])
     link = cells.link.iloc[0] if len(cells) else "emulated"
     return write_records(cells, cands, saved, Path(data_dir) / f"{NAME}.csv", world=world, comm_sms=comm_sms,
                          link=link, **meta)

@@ -45,7 +45,10 @@ def main() -> None:
         print(f"{r['waves']:>4} {r['model']:>8} {r['median_ms']:>10.2f} {r['max_ms']:>8.2f} {r['groups']:>6}  {r['candidates']}")
     if args.out:
         import pandas as pd
-        pd.DataFrame(rows).to_csv(args.out, index=False)
+
+        from fo_lib._util import atomic_path
+        with atomic_path(args.out) as tmp:  # an interrupted run leaves no truncated table
+            pd.DataFrame(rows).to_csv(tmp, index=False)
 
 
 if __name__ == "__main__":

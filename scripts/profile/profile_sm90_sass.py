@@ -69,6 +69,7 @@ def main(argv=None) -> None:
         p.error("--out-dir is required")
     import pandas as pd
 
+    from fo_lib._util import atomic_path
     from fo_lib.provenance import write_result
 
     args.out_dir.mkdir(parents=True, exist_ok=True)
@@ -81,7 +82,8 @@ def main(argv=None) -> None:
                            "SourceCounters", "--section", "WarpStateStats", "--launch-count", "1"],
                 [sys.executable, __file__, "--launch", which, "--shape", str(M), str(N), str(K), label],
                 args.out_dir / f"{tag}.ncu-rep", SOURCE_EXPORT)
-            with gzip.open(args.out_dir / f"{tag}.csv.gz", "wt") as f:
+            # The archive is renamed into place once closed: an interrupted run leaves no truncated .gz.
+            with atomic_path(args.out_dir / f"{tag}.csv.gz") as tmp, gzip.open(tmp, "wt") as f:
                 f.write(page)
             rows += opcode_mix(read_source_csv(page), M, N, K, kernel=which,
                                config=label if which == "ours" else "torch.matmul")

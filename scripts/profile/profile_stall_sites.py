@@ -55,6 +55,7 @@ def main(argv=None) -> None:
     import pandas as pd
 
     from fo_lib import gemm
+    from fo_lib._util import atomic_path
     from fo_lib.provenance import write_result
 
     args.out_dir.mkdir(parents=True, exist_ok=True)
@@ -71,7 +72,8 @@ def main(argv=None) -> None:
                            "-k", f"regex:fo_gemm_nt_.*_{KERNEL_OF[name]}$", "--launch-count", "1"],
                 [sys.executable, __file__, "--launch", "--shapes", f"{M}x{N}x{K}", "--variants", name],
                 args.out_dir / f"{tag}.ncu-rep", SOURCE_EXPORT, keep=args.keep_reports)
-            with gzip.open(args.out_dir / f"{tag}.csv.gz", "wt") as f:
+            # The archive is renamed into place once closed: an interrupted run leaves no truncated .gz.
+            with atomic_path(args.out_dir / f"{tag}.csv.gz") as tmp, gzip.open(tmp, "wt") as f:
                 f.write(page)
             df = read_source_csv(page)
             df["cls"] = classify(df.executed, warp_tiles, k_tiles)

@@ -1,12 +1,12 @@
 """Measure Fig. 13 (speedup heat map) and Fig. 14 (ablation) on one GPU over the emulated link and
 record them with provenance: heatmap.csv (+ _candidates.csv, _profiles.json) and ablation.csv.
 
-    python scripts/record/record_figures.py --quick --only heatmap,ablation --out-dir data/h200
+    python scripts/record/record_figures.py --quick --only heatmap,ablation --out-dir data/h200-quick
     FO_STEPS=heatmap,ablation scripts/gpu_run.sh          # the same, into $OUT/data/
 
 Each figure is written as soon as it is measured, so a later one that fails or times out keeps the
 earlier record. ``--out-dir`` defaults to data/<gpu>[-quick]/ (notebooks 10 and 11 replay
-data/<data_set>/).
+data/<data_set>/); a --quick record only goes into a folder named *-quick, a full one never does.
 """
 from __future__ import annotations
 
@@ -35,13 +35,20 @@ def main(argv=None) -> None:
     if unknown:
         ap.error(f"unknown figure(s) {sorted(unknown)}; choose from {FIGURES}")
 
-    from fo_lib.comm.loopback import LoopbackCommunicator
-    from fo_lib.experiments import ablation, heatmap
-    from fo_lib.experiments.common import measured_set
-    from fo_lib.experiments.recorded import model_params
+    from fo_lib.experiments.common import check_record_folder, measured_set
     from fo_lib.provenance import DATA_DIR
 
     out = Path(args.out_dir) if args.out_dir else DATA_DIR / measured_set(args.quick)
+    try:  # before measuring: minutes of GPU time are not spent on a record that may not land there
+        check_record_folder(out, args.quick)
+    except ValueError as exc:
+        print(f"record_figures.py: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+    from fo_lib.comm.loopback import LoopbackCommunicator
+    from fo_lib.experiments import ablation, heatmap
+    from fo_lib.experiments.recorded import model_params
+
     model_kw = model_params(args.model_params)
     comm = LoopbackCommunicator(args.world)
     meta = dict(comm_sms=int(comm.sm_footprint), model_params_source=args.model_params, quick=args.quick)

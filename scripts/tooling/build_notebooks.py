@@ -16,6 +16,9 @@ from pathlib import Path
 import jupytext
 import nbformat
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from fo_lib._util import atomic_path  # noqa: E402
+
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
 
@@ -65,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if bad else 0
     for src in sources():
         out = src.with_suffix(".ipynb")
-        nbformat.write(build(src), out)
+        with atomic_path(out) as tmp:  # an interrupted build leaves each notebook whole
+            nbformat.write(build(src), tmp)
         print("wrote", out.relative_to(NOTEBOOKS.parent))
     return 0
 

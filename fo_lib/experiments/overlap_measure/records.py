@@ -27,6 +27,7 @@ def write_records(summary, cands, saved, out_csv, *, world: int, comm_sms: int, 
     provenance sidecar) and ``<out>_profiles.json`` (+ sidecar)."""
     from pathlib import Path
 
+    from ..._util import atomic_write
     from ...provenance import write_result
 
     out = Path(out_csv)
@@ -34,7 +35,8 @@ def write_records(summary, cands, saved, out_csv, *, world: int, comm_sms: int, 
     write_result(cands, out.with_name(out.stem + "_candidates.csv"), world_size=world, link=link,
                  comm_sms=comm_sms, **meta)
     profiles = out.with_name(out.stem + "_profiles.json")
-    profiles.write_text(json.dumps(saved, indent=1) + "\n")
+    atomic_write(profiles, (json.dumps(saved, indent=1) + "\n").encode())
     meta = json.loads(out.with_suffix(".meta.json").read_text())
-    profiles.with_suffix(".meta.json").write_text(json.dumps(meta | {"note": "GEMM profiles and link curves"}, indent=1) + "\n")
+    atomic_write(profiles.with_suffix(".meta.json"),
+                 (json.dumps(meta | {"note": "GEMM profiles and link curves"}, indent=1) + "\n").encode())
     return out
