@@ -47,6 +47,42 @@ def _module_base():
     return require_torch().nn.Module
 
 
+# OverlapPlan's keywords a module's plan_kw may set (the module sets the others itself).
+PLAN_KW = ("config", "ctas", "comm_sms", "max_groups", "timeout_ms", "sm_count", "comm_graph", "schedule",
+           "layout", "reduction")
+
+
+def check_module_arguments(in_features, out_features, comm, *, dtype, device, ops, plan_kw, **flags) -> None:
+    """A module's constructor arguments, before any parameter is allocated: :class:`PlanError`."""
+    from .engine.validation import DEVICES, DTYPES, check_comm, is_int
+
+    for name, v in (("in_features", in_features), ("out_features", out_features)):
+        if not is_int(v) or v < 1:
+            raise PlanError(f"{name} must be a positive integer, got {v!r}")
+    check_comm(comm)
+    if dtype not in DTYPES:
+        raise PlanError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
+    if device not in DEVICES:
+        raise PlanError(f"device must be one of {DEVICES}, got {device!r}")
+    if device == "cuda" and not require_torch().cuda.is_available():
+        raise PlanError("device='cuda' needs a CUDA GPU and none is visible; use device='cpu'")
+    if not isinstance(ops, PostOps):
+        raise PlanError(f"ops must be a fo_lib.postops.PostOps, got {type(ops).__name__}")
+    for name, v in flags.items():
+        if not isinstance(v, bool):
+            raise PlanError(f"{name} must be a bool, got {v!r}")
+    if plan_kw is not None and (not isinstance(plan_kw, dict) or set(plan_kw) - set(PLAN_KW)):
+        extra = sorted(set(plan_kw) - set(PLAN_KW)) if isinstance(plan_kw, dict) else type(plan_kw).__name__
+        raise PlanError(f"plan_kw must be a dict of OverlapPlan keywords among {PLAN_KW}, got {extra}")
+
+
+def _check_input(x, width: int, what: str) -> None:
+    torch = require_torch()
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[1] != width:
+        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise PlanError(f"input must be a [{what}, {width}] tensor, got {got}")
+
+
 class _PlanCache:
     """Plans keyed by shape (and routing), with optional CUDA-graph replay per plan and the
     overlap-or-fallback decision of an :class:`~fo_lib.partition_tuning.OverlapCheck` per plan."""
@@ -123,6 +159,8 @@ class _LinearBase(_module_base()):
     def __init__(self, in_features: int, out_features: int, comm, *, bias: bool = False, ops: PostOps = PostOps(),
                  dtype: str = "bf16", device: str = "cuda", partition=None, graphs: bool = False,
                  plan_kw: dict | None = None, check=None):
+        check_module_arguments(in_features, out_features, comm, dtype=dtype, device=device, ops=ops, plan_kw=plan_kw,
+                               bias=bias, graphs=graphs)
         super().__init__()
         torch = require_torch()
         ops = dataclasses.replace(ops, bias=bool(bias))
@@ -137,8 +175,7 @@ class _LinearBase(_module_base()):
                                  graphs=graphs, plan_kw=plan_kw, check=check)
 
     def plan_for(self, x) -> OverlapPlan:
-        if x.dim() != 2 or x.shape[1] != self.in_features:
-            raise PlanError(f"input must be [tokens, {self.in_features}], got {tuple(x.shape)}")
+        _check_input(x, self.in_features, "tokens")
         return self._cache.plan(int(x.shape[0]), self.out_features, self.in_features)
 
     @property
@@ -198,6 +235,7 @@ class MoECombine(_module_base()):
 
     def __init__(self, in_features: int, out_features: int, comm, *, ops: PostOps = PostOps(), dtype: str = "bf16",
                  device: str = "cuda", partition=None, plan_kw: dict | None = None, check=None):
+        check_module_arguments(in_features, out_features, comm, dtype=dtype, device=device, ops=ops, plan_kw=plan_kw)
         super().__init__()
         torch = require_torch()
         if ops.bias or ops.rmsnorm or ops.residual_out:
@@ -210,8 +248,7 @@ class MoECombine(_module_base()):
                                  graphs=False, plan_kw=plan_kw, check=check)
 
     def plan_for(self, x, routing: Routing) -> OverlapPlan:
-        if x.dim() != 2 or x.shape[1] != self.in_features:
-            raise PlanError(f"input must be [rows, {self.in_features}], got {tuple(x.shape)}")
+        _check_input(x, self.in_features, "rows")
         return self._cache.plan(int(x.shape[0]), self.out_features, self.in_features, routing)
 
     @property
@@ -221,4 +258,5 @@ class MoECombine(_module_base()):
 
     def forward(self, x, routing: Routing, residual=None):
         plan = self.plan_for(x, routing)
+        residual = None if residual is None else residual.detach()  # forward-only, as the linear modules
         return self._cache.run(plan, x.detach().contiguous(), self.weight.detach(), self.ops, {"residual": residual})

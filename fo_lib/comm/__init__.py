@@ -11,9 +11,10 @@ stream (the engine makes its high-priority communication stream current around e
   back to back (``send_counts[d]`` each); ``recv`` receives from rank 0, 1, ... (``recv_counts[s]``).
 
 Each takes a keyword ``timeout_s`` (None: the communicator's own): how long a collective that blocks
-the host (gloo) may wait for its peers. Optional: ``all_gather_object(obj)`` (every rank's ``obj``),
-which the engine uses to check that every rank built the same plan; communicators of identical
-virtual ranks have none.
+the host (gloo) may wait for its peers. Optional: ``all_gather_object(obj)`` (every rank's ``obj``;
+it may take ``timeout_s`` too), which the engine uses to check that every rank built the same plan
+and, with it present, that every CPU call runs the same plan; communicators of identical virtual
+ranks have none.
 
 Implementations: :class:`~fo_lib.comm.torch_dist.TorchDistCommunicator` (NCCL on GPUs, gloo on CPUs,
 world from ``torch.distributed``), :class:`~fo_lib.comm.loopback.LoopbackCommunicator` (one GPU,

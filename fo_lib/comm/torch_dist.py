@@ -1,6 +1,8 @@
 """Collectives through ``torch.distributed``: NCCL for CUDA tensors, gloo for CPU tensors."""
 from __future__ import annotations
 
+import atexit
+import contextlib
 import datetime
 import os
 
@@ -127,8 +129,31 @@ class TorchDistCommunicator:
         if timeout_s is None or self.link == "nccl":
             collective(*args, group=self.group, **kw)
             return
-        work = collective(*args, group=self.group, async_op=True, **kw)
+        with self._bounded(self.group, timeout_s):
+            work = collective(*args, group=self.group, async_op=True, **kw)
         work.wait(timeout=datetime.timedelta(seconds=float(timeout_s)))
+
+    @contextlib.contextmanager
+    def _bounded(self, group, timeout_s: float | None):
+        """gloo ops enqueued inside carry ``timeout_s`` as their own timeout: waiting alone would
+        leave a stalled op in gloo's worker thread until the group's timeout (120 s by default),
+        and the process could only exit after it."""
+        import torch
+
+        backend = None
+        if timeout_s is not None and self.link == "gloo":
+            pg = group if group is not None else self._dist.distributed_c10d._get_default_group()
+            backend = pg._get_backend(torch.device("cpu"))
+        options = getattr(backend, "options", None)
+        saved = getattr(options, "_timeout", None)
+        if saved is None or not hasattr(backend, "_set_default_timeout"):  # an older torch: the group's timeout
+            yield
+            return
+        backend._set_default_timeout(datetime.timedelta(seconds=float(timeout_s)))
+        try:
+            yield
+        finally:
+            backend._set_default_timeout(saved)
 
     def _off_null_stream(self, collective) -> None:
         """Run ``collective``; a copy-engine one not on the legacy default stream. torch enqueues a
@@ -169,10 +194,12 @@ class TorchDistCommunicator:
         self._dist.all_reduce(t, op=self._dist.ReduceOp.MAX, group=self.group)
         return t.cpu().tolist()
 
-    def all_gather_object(self, obj) -> list:
-        """Every rank's ``obj`` (picklable), in rank order: plan-time agreement checks."""
+    def all_gather_object(self, obj, *, timeout_s: float | None = None) -> list:
+        """Every rank's ``obj`` (picklable), in rank order: plan-time agreement checks. ``timeout_s``
+        (gloo): how long to wait for the peers (None: the group's timeout)."""
         out = [None] * self.world_size
-        self._dist.all_gather_object(out, obj, group=self._control_group)
+        with self._bounded(self._control_group, timeout_s):
+            self._dist.all_gather_object(out, obj, group=self._control_group)
         return out
 
 
@@ -259,7 +286,19 @@ def init_from_env(backend: str | None = None, timeout_s: float | None = None) ->
             kw["pg_options"] = opts
         seconds = group_timeout_s() if timeout_s is None else float(timeout_s)
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=seconds), **kw)
+        # Left to the interpreter's teardown, a gloo group's threads are sometimes destroyed while
+        # still joinable, which aborts the process (SIGABRT) after a clean run or a peer's failure.
+        atexit.register(_destroy_at_exit)
     return TorchDistCommunicator()
+
+
+def _destroy_at_exit() -> None:
+    """Destroy the process group :func:`init_from_env` created, if the program did not (no
+    barrier: a peer may be gone)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def shutdown() -> None:

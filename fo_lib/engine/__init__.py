@@ -7,8 +7,9 @@ post-reorder fused with element-wise work.
   post-reorder's table).
 * :mod:`.cuda_executor` (streams, counter waits, captured communication graphs, whole-call graphs,
   the measured timeline) and :mod:`.cpu_executor` (the NumPy reference of every kernel).
-* :mod:`.errors` (:class:`PlanError`, :class:`CollectiveError`, the rank-agreement check) and
-  :mod:`.routing` (All-to-All routing).
+* :mod:`.errors` (:class:`PlanError`, :class:`CollectiveError`, the rank-agreement check),
+  :mod:`.validation` (what a plan's arguments and a call's operands must be), :mod:`.call_check`
+  (every CPU call's check that all ranks call the same plan) and :mod:`.routing` (All-to-All routing).
 
 Output semantics per primitive (``C_r = a_r @ b_r.T`` on rank ``r``, then the fused post-ops):
 
@@ -20,8 +21,9 @@ Output semantics per primitive (``C_r = a_r @ b_r.T`` on rank ``r``, then the fu
 """
 from .errors import CollectiveError, PlanError, check_plans_agree
 from .layouts import LAYOUTS, PRIMITIVES, REDUCTIONS, group_collective, layout_config
-from .plan import DEVICES, SCHEDULES, OverlapPlan
+from .plan import OverlapPlan
 from .routing import Routing
+from .validation import DEVICES, SCHEDULES
 
 __all__ = ["CollectiveError", "DEVICES", "LAYOUTS", "OverlapPlan", "PRIMITIVES", "PlanError", "REDUCTIONS",
            "Routing", "SCHEDULES", "check_plans_agree", "group_collective", "layout_config"]

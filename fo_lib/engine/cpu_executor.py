@@ -67,6 +67,9 @@ class CpuExecutor:
             return operands["out"]
         return out
 
+    def join_streams(self) -> None:
+        """Nothing to order: the CPU runs a call's steps one after another."""
+
     def restore(self, gathered, table, ops, operands: dict):
         """The post step of ReduceScatter's AllGather (:meth:`OverlapPlan.all_gather`)."""
         import torch

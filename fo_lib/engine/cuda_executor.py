@@ -232,6 +232,13 @@ class CudaExecutor:
             self._error_host.copy_(self.error, non_blocking=True)
         return result
 
+    def join_streams(self) -> None:
+        """Order the caller's stream after the communication stream's work, as a completed call does
+        (a refused call enqueues nothing, but the caller may rely on the join)."""
+        import torch
+
+        torch.cuda.current_stream(self.device).wait_stream(self.comm_stream)
+
     def _in_place(self, ops, operands) -> bool:
         """The rows layout with nothing to apply: the buffer already is the output."""
         return (self.plan.buffer_layout.stores_in_place and ops.is_identity

@@ -11,21 +11,29 @@ class CollectiveError(RuntimeError):
     names the plan, the group and the rank, and the communicator's own exception is chained."""
 
 
-def check_plans_agree(comm, fingerprint: dict | None = None, *, error: BaseException | None = None) -> None:
+def check_plans_agree(comm, fingerprint: dict | None = None, *, error: BaseException | None = None,
+                      timeout_s: float | None = None) -> None:
     """Every rank calls this once per plan, before the plan's first collective, also a rank whose
     own build failed (``error``): one exchange of fixed form, so no rank is left waiting in a
     collective its peers never join. Raises on every rank unless every rank built its plan and all
     fingerprints are equal: a rank whose build failed re-raises its own error, the others a
     :class:`PlanError` naming it; differing plans give a :class:`PlanError` naming the first field
     that differs and each rank's value. Communicators of identical virtual ranks (the loopbacks)
-    have no ``all_gather_object``: nothing can differ."""
+    have no ``all_gather_object``: nothing can differ. ``timeout_s`` bounds the wait for the peers
+    where the communicator takes it; a failed exchange raises :class:`CollectiveError`."""
     gather = getattr(comm, "all_gather_object", None)
     if gather is None or int(getattr(comm, "world_size", 1)) == 1:
         if error is not None:
             raise error
         return
     mine = {"error": f"{type(error).__name__}: {error}"} if error is not None else fingerprint
-    seen = gather(mine)
+    try:
+        seen = gather(mine, timeout_s=timeout_s) if timeout_s is not None and _takes_timeout(gather) else gather(mine)
+    except Exception as exc:  # a peer that died or stalled while building: the link's own words, named
+        first = (str(exc).strip().splitlines() or [""])[0]
+        bound = f", timeout {timeout_s:g} s" if timeout_s is not None else ""
+        raise CollectiveError(f"rank {comm.rank} of {comm.world_size}: the exchange of plan fingerprints at build "
+                              f"failed ({getattr(comm, 'link', '?')}{bound}): {type(exc).__name__}: {first}") from exc
     failed = [(r, fp["error"]) for r, fp in enumerate(seen) if "error" in fp]
     if error is not None:
         raise error
@@ -39,3 +47,13 @@ def check_plans_agree(comm, fingerprint: dict | None = None, *, error: BaseExcep
             per_rank = ", ".join(f"rank {r}: {v}" for r, v in enumerate(values))
             raise PlanError(f"the ranks built different plans: {field} differs ({per_rank}); every rank "
                             f"must build the same plan (rank {comm.rank} raised this)")
+
+
+def _takes_timeout(fn) -> bool:
+    """Whether ``fn`` takes the ``timeout_s`` keyword (a communicator of the protocol may not)."""
+    import inspect
+
+    try:
+        return "timeout_s" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False

@@ -6,64 +6,31 @@ from __future__ import annotations
 
 import contextlib
 
-import numpy as np
-
 from .. import gemm
 from .._util import ceil_div
 from ..partition import validate_partition
 from ..postops import PostOps
+from .call_check import CallCheck
 from .errors import CollectiveError, PlanError, check_plans_agree
-from .layouts import layout_class, layout_config
-
-DEVICES = ("cuda", "cpu")
-SCHEDULES = ("persistent", "per_tile")
-DTYPES = {"bf16": "bfloat16", "f16": "float16"}
-
-
-def validate_arguments(primitive, M, N, K, comm, *, dtype, device, timeout_ms, schedule, layout, reduction):
-    """Everything a plan's arguments must satisfy before anything is built; the buffer layout's
-    class (:func:`fo_lib.engine.layouts.layout_class`)."""
-    cls = layout_class(primitive, layout, reduction)
-    if device not in DEVICES:
-        raise PlanError(f"device must be one of {DEVICES}, got {device!r}")
-    if dtype not in DTYPES:
-        raise PlanError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
-    for name, v in (("M", M), ("N", N), ("K", K)):
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v <= 0:
-            raise PlanError(f"{name} must be a positive integer, got {v!r}")
-    if K % 8:
-        raise PlanError(f"K must be a multiple of 8 (16-byte rows for the GEMM's loads), got {K}")
-    if not timeout_ms > 0:
-        raise PlanError(f"timeout_ms must be positive, got {timeout_ms}")
-    if schedule not in SCHEDULES:
-        raise PlanError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-    if getattr(comm, "copy_engine", False) and not cls.copy_engine_ok:
-        raise PlanError("a copy-engine communicator leaves the GEMM all SMs but one, so only the data movement of "
-                        "reduction='post_reorder' (AllGather or All-to-All on the copy engines, no SM) can run "
-                        "beside it; use NCCL's default communicator for this plan")
-    return cls
+from .layouts import layout_config
+from .validation import (DTYPES, check_comm, check_operands, check_partition_form,
+                         check_post_operands, check_tensor, validate_arguments)
 
 
 def _from_layout(name: str, doc: str) -> property:
     return property(lambda plan: getattr(plan.buffer_layout, name), doc=doc)
 
 
-def check_operands(plan, a, b) -> None:
-    """A call's ``a`` [M, K] and ``b`` [N, K]: torch tensors of the plan's dtype on its device."""
-    import torch
-
-    dev = plan.executor.device
-    for t, name, shape in ((a, "a", (plan.M, plan.K)), (b, "b", (plan.N, plan.K))):
-        if not isinstance(t, torch.Tensor):
-            raise PlanError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if tuple(t.shape) != shape:
-            raise PlanError(f"{name} must have shape {shape} for this plan, got {tuple(t.shape)}")
-        if t.dtype != plan.torch_dtype:
-            raise PlanError(f"{name} must be {plan.torch_dtype} for this plan, got {t.dtype}")
-        if t.device.type != dev.type or (dev.type == "cuda" and t.device != dev):
-            raise PlanError(f"{name} is on {t.device}, the plan on {dev}")
-        if not t.is_contiguous():
-            raise PlanError(f"{name} must be contiguous")
+def describe_plan(plan) -> str:
+    """One paragraph: what the plan computes, how it is cut, and whether anything overlaps."""
+    text = (f"{plan.primitive} {plan.M}x{plan.N}x{plan.K} {plan.dtype} on {plan.device}, world "
+            f"{plan.world_size} ({plan.comm.link}), {plan.grid.describe()}, partition {list(plan.partition)}"
+            + plan.buffer_layout.describe())
+    if plan.num_groups == 1:
+        text += ("; one group: its collective starts only after the whole GEMM, so nothing overlaps "
+                 f"({plan.grid.num_waves} wave(s) of {plan.ctas} CTAs; fewer SMs (sm_count=), more tiles "
+                 "or a finer partition give more groups)")
+    return text
 
 
 class OverlapPlan:
@@ -80,7 +47,7 @@ class OverlapPlan:
     asked once the wave count is known).
     ``timeout_ms`` bounds every wait of a call: on CUDA each counter wait (an expired one makes the
     call raise :class:`fo_lib.counting.WaitError`), on the CPU each collective's wait for its peers
-    (:class:`CollectiveError`).
+    (:class:`CollectiveError`); at most 10^9 (about 11.6 days).
     ``comm_graph`` (CUDA only): replay the communication side (waits, collectives) as CUDA graphs
     captured when the plan is built, instead of launching it group by group; off, each group gets an
     NVTX range (``fo group g``) for profilers. A communicator that cannot be captured falls back to
@@ -105,8 +72,16 @@ class OverlapPlan:
     (``TorchDistCommunicator(copy_engine=True)``).
 
     Before the plan's first collective every rank checks that every other rank built the same plan
-    (:meth:`fingerprint`); a difference, or a rank whose build failed, raises on every rank. A
-    collective that fails raises :class:`CollectiveError`, after which the plan refuses every call.
+    (:meth:`fingerprint`); a difference, or a rank whose build failed, raises on every rank. Every
+    CPU call then checks with one all_gather of four int64 (:mod:`.call_check`) that all ranks call
+    the same plan after as many calls and accepted their inputs, else every rank raises a
+    :class:`PlanError` naming each rank's plan; it costs about 0.4 ms a call (gloo, 2 ranks on one
+    host, 192x128x16: 1.7 ms a call against 1.3 ms without; within the noise of a 216 ms call at
+    1024x4096x1024). CUDA calls are not checked (the check would stall the host on every call). A
+    rejected input changes nothing: the plan stays usable. A collective that fails raises
+    :class:`CollectiveError`, after which the plan refuses every call; a stalled or dead peer makes
+    every other rank raise within ``timeout_ms`` plus about 0.1 s (2 s allowed on a loaded host),
+    also at build, where the fingerprint exchange waits at most ``timeout_ms``.
     """
 
     def __init__(self, primitive: str, M: int, N: int, K: int, comm, *, dtype: str = "bf16",
@@ -114,6 +89,7 @@ class OverlapPlan:
                  comm_sms: int | None = None, routing=None, max_groups: int = 8,
                  timeout_ms: float = 10_000.0, sm_count: int | None = None, comm_graph: bool = True,
                  schedule: str = "persistent", layout: str = "tiles", reduction: str = "collective"):
+        check_comm(comm)  # without a valid communicator there is no peer to tell
         try:
             self._build(primitive, M, N, K, comm, dtype=dtype, device=device, partition=partition, config=config,
                         ctas=ctas, comm_sms=comm_sms, routing=routing, max_groups=max_groups,
@@ -124,11 +100,12 @@ class OverlapPlan:
             raise
         # Before any collective (the CUDA warm-up runs them): ranks whose plans differ would run
         # collectives of different sizes or counts, which hangs, aborts or silently mixes data.
-        check_plans_agree(comm, self.fingerprint())
+        check_plans_agree(comm, self.fingerprint(), timeout_s=self.timeout_ns / 1e9)
         self._broken = None  # set by a failed collective: the group's state is then unknown
         import torch
 
         self.torch_dtype = getattr(torch, DTYPES[dtype])
+        self._call_check = CallCheck(self)
         if device == "cuda":
             from .cuda_executor import CudaExecutor
             self.executor = CudaExecutor(self)
@@ -141,7 +118,9 @@ class OverlapPlan:
                max_groups, timeout_ms, sm_count, comm_graph, schedule, layout, reduction) -> None:
         """Validate the arguments and build everything up to the executor (no collective)."""
         layout_cls = validate_arguments(primitive, M, N, K, comm, dtype=dtype, device=device, timeout_ms=timeout_ms,
-                                        schedule=schedule, layout=layout, reduction=reduction)
+                                        schedule=schedule, layout=layout, reduction=reduction, config=config,
+                                        ctas=ctas, comm_sms=comm_sms, max_groups=max_groups, sm_count=sm_count,
+                                        comm_graph=comm_graph, routing=routing)
         self.primitive, self.M, self.N, self.K = primitive, int(M), int(N), int(K)
         self.layout, self.reduction, self.schedule = layout, reduction, schedule
         self.comm, self.device, self.dtype = comm, device, dtype
@@ -189,7 +168,7 @@ class OverlapPlan:
         if partition is None:
             size = ceil_div(T, max_groups)
             partition = (size,) * (T // size) + ((T % size,) if T % size else ())
-        return validate_partition(partition, T)
+        return validate_partition(check_partition_form(partition), T)
 
     # --- what the layout decided ---------------------------------------------------------------------
     @property
@@ -261,10 +240,18 @@ class OverlapPlan:
             weight=None, out=None):
         """One overlapped call: ``a`` [M, K], ``b`` [N, K] (nn.Linear weight); returns the post-reordered
         output (``[M, N]``, or this rank's rows for reduce_scatter / all_to_all)."""
+        import torch
+
+        operands = dict(bias=bias, residual=residual, residual_out=residual_out, weight=weight, out=out)
         self._check_usable()
-        check_operands(self, a, b)
-        return self.executor.run(a, b, ops, dict(bias=bias, residual=residual, residual_out=residual_out,
-                                                 weight=weight, out=out))
+        try:
+            self._call_check.agree(self, "run", lambda: (check_operands(self, a, b),
+                                                         check_post_operands(self, ops, operands)))
+        except PlanError:
+            self.executor.join_streams()  # refused: the caller's stream still follows earlier calls' collectives
+            raise
+        with torch.no_grad():  # forward-only: no plan buffer may join an autograd graph
+            return self.executor.run(a, b, ops, operands)
 
     def timed_run(self, a, b, *, ops: PostOps = PostOps(), gate_ms: float = 20.0, **operands):
         """One call with its measured timeline: ``(output, rows)``, one row per span in ms from the
@@ -281,6 +268,7 @@ class OverlapPlan:
         if not gate_ms > 0:
             raise PlanError(f"gate_ms must be > 0, got {gate_ms}")
         check_operands(self, a, b)
+        check_post_operands(self, ops, operands)
         return self.executor.timed_run(a, b, ops, gate_ms, operands)
 
     def capture(self, a, b, *, ops: PostOps = PostOps(), **operands):
@@ -293,6 +281,7 @@ class OverlapPlan:
         if self.device != "cuda":
             raise PlanError("CUDA-graph capture needs device='cuda'")
         check_operands(self, a, b)
+        check_post_operands(self, ops, operands)
         return self.executor.capture(a, b, ops, operands)
 
     def all_gather(self, local, ops: PostOps = PostOps(), **operands):
@@ -302,13 +291,13 @@ class OverlapPlan:
 
         if self.primitive != "reduce_scatter":
             raise PlanError("all_gather restores the rows of a reduce_scatter plan")
-        if tuple(local.shape) != (self.out_rows, self.N):
-            raise PlanError(f"local must be this rank's {(self.out_rows, self.N)} rows, got {tuple(local.shape)}")
+        self._check_usable()
+        self._call_check.agree(self, "all_gather", lambda: (check_tensor(self, local, "local", (self.out_rows, self.N)),
+                                           check_post_operands(self, ops, operands)))
         R = self.tables.max_rows
         padded = torch.zeros(R * self.N, dtype=local.dtype, device=local.device)
         padded[:local.numel()] = local.reshape(-1)
         gathered = torch.empty(self.world_size * R * self.N, dtype=local.dtype, device=local.device)
-        self._check_usable()
         kw = self.executor.collective_kw
         with self._naming_failures(f"the all_gather restoring the rows ({padded.numel()} elements)", kw):
             self.comm.all_gather(padded, gathered, **kw)
@@ -337,16 +326,7 @@ class OverlapPlan:
         """Calls completed since the plan was built or reset (mod 2^32; synchronizes the device)."""
         return self.executor.epoch if self.device == "cuda" else 0
 
-    def describe(self) -> str:
-        """One paragraph: what the plan computes, how it is cut, and whether anything overlaps."""
-        text = (f"{self.primitive} {self.M}x{self.N}x{self.K} {self.dtype} on {self.device}, world "
-                f"{self.world_size} ({self.comm.link}), {self.grid.describe()}, partition {list(self.partition)}"
-                + self.buffer_layout.describe())
-        if self.num_groups == 1:
-            text += ("; one group: its collective starts only after the whole GEMM, so nothing overlaps "
-                     f"({self.grid.num_waves} wave(s) of {self.ctas} CTAs; fewer SMs (sm_count=), more tiles "
-                     "or a finer partition give more groups)")
-        return text
+    describe = describe_plan
 
     def __repr__(self) -> str:
         return f"OverlapPlan({self.describe()})"

@@ -113,10 +113,9 @@ def test_rows_layout_all_reduce(hopper):
 
 
 def test_bad_post_operand_raises_with_the_streams_joined():
-    """A post-reorder operand that only the launcher's checks catch (bias missing for PostOps(bias=
-    True)) raises after the GEMM and the collectives are enqueued, with the caller's stream joined to
-    the communication stream (nothing of the call is left running unordered); the next call is
-    right."""
+    """A bad post-reorder operand (bias missing for PostOps(bias=True)) raises before anything of the
+    call is enqueued, with the caller's stream joined to the communication stream (nothing of an
+    earlier call is left running unordered); the next call is right."""
     M, N, K, W = 512, 768, 128, 2
     plan = OverlapPlan("all_reduce", M, N, K, LoopbackCommunicator(W), config=gemm.CONFIGS["128x128x32"])
     a, b, C = _inputs(M, N, K, seed=41)

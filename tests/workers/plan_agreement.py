@@ -1,9 +1,12 @@
 """torchrun worker (gloo): plans that differ across ranks in one fingerprint field must make every
 rank raise a PlanError naming that field with every rank's value; a stalled peer must make a call
-raise a CollectiveError naming the plan, the group and the rank within the plan's timeout.
+raise a CollectiveError naming the plan, the group and the rank within the plan's timeout; ranks
+calling different plans (or one rank refusing its inputs) must make every rank's call raise a
+PlanError, after which the plans still run.
 
     torchrun --nproc_per_node 3 tests/workers/plan_agreement.py mismatch
     torchrun --nproc_per_node 2 tests/workers/plan_agreement.py stall
+    torchrun --nproc_per_node 3 tests/workers/plan_agreement.py mixed
 
 Prints one ``ok <case>`` or ``FAIL <case>: ...`` line per case and rank.
 """
@@ -141,10 +144,56 @@ def check_stall(comm):
     os._exit(0)
 
 
+def mixed_plans(comm):
+    """Plans A (M = 512, two groups) and B (M = 1024, four groups) of the same group size: their
+    collectives pair up when one rank calls A and another B, so only the per-call check tells."""
+    spec = {**BASE, "primitive": "all_reduce", "N": 128, "K": 16}
+    return (build(comm, {**spec, "M": 512, "partition": (4, 4)}),
+            build(comm, {**spec, "M": 1024, "partition": (4, 4, 4, 4)}))
+
+
+def check_mixed(comm):
+    """Rank 0 calls A then B, every other rank B then A: each call must raise on every rank, naming
+    both plans; then every rank calls A, then B, and gets the sum (no plan left unusable)."""
+    W, rank = comm.world_size, comm.rank
+    plans = mixed_plans(comm)
+    gen = torch.Generator().manual_seed(2)
+    ops = {M: ([torch.randn(M, 16, generator=gen).bfloat16() for _ in range(W)],
+               [torch.randn(128, 16, generator=gen).bfloat16() for _ in range(W)]) for M in (512, 1024)}
+    order = (0, 1) if rank == 0 else (1, 0)
+    for i in order:
+        plan = plans[i]
+        try:
+            plan.run(ops[plan.M][0][rank], ops[plan.M][1][rank])
+            say(f"FAIL mixed: rank {rank}'s call of M={plan.M} returned")
+        except PlanError as exc:
+            msg = str(exc)
+            want = ["called different plans", "512x128x16", "1024x128x16", "partition [4, 4]",
+                    "partition [4, 4, 4, 4]"] + [f"rank {r}: run of" for r in range(W)]
+            missing = [w for w in want if w not in msg]
+            say(f"FAIL mixed: rank {rank} missing {missing}: {msg}" if missing else f"ok mixed (rank {rank})")
+    # A rank that refuses its inputs (a weight that requires grad) tells the others; nobody waits.
+    a, b = ops[512][0][rank], ops[512][1][rank]
+    try:
+        plans[0].run(a, b.clone().requires_grad_() if rank == W - 1 else b)
+        say(f"FAIL refused: rank {rank}'s call returned")
+    except PlanError as exc:
+        ok = "require grad" in str(exc) if rank == W - 1 else f"rank(s) [{W - 1}] refused" in str(exc)
+        say(f"ok refused (rank {rank})" if ok else f"FAIL refused: rank {rank}: {exc}")
+    for plan in plans:
+        x, y = ops[plan.M]
+        want = sum(p.double() @ q.double().T for p, q in zip(x, y))
+        err = float((plan.run(x[rank], y[rank]).double() - want).norm() / want.norm())
+        say(f"ok usable M={plan.M} (rank {rank})" if err < 2e-2 else f"FAIL usable M={plan.M}: rel. error {err:.3g}")
+
+
 if __name__ == "__main__":
     comm = init_from_env("gloo")
     if sys.argv[1] == "mismatch":
         check_mismatches(comm)
+        shutdown()
+    elif sys.argv[1] == "mixed":
+        check_mixed(comm)
         shutdown()
     else:
         check_stall(comm)
