@@ -66,8 +66,8 @@ step sm90_sass 240 python3 scripts/profile/profile_sm90_sass.py ${FO_SM90_SASS_A
 # spaces: one -D per --b-options). Each tree reads its own committed table, or both the one sm90_tiles
 # recorded earlier in the call (FO_SM90_TILES). ~25 s a process.
 step sm90_ab 560 python3 scripts/bench/ab_sm90_llm.py --a .baseline --b . ${FO_AB_ARGS:-} --out-dir "$OUT/data/sm90_ab"
-# Does autotuning pick what the LLM benchmark measures as fastest? Each shape's shortlist and its
-# direct-C twins timed as autotuning times them and as the benchmark does, in one process. ~20 s.
+# Does autotuning pick what the LLM benchmark measures as fastest? Each shape's shortlist timed as
+# autotuning times it and as the benchmark does, in one process. ~20 s.
 step tune_agree 300 python3 scripts/bench/autotune_agreement.py ${FO_TUNE_AGREE_ARGS:-} --out "$OUT/data/autotune_agreement.csv"
 step sm90_llm 150 python3 scripts/bench/bench_gemm_sm90_llm.py "${tiles_arg[@]}" ${FO_SM90_LLM_ARGS:-} --out "$OUT/data/gemm_sm90_llm.csv"
 step bench_postops 120 python3 scripts/bench/bench_postops.py ${FO_POSTOPS_ARGS:-} --out "$OUT/data/postops.csv"

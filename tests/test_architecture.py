@@ -1,6 +1,6 @@
 """The package's shape, checked on the source: no import cycle among fo_lib modules (imports at any
 depth count, including those inside functions: a cycle there still ties the layers together), and
-no module longer than a reader can hold."""
+no module or CUDA header longer than a reader can hold."""
 import ast
 from pathlib import Path
 
@@ -83,6 +83,21 @@ def test_no_module_is_too_long():
     too_long = {str(p.relative_to(ROOT)): n for p in MODULES.values()
                 if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not too_long, f"modules over {MAX_LINES} lines: {too_long}"
+
+
+def test_no_cuda_header_is_too_long_and_every_one_is_where_nvrtc_finds_it():
+    """The kernels' headers by role (fo_lib/cuda/*.cuh, flat: the JIT hands NVRTC that folder's
+    headers and hashes them into its cache key), each short enough to read, each include one of them."""
+    import re
+
+    cuda = ROOT / "cuda"
+    headers = {p.name for p in cuda.glob("*.cuh")}
+    assert not [p for p in cuda.rglob("*") if p.is_file() and p.parent != cuda], "headers in a subfolder"
+    too_long = {name: n for name in headers if (n := len((cuda / name).read_text().splitlines())) > MAX_LINES}
+    assert not too_long, f"headers over {MAX_LINES} lines: {too_long}"
+    for name in headers:
+        for inc in re.findall(r'#include\s+"([^"]+)"', (cuda / name).read_text()):
+            assert inc in headers, f"{name} includes {inc}, not a header of fo_lib/cuda"
 
 
 def test_the_plan_delegates_to_its_layout():

@@ -32,12 +32,17 @@ def test_compile_check_covers_every_config_dtype_epilogue_with_and_without_a_str
     paths = {}
     for cname, cfg in VARIANTS.items():
         paths.setdefault(gemm_sm90.code_path(cfg), cname)
-    assert len(paths) == 11
-    assert len(labels) == len(SOURCES) == (len(VARIANTS) + len(paths)) * len(gemm.EPILOGUES)
+    assert len(paths) == 8
+    # each in the epilogues a call launches it with: every one, but no probe with a stream-K tail
+    epis = {cname: gemm_sm90.variant_epilogues(cfg) for cname, cfg in VARIANTS.items()}
+    assert all(epis[n] == gemm.EPILOGUES if not n.endswith("+sk") else "probe" not in epis[n] for n in VARIANTS)
+    assert len(labels) == len(SOURCES) == sum(len(epis[n]) for n in VARIANTS) + sum(
+        len(epis[n]) for n in paths.values())
+    assert len(labels) == 276  # 26 configs x 6 + 15 stream-K tails x 5 in bf16; 5 x 6 + 3 x 5 in f16
     for cname in VARIANTS:
         for epi in gemm.EPILOGUES:
-            assert f"gemm_sm90 {cname} bf16 {epi}" in labels
-            assert (f"gemm_sm90 {cname} f16 {epi}" in labels) == (cname in paths.values())
+            assert (f"gemm_sm90 {cname} bf16 {epi}" in labels) == (epi in epis[cname])
+            assert (f"gemm_sm90 {cname} f16 {epi}" in labels) == (cname in paths.values() and epi in epis[cname])
     assert labels <= {label for label, _ in catalog.compile_check_sources("sm_90a")}
     assert not labels & {label for label, _ in catalog.compile_check_sources("sm_80")}
 
@@ -80,7 +85,7 @@ def test_smem_bytes_matches_device_code(cname, nvrtc):
 
 def test_kernel_names_unique_and_distinct_from_portable():
     names = [gemm_sm90.generate_source(cfg, d, e)[1] for cfg in VARIANTS.values()
-             for d in gemm.DTYPES for e in gemm.EPILOGUES]
+             for d in gemm.DTYPES for e in gemm_sm90.variant_epilogues(cfg)]
     assert len(names) == len(set(names))
     portable = {gemm.generate_source(cfg, d, e)[1] for cfg in gemm.CONFIGS.values()
                 for d in gemm.DTYPES for e in gemm.EPILOGUES}
@@ -97,6 +102,10 @@ def test_generate_source_ignores_raster_and_checks_inputs():
         gemm_sm90.generate_source(cfg, "bf16", "nope")
     with pytest.raises(gemm.GemmError, match="Sm90Config"):
         gemm_sm90.generate_source(gemm.CONFIGS["128x256x64"], "bf16", "plain")
+    # The probe times whole waves (gemm_nt_probe runs a config without its tail): no such kernel.
+    with pytest.raises(gemm.GemmError, match="no probe kernel has a stream-K tail"):
+        gemm_sm90.generate_source(replace(cfg, stream_k=True), "bf16", "probe")
+    assert "fo::epi::Probe" in gemm_sm90.generate_source(cfg, "bf16", "probe")[0]
 
 
 @pytest.mark.parametrize("kw,match", [
@@ -118,6 +127,8 @@ def test_generate_source_ignores_raster_and_checks_inputs():
     (dict(BN=208, stages=4, pingpong=True, direct_c=True), "ping-pong keeps BN"),
     (dict(direct_c=1), "direct_c"),
     (dict(BN=256, stages=5, direct_c=True), "shared memory"),
+    (dict(BN=256, stages=4, direct_c=True), "only ping-pong consumers store C themselves"),
+    (dict(BN=224, stages=4, direct_c=True, cluster=2), "only ping-pong consumers store C themselves"),
 ])
 def test_config_validate_rejects(kw, match):
     with pytest.raises(gemm.GemmError, match=match):
@@ -239,16 +250,12 @@ def test_mid_width_configs_take_the_deepest_ring_that_fits():
     assert gemm_sm90.c_row_bytes(256) == 512 and gemm_sm90.c_row_bytes(208) == 16 * 27
 
 
-def test_direct_c_configs_take_a_fourth_stage_in_less_shared_memory():
-    from fo_lib.gemm.sm90.configs import DIRECT_C_BYTES
-    for bn in (224, 240, 256):
-        for c in ("", "c2"):
-            d, plain = gemm_sm90.CONFIGS[f"128x{bn}x64{c}d"], gemm_sm90.CONFIGS[f"128x{bn}x64{c}"]
-            assert d.direct_c and (d.BN, d.cluster) == (plain.BN, plain.cluster) and not d.pingpong
-            assert (plain.stages, d.stages) == (3, 4) and d.smem_bytes <= MAX_SMEM
-            # one more stage and its two barriers, the per-warp buffers instead of the C tile
-            assert d.smem_bytes - plain.smem_bytes == (128 + bn) * 64 * 2 + 16 + DIRECT_C_BYTES - 128 * gemm_sm90.c_row_bytes(bn)
-            assert d.tile_name == plain.tile_name.replace("_s3", "_s4") + "_dc"
+def test_only_pingpong_consumers_store_c_themselves():
+    """The cooperative direct-C configs (a fourth stage at 224-256 wide) were never picked and are
+    gone: every direct-C config is ping-pong, and the removed names are the retired ones."""
+    assert all(c.pingpong for c in gemm_sm90.CONFIGS.values() if c.direct_c)
+    assert set(gemm_sm90.RETIRED_CONFIGS) == {f"128x{bn}x64{c}d" for bn in (224, 240, 256) for c in ("", "c2")}
+    assert not set(gemm_sm90.RETIRED_CONFIGS) & set(gemm_sm90.CONFIGS)
 
 
 def test_pingpong_direct_c_configs_take_a_fifth_stage():
@@ -263,24 +270,23 @@ def test_pingpong_direct_c_configs_take_a_fifth_stage():
         assert d.tile_name == pp.tile_name.replace("_s4", "_s5") + "_dc"
 
 
-def test_cooperative_direct_c_configs_are_recorded_not_picked(monkeypatch):
-    """The picker never returns a cooperative direct-C config, even from a table whose direct rows
-    would win; the ping-pong ones (stores under the other warpgroup's MMAs) are in its pool."""
+def test_every_config_is_a_candidate_and_the_shipped_table_picks_among_them(monkeypatch):
+    """The picker weighs every config (one it never picks is not compiled); the ping-pong direct-C
+    ones (stores under the other warpgroup's MMAs) among them; the shipped H200 table, recorded with
+    the cooperative direct-C configs, still reads and never yields one."""
     from pathlib import Path
 
     from fo_lib.gemm import tile_table
     C = gemm_sm90.CONFIGS
-    assert {n for n, c in C.items() if c.direct_c} <= set(gemm_sm90.CANDIDATES)  # recorded in the table
+    assert set(C) == set(gemm_sm90.CANDIDATES)  # every config is recorded in the table
     pool = gemm_sm90.candidate_pool()
+    assert set(pool) == set(C)
     assert {n for n, c in pool.items() if c.direct_c} == {f"128x{bn}x64pd" for bn in gemm_sm90.PINGPONG_DIRECT_WIDTHS}
     assert all(c.pingpong for c in pool.values() if c.direct_c)
     table = Path(__file__).resolve().parents[1] / "data/h200/gemm_sm90_tiles.csv"
     monkeypatch.setenv("FO_SM90_TILES", str(table))
-    loaded = tile_table.load(table, C)
-    everything = dict(C)
+    loaded = gemm_sm90.load_table(table)
     for M, N, K in ((512, 8448, 16384), (2048, 4096, 7168), (4096, 6144, 4096), (1100, 1792, 5120)):
-        # weighed with every config, a direct one ranks among the first; the picker's pool has none
-        assert any(c.direct_c for _, c in tile_table.ranked(loaded, everything, M, N, K, 132, MAX_SMEM)[:40])
         assert not any(c.direct_c and not c.pingpong
                        for _, c in tile_table.ranked(loaded, gemm_sm90.candidate_pool(), M, N, K, 132, MAX_SMEM))
         picked = gemm_sm90.default_config(M, N, K, 132)

@@ -80,8 +80,8 @@ def test_the_fastest_recorded_raster_comes_with_the_tile(data_dir):
     # A raster the table lacks (a caller's own): the best recorded one.
     assert sm90.predict_ms(cfg.with_raster("row", 8), 8192, 8192, 4096, 132) == pytest.approx(16 * 0.9)
     assert sm90.predict_ms(cfg.with_raster("row", 4), 8192, 8192, 4096, 132) == pytest.approx(16 * 1.0)
-    with pytest.raises(GemmError, match="no rows for 128x256x64d"):  # a config the table lacks
-        sm90.predict_ms(sm90.CONFIGS["128x256x64d"], 8192, 8192, 4096, 132)
+    with pytest.raises(GemmError, match="no rows for 128x176x64pd"):  # a config the table lacks
+        sm90.predict_ms(sm90.CONFIGS["128x176x64pd"], 8192, 8192, 4096, 132)
 
 
 def test_a_swizzle_wider_than_the_grid_is_not_a_candidate(data_dir):
@@ -164,6 +164,31 @@ def test_a_bad_row_is_refused_naming_the_file_and_line(data_dir, field, value, m
     path = _table(data_dir, rows)
     with pytest.raises(GemmError, match=f"{path}, line 4: {message}"):
         sm90.default_config(4096, 4096, 4096, 132)
+
+
+def test_rows_of_a_removed_config_are_skipped_and_other_unknown_names_refused(data_dir):
+    """A table recorded before a config was removed (sm90.RETIRED_CONFIGS) still reads: its rows of
+    that config say nothing about the others; a name that never was a config is still an error."""
+    rows = _rows(lambda o, s: 1.0, lambda o, s: 0.5)
+    gone = dict(rows[0], config=sm90.RETIRED_CONFIGS[0], tile_name="m128n224k64_s4_dc", ms_per_wave=0.01)
+    path = _table(data_dir, rows + [gone])
+    loaded = sm90.load_table(path)
+    assert not loaded.has(sm90.RETIRED_CONFIGS[0]) and loaded.has(BIG) and loaded.has(SMALL)
+    picked = sm90.default_config(4096, 4096, 4096, 132)  # the retired row's 0.01 ms weighs nothing
+    assert (picked.BN, picked.direct_c) == (256, False)
+    with pytest.raises(GemmError, match=f"{path}, line {len(rows) + 2}: unknown config"):
+        tile_table.load(path, sm90.CONFIGS)  # the caller names no retired configs
+    _table(data_dir, rows + [dict(gone, config="128x224x64e")])
+    with pytest.raises(GemmError, match="unknown config '128x224x64e'"):
+        sm90.default_config(4096, 4096, 4096, 132)
+
+
+def test_the_shipped_table_reads_without_its_removed_configs():
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "data" / "h200" / tile_table.TABLE_NAME
+    loaded = sm90.load_table(path)
+    assert all(loaded.has(n) for n in sm90.CONFIGS)
+    assert not any(loaded.has(n) for n in sm90.RETIRED_CONFIGS)
 
 
 def test_a_table_without_a_column_or_with_a_repeated_row_is_refused(data_dir, monkeypatch):

@@ -154,7 +154,7 @@ def test_config_variants_take_a_stream_k_tail_by_suffix():
 def test_config_variant_reads_a_config_label_and_refuses_a_bad_one():
     from fo_lib.gemm import sm90
 
-    for label in ("128x128x64c2/row8", "128x256x64/col4+sk", "128x240x64d/row1+sk"):
+    for label in ("128x128x64c2/row8", "128x256x64/col4+sk", "128x176x64pd/row1+sk"):
         c = kb.config_variant(sm90.CONFIGS, label, 1100)
         assert sm90.config_label(c) == label
     assert kb.config_variant(sm90.CONFIGS, "128x128x64", 300).swizzle == 3  # up to 8 tile rows: M has 3

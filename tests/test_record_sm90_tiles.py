@@ -54,10 +54,9 @@ def test_the_recorder_writes_a_table_the_picker_reads(data_dir):
             rows += rec.table_rows(M, N, K, 132, med, 12, 3, names)
     per_grid = sum(len(rec.rasters(c)) for c in rec.candidates().values())
     # 128 and 256 wide (cooperative) and 128 wide ping-pong, alone and in clusters: every raster; the
-    # mid widths, 176 / 192 ping-pong and the direct-C widths: three rasters alone, two in clusters;
-    # the odd widths (cooperative and ping-pong, no clusters) and the ping-pong direct-C tiles: three rasters.
-    mids = len(sm90.MID_WIDTHS) + 2 + sum(c.direct_c and c.cluster == 1 and not c.pingpong
-                                          for c in sm90.CONFIGS.values())
+    # mid widths and 176 / 192 ping-pong: three rasters alone, two in clusters; the odd widths
+    # (cooperative and ping-pong, no clusters) and the ping-pong direct-C tiles: three rasters.
+    mids = len(sm90.MID_WIDTHS) + 2
     odd = 2 * len(sm90.ODD_WIDTHS) + len(sm90.PINGPONG_DIRECT_WIDTHS)
     assert per_grid == 3 * len(rec.RASTERS) + 3 * len(rec.CLUSTER_RASTERS) + mids * (
         len(rec.MID_RASTERS) + len(rec.MID_CLUSTER_RASTERS)) + odd * len(rec.MID_RASTERS)

@@ -93,7 +93,7 @@ def alt_config(cfg, M, N, K, sms):
     if path is None:
         from ..gemm.config import pick_by_waves
         return pick_by_waves(other, {n: 1.0 for n in other}, M, N, K, sms, MAX_SMEM)
-    return tile_table.pick(tile_table.load(path, sm90.CONFIGS), other, M, N, K, sms, MAX_SMEM)
+    return tile_table.pick(sm90.load_table(path), other, M, N, K, sms, MAX_SMEM)
 
 
 def cluster_twin(cfg):

@@ -14,8 +14,12 @@ from ..tiling import RASTER_ORDERS
 DTYPES = ("bf16", "f16")
 # The store modes of both kernel families (the calls choose one).
 EPILOGUES = ("plain", "signal", "probe", "scatter", "signal_rows", "signal_tiles")
-# The Hopper kernel's EPILOGUE template argument (gemm_sm90.cuh numbers the modes in this order).
-EPILOGUE_ID = {name: i for i, name in enumerate(EPILOGUES)}
+# The epilogue policy type (fo_lib/cuda/epilogue.cuh, namespace fo::epi) a kernel instantiation is
+# compiled with, by store mode, one meaning in both families; "signal_store" is the portable
+# kernel's one instantiation of both plain-layout signal stores (fo_lib.gemm.portable.portable_kernel).
+EPILOGUE_POLICY = {"plain": "fo::epi::Plain", "signal": "fo::epi::Signal", "probe": "fo::epi::Probe",
+                   "scatter": "fo::epi::Scatter", "signal_rows": "fo::epi::SignalRows",
+                   "signal_tiles": "fo::epi::SignalTiles", "signal_store": "fo::epi::SignalStore"}
 # The H100/H200 opt-in shared memory per block (232448 B); a device's own limit is checked at launch.
 MAX_SMEM = 227 * 1024
 

@@ -1,7 +1,9 @@
 """The portable tensor-core GEMM ``C = A @ B^T`` and its FlashOverlap epilogues (host side).
 
-Device code: ``fo_lib/cuda/gemm_mma.cuh`` (mma.sync + ldmatrix + cp.async, sm_80 .. sm_90) and
-``fo_lib/cuda/tile_schedule.cuh`` (the raster order of :func:`fo_lib.tiling.raster_tile`). This module
+Device code: ``fo_lib/cuda/gemm_mma.cuh`` (mma.sync + ldmatrix + cp.async, sm_80 .. sm_90), which
+composes its roles (``mma_producer.cuh``, ``mma_mainloop.cuh``, ``mma_epilogue.cuh`` with the
+epilogue policies of both families, ``epilogue.cuh``), and ``fo_lib/cuda/tile_schedule.cuh`` (the
+raster order of :func:`fo_lib.tiling.raster_tile`). This module
 picks a tile config, generates the tiny instantiation source, and launches on a torch stream.
 
 * ``A`` is ``M x K`` row-major, ``B`` is the ``nn.Linear`` weight ``N x K`` row-major ("NT"); bf16 or
@@ -30,12 +32,13 @@ from functools import lru_cache
 
 from .._util import DTYPE_TAG
 from .checks import check_operands
-from .config import DTYPES, EPILOGUES, MAX_SMEM, GemmError, RasterMixin, pick_by_waves
+from .config import DTYPES, EPILOGUE_POLICY, EPILOGUES, MAX_SMEM, GemmError, RasterMixin, pick_by_waves
 from .family import GemmFamily
 
-# The portable kernel's instantiations (its EPILOGUE argument): one kernel, "signal_store", stores
-# row-major or at tile places, chosen per launch. Compiled as two, their main loops were scheduled
-# unlike plain's and ran slower (docs/decisions.md, "The signal's two plain-layout stores are one kernel; plain keeps its own").
+# The portable kernel's instantiations (its epilogue policy, fo_lib.gemm.config.EPILOGUE_POLICY): one
+# kernel, "signal_store", stores row-major or at tile places, chosen per launch. Compiled as two,
+# their main loops were scheduled unlike plain's and ran slower (docs/decisions.md,
+# "The signal's two plain-layout stores are one kernel; plain keeps its own").
 PORTABLE_KERNELS = ("plain", "signal", "probe", "scatter", "signal_store")
 _PORTABLE_KERNEL_OF = {"signal_rows": "signal_store", "signal_tiles": "signal_store"}
 
@@ -162,7 +165,7 @@ def generate_source(cfg: GemmConfig, dtype: str, epilogue: str) -> tuple[str, st
         raise GemmError(f"epilogue must be one of {EPILOGUES}, got {epilogue!r}")
     name = kernel_name(cfg, dtype, kernel)
     targs = (f"{cfg.BM}, {cfg.BN}, {cfg.BK}, {cfg.warps_m}, {cfg.warps_n}, {cfg.stages}, "
-             f"{DTYPE_TAG[dtype]}, {PORTABLE_KERNELS.index(kernel)}")
+             f"{DTYPE_TAG[dtype]}, {EPILOGUE_POLICY[kernel]}")
     source = f"""#include "gemm_mma.cuh"
 
 extern "C" __global__ void __launch_bounds__({cfg.threads}, 1)

@@ -109,7 +109,7 @@ def _positive_int(row: dict, name: str, where: str) -> int:
 
 
 @lru_cache(maxsize=8)
-def _load(path: str, mtime_ns: int, known: tuple) -> TileTable:
+def _load(path: str, mtime_ns: int, known: tuple, retired: tuple = ()) -> TileTable:
     known_tiles = {name: (tile_name, BM, BN) for name, tile_name, BM, BN in known}
     grids: dict = {}  # (config, order, swizzle) -> (M, N) -> K -> ms per wave
     with open(path, newline="") as f:
@@ -121,6 +121,8 @@ def _load(path: str, mtime_ns: int, known: tuple) -> TileTable:
         for line, row in enumerate(reader, start=2):
             where = f"{path}, line {line}"
             name = (row["config"] or "").strip()
+            if name in retired:  # recorded before the config was removed: says nothing about the others
+                continue
             if name not in known_tiles:
                 raise GemmError(f"{where}: unknown config {name!r} (known: {sorted(known_tiles)})")
             recorded, current = (row["tile_name"] or "").strip(), known_tiles[name][0]
@@ -153,16 +155,17 @@ def _load(path: str, mtime_ns: int, known: tuple) -> TileTable:
     return TileTable(path, entries)
 
 
-def load(path, configs: dict) -> TileTable:
+def load(path, configs: dict, retired=()) -> TileTable:
     """The table at ``path`` (cached until the file changes), every row checked against ``configs``
-    (name -> tile config): GemmError names the file and line of the first bad one."""
+    (name -> tile config): GemmError names the file and line of the first bad one. Rows of the
+    ``retired`` config names (removed after the table was recorded) are skipped."""
     path = str(path)
     try:
         mtime = os.stat(path).st_mtime_ns
     except OSError as exc:
         raise GemmError(f"sm90 tile table {path} cannot be read ({exc})") from None
     known = tuple(sorted((n, c.tile_name, c.BM, c.BN) for n, c in configs.items()))
-    return _load(path, mtime, known)
+    return _load(path, mtime, known, tuple(sorted(set(retired) - set(configs))))
 
 
 # --- where the table is -------------------------------------------------------------------------

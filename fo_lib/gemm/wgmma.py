@@ -1,7 +1,7 @@
 """The ``wgmma.mma_async m64nNk16`` wrapper of one tile width, as CUDA source for the Hopper GEMM.
 
 The instruction takes its ``N / 2`` fp32 accumulators per thread as ``N / 2`` separate asm operands,
-so every ``N`` is an inline-asm statement of its own. ``gemm_sm90.cuh`` declares ``Wgmma<BN>`` and
+so every ``N`` is an inline-asm statement of its own. ``sm90_ptx.cuh`` declares ``Wgmma<BN>`` and
 each kernel's instantiation source (:func:`fo_lib.gemm.sm90.generate_source`) defines it for its
 ``BN`` from here, instead of the header spelling out one statement per width.
 

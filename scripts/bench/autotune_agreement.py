@@ -1,9 +1,8 @@
 """Does autotuning pick what the LLM benchmark measures as fastest? Each LLM shape's tuning shortlist
-(and the direct-C configs of its widths) timed as autotuning times it and as the benchmark does, in
-one process
+timed as autotuning times it and as the benchmark does, in one process
 (:mod:`fo_lib.experiments.tuning_agreement`). Prints per shape autotuning's pick, the benchmark
-regime's pick, what the first costs in the second regime and what a direct-C config would add.
-~20 s on an H200 (10 rounds for the benchmark regime).
+regime's pick and what the first costs in the second regime. ~20 s on an H200 (10 rounds for the
+benchmark regime).
 
     python scripts/bench/autotune_agreement.py --out /tmp/agree.csv
 """
@@ -38,7 +37,7 @@ def main(argv=None):
     def show(rows):
         s = tuning_agreement.summary(pd.DataFrame(rows)).iloc[0]
         print(f"{s.M:6d} {s.N:6d} {s.K:6d}  tuned {s.tune_pick:>22}  graph {s.graph_pick:>22}  "
-              f"loss {s.pick_loss:.3f}  direct {s.direct_gain:.3f}", flush=True)
+              f"loss {s.pick_loss:.3f}", flush=True)
 
     rows = tuning_agreement.measure(args.rounds, args.inner, args.seed, args.only, on_shape=show)
     df = pd.DataFrame(rows, columns=tuning_agreement.COLUMNS)
@@ -47,8 +46,7 @@ def main(argv=None):
     s = tuning_agreement.summary(df)
     geo = lambda v: math.exp(np.log(v.dropna()).mean()) if v.notna().any() else math.nan  # noqa: E731
     print(f"tuned pick / benchmark pick, in the benchmark's regime: geomean {geo(s.pick_loss):.4f}, worst "
-          f"{s.pick_loss.max():.3f}, {int((s.tune_pick != s.graph_pick).sum())} of {len(s)} picks differ; "
-          f"best direct-C config over the shortlist's best: geomean {geo(s.direct_gain):.4f} -> {args.out}")
+          f"{s.pick_loss.max():.3f}, {int((s.tune_pick != s.graph_pick).sum())} of {len(s)} picks differ -> {args.out}")
 
 
 if __name__ == "__main__":

@@ -49,8 +49,8 @@ MID_CLUSTER_RASTERS = (("row", 2), ("row", 8))
 
 
 def rasters(cfg) -> tuple:
-    """The rasters recorded for ``cfg`` (the mid widths' few for the direct-C 256-wide tile too)."""
-    if 256 % cfg.BN or cfg.direct_c:
+    """The rasters recorded for ``cfg``: every one for 128 and 256 wide, the mid widths' few otherwise."""
+    if 256 % cfg.BN:
         return MID_RASTERS if cfg.cluster == 1 else MID_CLUSTER_RASTERS
     return RASTERS if cfg.cluster == 1 else CLUSTER_RASTERS
 

@@ -39,15 +39,13 @@ STREAM_K_CASES = [(200, 300, 72, "128x256x64", 3, 1), (1000, 2000, 4104, "128x25
                   # ping-pong: runs (heads, tails, parked tails on alternating warpgroups) and splits
                   (500, 3000, 1000, "128x176x64p", 13, 1), (129, 4100, 2000, "128x192x64p", 12, 1),
                   (2600, 4096, 14336, "128x192x64p", 132, 2), (777, 1000, 520, "128x176x64p", 5, 2),
-                  # consumers that store C themselves (direct_c): runs and splits
-                  (500, 3000, 1000, "128x256x64d", 13, 1), (300, 1000, 4104, "128x240x64d", 7, 4),
-                  (1536, 3584, 18944, "128x224x64d", 132, 2),
+                  (1536, 3584, 18944, "128x224x64", 132, 2),
                   # ping-pong consumers that store C themselves (168: an odd last 8-column block)
                   (500, 3000, 1000, "128x176x64pd", 13, 1), (777, 1000, 520, "128x176x64pd", 5, 2),
                   (129, 4100, 2000, "128x168x64pd", 12, 4), (300, 1000, 4104, "128x168x64pd", 7, 1),
                   # a last tile row of at most 64 rows (its second warpgroup skips its MMAs there) in
                   # a split tail (129 x 1030 x 520 and 2600 x 4096 x 14336 above: in runs)
-                  (320, 1000, 520, "128x256x64d", 5, 2), (320, 1000, 520, "128x208x64", 12, 2),
+                  (320, 1000, 520, "128x256x64", 5, 2), (320, 1000, 520, "128x208x64", 12, 2),
                   (320, 1000, 520, "128x128x64", 16, 2), (320, 1000, 520, "128x168x64", 12, 2),
                   (5000, 7168, 8192, "128x256x64", 132, 2), (6208, 3072, 4096, "128x256x64", 132, 2)]
 # The same short last tile rows in runs of unequal length (sk_bounds), planned as if the idle

@@ -2,8 +2,12 @@
 FlashOverlap epilogues (host side). Same public API and epilogue semantics as
 :mod:`fo_lib.gemm.portable`.
 
-Device code: ``fo_lib/cuda/gemm_sm90.cuh`` (the tile schedule is ``fo_lib/cuda/tile_schedule.cuh``,
-shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the waves of both).
+Device code: ``fo_lib/cuda/gemm_sm90.cuh``, the kernel, composes its roles, each a header of its own:
+``sm90_scheduler.cuh`` (the units each CTA runs, the stream-K tail), ``sm90_producer.cuh`` (TMA),
+``sm90_mainloop.cuh`` (wgmma), ``sm90_fixup.cuh`` (a cut tile's parts), ``sm90_epilogue.cuh`` (C
+staging, stores, publication) with the epilogue policies of both families (``epilogue.cuh``),
+``sm90_shape.cuh`` and ``sm90_ptx.cuh``. The tile schedule is ``fo_lib/cuda/tile_schedule.cuh``,
+shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the waves of both.
 
 * ``A`` is ``M x K`` row-major, ``B`` is the ``nn.Linear`` weight ``N x K`` row-major ("NT"); bf16 or
   fp16, fp32 accumulation, output in the input type. Needs a compute capability 9.0 GPU.
@@ -43,7 +47,7 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
   one (:data:`.stream_k_tail.IDLE_WARPGROUP_TILE_COST`, a whole tile on the H200). A tile cut
   between two CTAs is summed in fp32 through a workspace (two ``BM x BN`` float slots per CTA: 35 MB
   for 128 x 256 on 132 CTAs) by the CTA that holds its last k-block, which then runs the tile's
-  epilogue as usual (who waits on whom: gemm_sm90.cuh's header, docs/design-notes.md). Each
+  epilogue as usual (who waits on whom: sm90_scheduler.cuh, sm90_fixup.cuh, docs/design-notes.md). Each
   memoized launch owns its workspace; a launch first built inside a CUDA-graph capture runs whole
   waves (its flags could not be zeroed before an eager call), and so does the probe (it times waves).
   Off in the configs the overlap engine runs (its wave model counts whole waves):
@@ -72,18 +76,21 @@ from ..config import GemmError
 from ..tma import tma_desc_fields
 from .config_tuning import (kernel_digest, one_wave, tuning_candidates, tuning_handicap, tuning_pick,
                             tuning_settle_s)
-from .configs import (CONFIGS, MID_WIDTHS, ODD_WIDTHS, PINGPONG_DIRECT_WIDTHS, Sm90Config, c_row_bytes,
-                      config_label)
+from .configs import (CONFIGS, MID_WIDTHS, ODD_WIDTHS, PINGPONG_DIRECT_WIDTHS, RETIRED_CONFIGS, Sm90Config,
+                      c_row_bytes, config_label)
 from .launch import (SM90, TuningRun, cluster_capacity, config_for, gemm_nt, gemm_nt_probe, gemm_nt_scatter,
                      gemm_nt_signal, idle_warpgroup_tile_cost, is_supported, time_candidates, tuning_runs)
-from .pick import CANDIDATES, candidate_pool, default_config, guess_config, predict_ms
-from .source import ARCH, code_path, compile_check_sources, compiled_variants, generate_source, kernel_name
+from .pick import CANDIDATES, candidate_pool, default_config, guess_config, load_table, predict_ms
+from .source import (ARCH, code_path, compile_check_sources, compiled_variants, generate_source, kernel_name,
+                     variant_epilogues)
 from .stream_k_tail import stream_k_schedule
 
-__all__ = ["ARCH", "CANDIDATES", "CONFIGS", "GemmError", "MID_WIDTHS", "ODD_WIDTHS", "PINGPONG_DIRECT_WIDTHS", "SM90",
+__all__ = ["ARCH", "CANDIDATES", "CONFIGS", "GemmError", "MID_WIDTHS", "ODD_WIDTHS", "PINGPONG_DIRECT_WIDTHS",
+           "RETIRED_CONFIGS", "SM90",
            "Sm90Config", "TuningRun", "c_row_bytes", "candidate_pool", "cluster_capacity", "code_path", "compile_check_sources",
            "compiled_variants", "config_for", "config_label", "default_config", "gemm_nt", "gemm_nt_probe",
            "gemm_nt_scatter", "gemm_nt_signal", "generate_source", "guess_config", "idle_warpgroup_tile_cost",
-           "is_supported", "kernel_digest", "kernel_name", "one_wave", "predict_ms", "sm_count", "stream_k_schedule",
+           "is_supported", "kernel_digest", "kernel_name", "load_table", "one_wave", "predict_ms", "sm_count",
+           "stream_k_schedule",
            "time_candidates", "tma_desc_fields", "tuning_candidates", "tuning_handicap", "tuning_pick", "tuning_runs",
-           "tuning_settle_s"]
+           "tuning_settle_s", "variant_epilogues"]

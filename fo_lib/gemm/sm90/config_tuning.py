@@ -15,8 +15,8 @@ from functools import lru_cache
 from ..._util import ceil_div
 from .. import config_tuning, tile_table
 from ..config import MAX_SMEM
-from .configs import CONFIGS, Sm90Config, config_label
-from .pick import candidate_pool, guess_config
+from .configs import Sm90Config, config_label
+from .pick import candidate_pool, guess_config, load_table
 from .source import ARCH, generate_source
 
 
@@ -34,7 +34,7 @@ def kernel_digest(dtype: str) -> str:
 def _kernel_digest(dtype: str, options: tuple) -> str:
     # Once per (dtype, options) and process, like the compiler's header snapshot (~0.1 s).
     from ...jit.compiler import source_key
-    # Over the picker's pool: a tuning that weighed other configs (the cooperative direct-C ones) does not apply.
+    # Over the picker's pool: a tuning that weighed other configs does not apply.
     builds = [v for c in candidate_pool().values() for v in dict.fromkeys((c, c.whole_waves()))]
     weighs = [config_tuning.TIMING, repr(ONE_WAVE_RASTERS), repr(config_tuning.ONE_WAVE_SINGLE_CTA)]
     return config_tuning.digest(weighs + [
@@ -77,7 +77,7 @@ def tuning_candidates(path, M: int, N: int, K: int, ctas: int, model: Sm90Config
     :func:`fo_lib.gemm.config_tuning.shortlist` of the tile table at ``path``'s ranking of the picker's
     pool, with the model's pick ``model`` and the table-free guess; on a grid of one wave of the model's tiles, each of those in every raster
     of :data:`ONE_WAVE_RASTERS` too."""
-    ranked = tile_table.ranked(tile_table.load(path, CONFIGS), candidate_pool(), M, N, K, ctas, MAX_SMEM)
+    ranked = tile_table.ranked(load_table(path), candidate_pool(), M, N, K, ctas, MAX_SMEM)
     out = config_tuning.shortlist(ranked, model, also=(guess_config(M, N, K, ctas),))
     # One wave: the table ranks a single raster per tile (it recorded whole waves of many), yet where
     # the tiles land still moves the time (clusters most): each shortlisted tile in a few rasters.

@@ -1,6 +1,6 @@
 """The Hopper GEMM's tile configurations: :class:`Sm90Config` (one compiled specialization plus its
 run-time raster) and :data:`CONFIGS`, the named ones the tile table records and the picker weighs.
-The sums here are ``Sm90Shape``'s in ``fo_lib/cuda/gemm_sm90.cuh`` (a test compiles both).
+The sums here are ``Sm90Shape``'s in ``fo_lib/cuda/sm90_shape.cuh`` (a test compiles both).
 
 Pure: no torch, no CuPy.
 """
@@ -28,9 +28,8 @@ class Sm90Config(RasterMixin):
     direct_c: bool = False
 
     # Compiled in: ``cluster`` (1 or 2 CTAs sharing the B or A tile they have in common, see fo_lib.gemm.sm90), ``pingpong``
-    # (each consumer warpgroup its own tiles) and ``direct_c`` (the consumers store C themselves
-    # through small per-warp buffers instead of a whole C tile: room for a 4th stage at BN 224-256,
-    # a 5th at 168-176).
+    # (each consumer warpgroup its own tiles) and ``direct_c`` (ping-pong consumers store C themselves
+    # through small per-warp buffers instead of a whole C tile: room for a 5th stage at 168-176).
     BM: ClassVar[int] = 128  # two consumer warpgroups x wgmma m64
     BK: ClassVar[int] = 64   # one 128-byte swizzle span of 16-bit elements
     threads: ClassVar[int] = 384
@@ -39,7 +38,7 @@ class Sm90Config(RasterMixin):
     def smem_bytes(self) -> int:
         """1024 (alignment slack) + operand ring + C staging tile (``direct_c``: the consumer warps'
         buffers) + BM int64 row offsets + mbarriers;
-        the same sum as ``Sm90Shape::SMEM_BYTES`` in gemm_sm90.cuh."""
+        the same sum as ``Sm90Shape::SMEM_BYTES`` in sm90_shape.cuh."""
         c_bytes = DIRECT_C_BYTES if self.direct_c else self.BM * c_row_bytes(self.BN)
         return (1024 + self.stages * (self.BM + self.BN) * self.BK * 2 + c_bytes
                 + 8 * self.BM + 8 * (2 * self.stages + 2 + 4 * self.pingpong))
@@ -79,6 +78,8 @@ class Sm90Config(RasterMixin):
             bad(f"stages must be in [2, 8], got {self.stages}")
         if self.smem_bytes > MAX_SMEM:
             bad(f"needs {self.smem_bytes} B of shared memory, more than {MAX_SMEM}")
+        if self.direct_c and not self.pingpong:  # docs/decisions.md, "Only ping-pong consumers store C themselves"
+            bad("only ping-pong consumers store C themselves: direct_c needs pingpong=True")
         return self
 
 
@@ -106,6 +107,10 @@ ODD_WIDTHS = (168,)
 PINGPONG_DIRECT_WIDTHS = (168, 176)
 PINGPONG_MAX_BN = 192  # ping-pong: a whole tile's BN fp32 accumulators per thread, of 232 registers
 DIRECT_C_BYTES = 8 * 2 * 16 * 128  # direct_c: two 16 x 64 16-bit buffers per consumer warp
+# Configs a tile table recorded before they were removed: their rows are skipped when a table is
+# read (fo_lib.gemm.tile_table.load), any other unknown name is an error. The cooperative direct-C
+# configs were never picked (docs/decisions.md, "Only ping-pong consumers store C themselves").
+RETIRED_CONFIGS = tuple(f"128x{bn}x64{c}d" for bn in (224, 240, 256) for c in ("", "c2"))
 
 CONFIGS: dict[str, Sm90Config] = {
     # 3 x 48 KB operand stages + the 64 KB C tile: the most that fits 227 KB.
@@ -124,9 +129,6 @@ CONFIGS: dict[str, Sm90Config] = {
        for bn in (128, 176, 192) for c in ("", "c2")},
     # The odd widths, cooperative and ping-pong, single CTAs.
     **{f"128x{bn}x64{p}": Sm90Config(bn, max_stages(bn), pingpong=bool(p)) for bn in ODD_WIDTHS for p in ("", "p")},
-    # The widest tiles with a 4-stage ring (and MMAs in flight): C stored by the consumers themselves.
-    **{f"128x{bn}x64{c}d": Sm90Config(bn, max_stages(bn, direct_c=True), cluster=2 if c else 1, direct_c=True)
-       for bn in (224, 240, 256) for c in ("", "c2")},
     # Ping-pong consumers that store C themselves, under the other warpgroup's MMAs: 5 stages where the
     # C tile left 4 (cuBLAS's non-cooperative 168- and 176-wide kernels run 5).
     **{f"128x{bn}x64pd": Sm90Config(bn, max_stages(bn, direct_c=True, pingpong=True), pingpong=True, direct_c=True)

@@ -12,7 +12,7 @@ from functools import lru_cache
 
 from .. import tile_table
 from ..config import MAX_SMEM, GemmError, pick_by_waves
-from .configs import CONFIGS, Sm90Config
+from .configs import CONFIGS, RETIRED_CONFIGS, Sm90Config
 
 # The table-free fallback (no measured table for this GPU): relative full-tile throughput per unit
 # area, a GUESS (the bigger tile reuses each A/B byte twice as often), fed to pick_by_waves. With a
@@ -25,14 +25,15 @@ CANDIDATES = tuple(CONFIGS)
 
 def candidate_pool(stream_k: bool = True) -> dict:
     """The :data:`CANDIDATES` as the picker weighs them: with a stream-K tail where ``stream_k``
-    (clusters run whole waves). The cooperative direct-C configs are recorded but not picked: a
-    run's config for them (their deeper ring pays on few waves, their epilogue, on the consumers'
-    path, costs on many). Timed as the LLM benchmark times, the best of them beat the shortlist's
-    best by about 1 % on 3 of its 30 shapes (long K) and lost elsewhere (docs/decisions.md,
-    "Cooperative direct-C configs are recorded, not picked"). The ping-pong ones store under the
-    other warpgroup's MMAs, and are weighed."""
-    return {n: replace(CONFIGS[n], stream_k=stream_k and CONFIGS[n].cluster == 1) for n in CANDIDATES
-            if not CONFIGS[n].direct_c or CONFIGS[n].pingpong}
+    (clusters run whole waves). Every config is a candidate: one the choice would never pick is not
+    compiled (docs/decisions.md, "Only ping-pong consumers store C themselves")."""
+    return {n: replace(CONFIGS[n], stream_k=stream_k and CONFIGS[n].cluster == 1) for n in CANDIDATES}
+
+
+def load_table(path) -> tile_table.TileTable:
+    """The tile table at ``path`` checked against :data:`CONFIGS` (rows of
+    :data:`~fo_lib.gemm.sm90.configs.RETIRED_CONFIGS` skipped)."""
+    return tile_table.load(path, CONFIGS, RETIRED_CONFIGS)
 
 
 def default_config(M: int, N: int, K: int, sm_count: int = 132, smem_limit: int = MAX_SMEM,
@@ -69,7 +70,7 @@ def _default_config(M, N, K, sm_count, smem_limit, path, mtime, stream_k) -> Sm9
     if path is None:
         return guess_config(M, N, K, sm_count, smem_limit)
     # Clusters run whole waves (no stream-K tail).
-    return tile_table.pick(tile_table.load(path, CONFIGS), candidate_pool(stream_k), M, N, K, sm_count, smem_limit)
+    return tile_table.pick(load_table(path), candidate_pool(stream_k), M, N, K, sm_count, smem_limit)
 
 
 def predict_ms(cfg: Sm90Config, M: int, N: int, K: int, sm_count: int = 132, path=None) -> float | None:
@@ -81,4 +82,4 @@ def predict_ms(cfg: Sm90Config, M: int, N: int, K: int, sm_count: int = 132, pat
     name = next((n for n, c in CONFIGS.items() if c.tile_name == cfg.tile_name), None)
     if name is None:
         raise GemmError(f"{cfg.tile_name} is not one of the recorded CONFIGS {sorted(CONFIGS)}")
-    return tile_table.predict_ms(tile_table.load(path, CONFIGS), name, cfg, M, N, K, sm_count)
+    return tile_table.predict_ms(load_table(path), name, cfg, M, N, K, sm_count)

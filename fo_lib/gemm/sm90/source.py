@@ -1,12 +1,13 @@
 """The Hopper GEMM's kernel sources: one instantiation of ``fo_lib/cuda/gemm_sm90.cuh``'s body per
 (tile config, dtype, epilogue), each compiled by NVRTC for sm_90a (:mod:`fo_lib.jit`), and the list
-of every variant the build and the compile checks cover. Pure Python."""
+of every variant the build and the compile checks cover: exactly the ones a call can launch
+(:func:`variant_epilogues`). Pure Python."""
 from __future__ import annotations
 
 from dataclasses import replace
 
 from ..._util import DTYPE_TAG
-from ..config import DTYPES, EPILOGUE_ID, EPILOGUES, GemmError
+from ..config import DTYPES, EPILOGUE_POLICY, EPILOGUES, GemmError
 from ..wgmma import wgmma_source
 from .configs import CONFIGS, Sm90Config
 
@@ -15,6 +16,13 @@ ARCH = "sm_90a"  # the NVRTC architecture of every source here (wgmma, setmaxnre
 
 def kernel_name(cfg: Sm90Config, dtype: str, epilogue: str) -> str:
     return f"fo_gemm_sm90_nt_{cfg.kernel_id}_{dtype}_{epilogue}"
+
+
+def variant_epilogues(cfg: Sm90Config) -> tuple[str, ...]:
+    """The epilogues a call can launch ``cfg``'s kernel with: every one of :data:`EPILOGUES`, but
+    with a stream-K tail compiled in not the probe (``gemm_nt_probe`` times waves: it runs a config
+    without its tail)."""
+    return tuple(e for e in EPILOGUES if not (cfg.stream_k and e == "probe"))
 
 
 def generate_source(cfg: Sm90Config, dtype: str, epilogue: str) -> tuple[str, str]:
@@ -26,9 +34,12 @@ def generate_source(cfg: Sm90Config, dtype: str, epilogue: str) -> tuple[str, st
         raise GemmError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     if epilogue not in EPILOGUES:
         raise GemmError(f"epilogue must be one of {EPILOGUES}, got {epilogue!r}")
+    if epilogue not in variant_epilogues(cfg):
+        raise GemmError(f"{cfg.kernel_id}: the probe times whole waves, so no probe kernel has a stream-K tail "
+                        "(run the config's whole_waves())")
     name = kernel_name(cfg, dtype, epilogue)
     targs = (f"{cfg.BN}, {cfg.stages}, {cfg.cluster}, {str(cfg.pingpong).lower()}, {DTYPE_TAG[dtype]}, "
-             f"{EPILOGUE_ID[epilogue]}, {str(cfg.direct_c).lower()}, {str(cfg.stream_k).lower()}")
+             f"{EPILOGUE_POLICY[epilogue]}, {str(cfg.direct_c).lower()}, {str(cfg.stream_k).lower()}")
     # NOTES: __launch_bounds__(384, 1) gives the kernel a register cap at entry, without which
     # setmaxnreg is ignored (ptxas warning C7508). A compiled-in cluster size lets a plain
     # cuLaunchKernel (CuPy's launch) start clusters.
@@ -57,16 +68,16 @@ def compiled_variants() -> dict:
 
 
 def code_path(cfg: Sm90Config) -> tuple:
-    """What decides a variant's code beyond its tile width and stages: ping-pong, direct C, the
-    cluster and the stream-K tail."""
+    """What decides a variant's code beyond its tile width and stages: ping-pong, direct C (ping-pong
+    only), the cluster and the stream-K tail."""
     return cfg.pingpong, cfg.direct_c, cfg.cluster, cfg.stream_k
 
 
 def compile_check_sources():
-    """Every compiled variant (:func:`compiled_variants`) x epilogue in bf16, and in f16 the first
-    variant of each :func:`code_path` x epilogue: the element type changes the MMA and the
-    conversions, not the tile's code (fo_lib.kernel_catalog: compiled for sm_90a only, where wgmma
-    and setmaxnreg exist)."""
+    """Every compiled variant (:func:`compiled_variants`) x epilogue it launches with
+    (:func:`variant_epilogues`) in bf16, and in f16 the first variant of each :func:`code_path` x
+    those epilogues: the element type changes the MMA and the conversions, not the tile's code
+    (fo_lib.kernel_catalog: compiled for sm_90a only, where wgmma and setmaxnreg exist)."""
     seen = set()
     for cname, cfg in compiled_variants().items():
         first_of_path = code_path(cfg) not in seen
@@ -74,5 +85,5 @@ def compile_check_sources():
         for dtype in DTYPES:
             if dtype != "bf16" and not first_of_path:
                 continue
-            for epi in EPILOGUES:
+            for epi in variant_epilogues(cfg):
                 yield f"gemm_sm90 {cname} {dtype} {epi}", generate_source(cfg, dtype, epi)[0]
