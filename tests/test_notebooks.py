@@ -14,13 +14,36 @@ def test_notebooks_exist():
     assert len(NOTEBOOKS) >= 8
 
 
-@pytest.mark.timeout(600)
+@pytest.fixture(scope="module")
+def replays(tmp_path_factory):
+    """Every notebook replayed once, two at a time (each papermill run waits on its own kernel
+    process, so two threads keep both cores busy): notebook stem -> (executed notebook, figures dir)
+    or the exception its replay raised, which its test re-raises."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def replay(nb):
+        out = tmp_path_factory.mktemp(nb.stem)
+        figs = out / "figures"
+        try:
+            done = papermill.execute_notebook(
+                str(nb), str(out / nb.name), kernel_name="python3", progress_bar=False,
+                parameters=dict(mode="replay", quick=True, data_set="h200", figures_dir=str(figs)),
+                cwd=str(ROOT / "notebooks"))
+        except Exception as exc:  # noqa: BLE001 - handed to the notebook's own test
+            return nb.stem, exc
+        return nb.stem, (done, figs)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(replay, NOTEBOOKS))
+
+
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_replays_and_writes_figures(nb, tmp_path):
-    figs = tmp_path / "figures"
-    done = papermill.execute_notebook(str(nb), str(tmp_path / nb.name), kernel_name="python3", progress_bar=False,
-                                      parameters=dict(mode="replay", quick=True, data_set="h200", figures_dir=str(figs)),
-                                      cwd=str(ROOT / "notebooks"))
+def test_notebook_replays_and_writes_figures(nb, replays):
+    result = replays[nb.stem]
+    if isinstance(result, Exception):
+        raise result
+    done, figs = result
     for ext in ("png", "svg"):
         out = figs / f"{nb.stem}.{ext}"
         assert out.exists() and out.stat().st_size > 1000, out
