@@ -78,11 +78,23 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_gemm_tunings(args: argparse.Namespace) -> int:
+    """An unreadable tunings file is one line and exit 0: autotuning reads it as empty and rewrites it,
+    so nothing is broken that the user must fix."""
     from .gemm import config_tuning, sm90
 
     path = config_tuning.cache_path()
+    problem = config_tuning.read_file(path)[1]
     if args.clear:
-        print(f"removed {config_tuning.clear()} remembered Hopper GEMM tunings ({path})")
+        n = config_tuning.clear()
+        print(f"removed the unreadable Hopper GEMM tunings file {path} ({problem})" if problem is not None
+              else f"removed {n} remembered Hopper GEMM tunings ({path})")
+        return 0
+    if problem is not None:
+        if args.json:
+            _print_json(dict(path=str(path), tunings=[], unreadable=problem))
+        else:
+            print(f"unreadable Hopper GEMM tunings file {path} ({problem}): autotuning ignores it and rewrites "
+                  "it at the next tuning; --clear deletes it")
         return 0
     current = {}  # dtype -> the digest tunings of this tree's kernels are remembered under
     rows = []
@@ -251,8 +263,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=_positive_int, help="parallel compiler processes (default: CPU count)")
     p.set_defaults(func=_cmd_build)
 
-    p = sub.add_parser("gemm-tunings", help="list (or --clear) the Hopper GEMM configs autotuning remembered")
-    p.add_argument("--clear", action="store_true", help="delete them: every shape is timed again on first use")
+    p = sub.add_parser("gemm-tunings", help="list (or --clear) the Hopper GEMM configs autotuning remembered",
+                       description="List the Hopper GEMM configs autotuning remembered, or --clear them. An "
+                       "unreadable file (not JSON, another shape, nested too deeply) is listed as such in one "
+                       "line with exit status 0: autotuning ignores it and rewrites it at the next tuning.")
+    p.add_argument("--clear", action="store_true", help="delete them (the file, whatever it holds): every shape "
+                   "is timed again on first use")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_gemm_tunings)
 

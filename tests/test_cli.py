@@ -242,6 +242,28 @@ def test_gemm_tunings_lists_and_clears_what_autotuning_remembered(tmp_path, monk
     assert not (tmp_path / config_tuning.FILE_NAME).exists()
 
 
+@pytest.mark.parametrize("content, problem", [("{not json", "not valid JSON"), ("[1, 2]", "an array"),
+                                              ("[" * 100_000 + "]" * 100_000, "nested too deeply")])
+def test_gemm_tunings_lists_a_corrupt_file_in_one_line_and_clears_it(tmp_path, monkeypatch, capsys, content,
+                                                                     problem):
+    from fo_lib.gemm import config_tuning
+    monkeypatch.setenv("FO_CACHE_DIR", str(tmp_path))
+    path = tmp_path / config_tuning.FILE_NAME
+    path.write_text(content)
+    assert main(["gemm-tunings"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and len(out.splitlines()) == 1, (out, err)
+    assert "unreadable" in out and str(path) in out and problem in out
+    assert main(["gemm-tunings", "--json"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert err == "" and doc["tunings"] == [] and problem in doc["unreadable"] and doc["path"] == str(path)
+    assert main(["gemm-tunings", "--clear"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and len(out.splitlines()) == 1 and "removed the unreadable" in out
+    assert not path.exists()
+
+
 # --- out-of-range numbers and hostile JSON: every one is a one-line error, never a traceback --------
 DEEP = "[" * 100_000 + "]" * 100_000
 PROFILE = dict(format="fo_lib.gemm_profile", version=1, M=1, N=1, K=1, dtype="bf16", config={}, sm_count=132,

@@ -25,9 +25,13 @@ candidates differ. So the model proposes (:func:`shortlist`) and the GPU decides
 * Cache: ``sm90_autotune.json`` in the kernel cache folder (:func:`fo_lib.jit.compiler.cache_dir`),
   keyed by GPU name, CTA count, ``M x N x K``, dtype and a digest of the candidates' kernel cache
   keys and of how they are timed (a changed source, header, NVRTC option or version, or timing,
-  tunes again); merged and replaced atomically, so concurrent processes lose nothing worse
-  than a re-tune. An unreadable file is tuned over. ``FO_SM90_AUTOTUNE_FILE`` names another file
-  (an experiment that must tune afresh without losing the kernels already compiled).
+  tunes again); read, merged and replaced atomically under a file lock (``filelock``, the lock file
+  in the temporary folder: :func:`lock_path`), so concurrent tuners on one machine lose no entry. A
+  file that is not a JSON object of tunings (not JSON, another shape, nested deeper than
+  :data:`MAX_DEPTH`) is read as empty, warns once per process and is rewritten whole at the next
+  tuning; ``python -m fo_lib gemm-tunings`` lists it as unreadable and ``--clear`` deletes it.
+  ``FO_SM90_AUTOTUNE_FILE`` names another file (an experiment that must tune afresh without losing
+  the kernels already compiled).
 
 ``FO_SM90_AUTOTUNE=0`` turns it off (the model's pick). Nothing is timed for an explicit CTA count
 other than the SM count or without a tile table (the model's pick), nor inside a CUDA-graph capture
@@ -46,10 +50,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 import threading
+import warnings
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
+
+from filelock import FileLock
 
 from .._util import atomic_write
 
@@ -84,9 +92,17 @@ TIMING = (f"bench_interleaved graph replays of {REPS} back-to-back calls on rota
 # and would make the pick flip between runs.
 WIN = 0.005
 
+# The file nests three objects deep (key, entry, config or times); one nested much deeper is not
+# this module's, and rewriting it (json.dumps recurses) would overflow the stack.
+MAX_DEPTH = 16
+# A writer holds the lock for one read and one rewrite of a small file (milliseconds), so a holder
+# stuck this long is hung and its waiter keeps the tuning in memory only rather than hang too.
+LOCK_TIMEOUT_S = 60.0
+
 _lock = threading.Lock()
 _memory: dict | None = None  # the file's entries, read once per process
 _failed: set = set()  # keys whose tuning failed in this process: not tried again on every call
+_warned: set = set()  # unreadable files already warned about in this process
 
 
 def enabled() -> bool:
@@ -115,12 +131,66 @@ def cache_path() -> Path:
     return Path(cache_dir()) / FILE_NAME
 
 
-def _read(path: Path) -> dict:
+def lock_path() -> Path:
+    """The lock file that writers of every cache file hold, one per user in the temporary folder: one
+    beside the cache file would stay in the cache folder (filelock may keep it on release), and a
+    write takes milliseconds, so writers of cache files in other folders lose nothing waiting on it."""
+    uid = os.getuid() if hasattr(os, "getuid") else "user"
+    return Path(tempfile.gettempdir()) / f"fo_lib-{uid}-{Path(FILE_NAME).stem}.lock"
+
+
+def _file_lock() -> FileLock:
+    return FileLock(lock_path(), timeout=LOCK_TIMEOUT_S)
+
+
+_JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean",
+               type(None): "null"}
+
+
+def _too_deep(doc) -> bool:
+    """Whether ``doc``'s objects and arrays nest deeper than :data:`MAX_DEPTH` (walked without recursion)."""
+    stack = [(doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            if depth > MAX_DEPTH:
+                return True
+            stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node))
+    return False
+
+
+def read_file(path: Path | None = None) -> tuple[dict, str | None]:
+    """``(entries, problem)`` of the cache file (default :func:`cache_path`): ``problem`` is None for a
+    readable or missing file, else what is wrong with it in a few words (the entries then empty).
+    Never raises for the file's content."""
+    path = cache_path() if path is None else Path(path)
     try:
-        data = json.loads(path.read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return {}, None
+    except OSError as exc:
+        return {}, f"cannot be read: {exc.strerror or exc}"
+    try:
+        data = json.loads(raw)
+    except RecursionError:  # the decoder recurses once per nesting level
+        return {}, "nested too deeply"
+    except ValueError as exc:  # bad JSON or UTF-8, a number too long
+        return {}, "not valid JSON: " + " ".join(str(exc).split())
+    if not isinstance(data, dict):
+        return {}, f"{_JSON_KINDS.get(type(data), type(data).__name__)} where an object of tunings belongs"
+    if _too_deep(data):
+        return {}, f"nested deeper than {MAX_DEPTH} levels"
+    return data, None
+
+
+def _read(path: Path) -> dict:
+    """The entries of ``path``; an unreadable file warns, once per process and file."""
+    entries, problem = read_file(path)
+    if problem is not None and str(path) not in _warned:
+        _warned.add(str(path))
+        warnings.warn(f"fo_lib.gemm: the autotuning cache {path} is unreadable ({problem}); it is ignored "
+                      "and rewritten at the next tuning", RuntimeWarning, stacklevel=3)
+    return entries
 
 
 def _entries() -> dict:
@@ -154,15 +224,26 @@ def mark_failed(k: str) -> None:
 
 
 def on_disk() -> dict:
-    """Every entry of the cache file as ``{key: entry}`` (empty where there is none or it is unreadable)."""
-    return _read(cache_path())
+    """Every entry of the cache file as ``{key: entry}`` (empty where there is none or it is unreadable:
+    :func:`read_file` tells why)."""
+    return read_file()[0]
 
 
 def clear() -> int:
-    """Delete the cache file (and this process's copy); returns how many entries it held."""
+    """Delete the cache file whatever it holds (and this process's copy); returns how many entries it
+    held (0 for an unreadable file)."""
     path = cache_path()
-    n = len(_read(path))
-    path.unlink(missing_ok=True)
+    try:
+        lock = _file_lock()
+        lock.acquire()
+    except OSError:  # a hung writer or no temporary folder: delete all the same
+        lock = None
+    try:
+        n = len(read_file(path)[0])
+        path.unlink(missing_ok=True)
+    finally:
+        if lock is not None:
+            lock.release()
     forget()
     return n
 
@@ -212,10 +293,12 @@ def remember(k: str, config, timed_ms: dict, model_label: str) -> None:
         _entries()[k] = entry
         try:
             path = cache_path()
-            merged = _read(path)
-            merged[k] = entry
-            atomic_write(path, json.dumps(merged, indent=1, sort_keys=True).encode())
-        except OSError:  # a read-only cache folder: this process still remembers
+            # Another process's read-merge-write between this one's read and rename would be lost.
+            with _file_lock():
+                merged = _read(path)  # an unreadable file is replaced by this entry alone
+                merged[k] = entry
+                atomic_write(path, json.dumps(merged, indent=1, sort_keys=True).encode())
+        except OSError:  # a read-only cache folder or a lock not to be had: this process still remembers
             pass
 
 
