@@ -98,5 +98,6 @@ ex.save(fig, "14_gemm_baseline", figures_dir)
 # 1100 x 1792 x 5120 (about 40 us) moves most from one process to the next (0.965 to 1.014 over six
 # processes with the same configs); its cluster pairs now share whichever operand tile they have in
 # common, A or B, which lifted it 1-2 % (docs/decisions.md, "Clusters of 2 share their common tile, A or B, by TMA multicast").
+
 # %%
 {k: dict(geomean=round(v[0], 3), median=round(v[1], 3), worst=round(v[2], 3)) for k, v in summary.items()}

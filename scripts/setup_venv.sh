@@ -34,4 +34,12 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     >/dev/null 2>&1 || echo "[setup] warning: could not register the fo_lib kernel in $venv" >&2
   echo "$want" > "$stamp"
 fi
+# JupyterLab started from this venv saves notebooks without the kernel's language_info (its exact
+# Python version), so a notebook opened and saved unchanged is the committed one byte for byte. (The
+# server reads only extension switches from jupyter_server_config.d, so this is the main file.)
+hook="$venv/etc/jupyter/jupyter_server_config.json"
+if [ ! -f "$hook" ]; then
+  mkdir -p "$(dirname "$hook")"
+  printf '{"ContentsManager": {"pre_save_hook": "fo_lib._jupyter.drop_kernel_metadata"}}\n' > "$hook"
+fi
 export PATH="$venv/bin:$PATH"

@@ -49,3 +49,30 @@ def test_each_notebook_names_its_paper_figures_and_has_a_parameters_cell(src):
     assert re.search(r"\*\*Reproduces:\*\* .*\b(Fig|Tab|Alg)\. \d+", cells[0].source), cells[0].source[:200]
     params = [c for c in cells if "parameters" in c.metadata.get("tags", ())]
     assert len(params) == 1 and "quick = False" in params[0].source
+
+
+def test_each_notebook_is_what_a_jupyterlab_save_writes(tmp_path):
+    """Open and save every notebook as JupyterLab does with this venv, and no byte of the .ipynb or
+    its paired .py changes: jupytext's contents manager reads the pair (adding the format options of
+    pyproject.toml's [tool.jupytext]), the kernel sets its spec and language_info, and the save runs
+    the venv's pre-save hook (fo_lib/_jupyter.py, registered by scripts/setup_venv.sh)."""
+    import jupytext
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    folder = tmp_path / "notebooks"
+    shutil.copytree(ROOT / "notebooks", folder, ignore=shutil.ignore_patterns("output"))
+    spec = KernelSpecManager().get_kernel_spec("python3")
+    cm = jupytext.TextFileContentsManager(root_dir=str(tmp_path),
+                                          pre_save_hook="fo_lib._jupyter.drop_kernel_metadata")
+    changed = []
+    for src in SOURCES:
+        path = f"notebooks/{src.stem}.ipynb"
+        before = {p: (folder / p).read_bytes() for p in (f"{src.stem}.ipynb", src.name)}
+        model = cm.get(path)
+        model["content"]["metadata"]["kernelspec"] = {"name": "python3", "display_name": spec.display_name,
+                                                      "language": spec.language}
+        model["content"]["metadata"]["language_info"] = {"name": "python", "version": "3.x.y"}
+        cm.save(model, path)
+        changed += [p for p, data in before.items() if (folder / p).read_bytes() != data]
+    assert changed == [], "a save in JupyterLab would rewrite these (run scripts/tooling/build_notebooks.py)"

@@ -1,5 +1,6 @@
 """The environment set-up: scripts/tooling/cuda_extra.py picks CuPy's extra from the driver's CUDA version,
 and scripts/setup_venv.sh installs that extra and keeps everything it writes inside the venv."""
+import json
 import os
 import stat
 import subprocess
@@ -104,6 +105,9 @@ def test_setup_writes_nothing_in_home_and_installs_the_drivers_extra(tmp_path):
     installs = [c for c in calls if c.startswith("-m pip install -q -e")]
     assert installs == [f"-m pip install -q -e {ROOT}[test,cuda13,notebooks]"]
     assert (venv / "share" / "jupyter" / "kernels" / "fo_lib" / "kernel.json").exists()
+    # JupyterLab's save hook (tests/test_notebook_sources.py checks what it keeps out of a notebook).
+    hook = json.loads((venv / "etc" / "jupyter" / "jupyter_server_config.json").read_text())
+    assert hook == {"ContentsManager": {"pre_save_hook": "fo_lib._jupyter.drop_kernel_metadata"}}
     assert not (home / ".local" / "share" / "jupyter").exists()
     assert [p for p in home.rglob("*") if p.is_file()] == []  # (IPython's import leaves an empty ~/.ipython)
     assert (venv / ".fo_lib-installed").read_text().split()[1] == "test,cuda13,notebooks"

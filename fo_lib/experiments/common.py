@@ -90,6 +90,12 @@ def record(df: pd.DataFrame, name: str, data_set: str | None = None, **meta) -> 
     return write_result(df, DATA_DIR / (data_set or gpu_tag()) / f"{name}.csv", **meta)
 
 
+# The keys matplotlib fills in by default that change with the day or the installed version; None
+# leaves them out of the file.
+PNG_METADATA = {"Software": None}
+SVG_METADATA = {"Date": None, "Creator": None}
+
+
 def save(fig, name: str, figures_dir: str | Path = "figures") -> list[Path]:
     """Write ``<name>.png`` and ``<name>.svg``; return the paths."""
     out = Path(figures_dir)
@@ -97,12 +103,12 @@ def save(fig, name: str, figures_dir: str | Path = "figures") -> list[Path]:
     paths = [out / f"{name}.png", out / f"{name}.svg"]
     import matplotlib
 
-    # Same data -> same bytes (no dates, fixed SVG ids): regenerated figures only differ in git
-    # when the data did.
+    # Same data -> same bytes (no dates, no matplotlib version, fixed SVG ids): regenerated figures
+    # only differ in git when the data did.
     matplotlib.rcParams["svg.hashsalt"] = "fo_lib"
     from .._util import atomic_path
     with atomic_path(paths[0]) as tmp:  # an interrupted run leaves the old figure, not half a new one
-        fig.savefig(tmp, dpi=150, bbox_inches="tight", metadata={"Software": None})
+        fig.savefig(tmp, dpi=150, bbox_inches="tight", metadata=PNG_METADATA)
     with atomic_path(paths[1]) as tmp:
-        fig.savefig(tmp, bbox_inches="tight", metadata={"Date": None})
+        fig.savefig(tmp, bbox_inches="tight", metadata=SVG_METADATA)
     return paths

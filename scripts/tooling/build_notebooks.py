@@ -20,7 +20,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from fo_lib._util import atomic_path  # noqa: E402
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
-KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
+# The kernel spec as JupyterLab rewrites it on opening a notebook (ipykernel's own python3 spec), so
+# that opening and saving a notebook changes no byte (its language_info is dropped on save by
+# fo_lib/_jupyter.py, which scripts/setup_venv.sh registers).
+KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+
+
+def jupytext_metadata(src: Path) -> dict:
+    """What jupytext's contents manager adds to a paired notebook it opens: the format options of the
+    project's [tool.jupytext] (pyproject.toml), e.g. notebook_metadata_filter."""
+    from jupytext.config import load_jupytext_config
+
+    options: dict = {}
+    config = load_jupytext_config(str(src))
+    if config is not None:
+        config.set_default_format_options(options, read=True)
+    return options
 
 
 def sources(folder: Path = NOTEBOOKS) -> list[Path]:
@@ -31,6 +46,9 @@ def build(src: Path) -> nbformat.NotebookNode:
     """The notebook of one percent source, with stable cell ids (rebuilding changes no byte)."""
     nb = jupytext.read(src, fmt="py:percent")
     nb.metadata = {"kernelspec": dict(KERNELSPEC)}
+    options = jupytext_metadata(src)
+    if options:
+        nb.metadata["jupytext"] = options
     prefix = src.stem.split("_")[0]
     for i, cell in enumerate(nb.cells):
         cell.id = f"{prefix}-{i:02d}"
