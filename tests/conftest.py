@@ -10,16 +10,6 @@ settings.register_profile("dev", max_examples=30, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
-def pytest_collection_finish(session):
-    """Long multi-process checks start when the session has collected their test (a module's
-    ``START_EARLY``: test name -> starter) and run beside the tests before it; the test collects
-    the result. Only what the session will run starts."""
-    for item in session.items:
-        start = getattr(getattr(item, "module", None), "START_EARLY", {}).get(getattr(item, "originalname", None))
-        if start is not None:
-            start()
-
-
 @pytest.fixture
 def nvrtc():
     """NVRTC for a compile check: where it is missing, a skip on a development machine and a failure

@@ -85,7 +85,9 @@ def test_a_stalled_or_dead_peer_makes_every_survivor_raise_and_exit_in_time(case
             proc.communicate()
 
 
-def _twenty_clean_runs() -> list:
+@pytest.mark.multiproc
+@pytest.mark.timeout(400)
+def test_three_ranks_exit_without_an_abort_twenty_times():
     aborted = []
     for run in range(20):
         procs = spawn_ranks(3, [str(FAULTS), "clean", "10000"])
@@ -93,31 +95,6 @@ def _twenty_clean_runs() -> list:
             out, _ = proc.communicate(timeout=60)
             if proc.returncode != 0 or f"ok clean (rank {rank})" not in out:
                 aborted.append((run, rank, proc.returncode, out[-500:]))
-    return aborted
-
-
-_clean_runs = []  # the twenty runs' future, once started
-
-
-def start_clean_runs() -> None:
-    """The twenty runs (about a minute of process start-ups) begin as soon as the session knows it
-    will check them (tests/conftest.py) and go on beside the tests before theirs, which mostly
-    leave a core idle."""
-    if not _clean_runs:
-        from concurrent.futures import ThreadPoolExecutor
-        pool = ThreadPoolExecutor(max_workers=1)
-        _clean_runs.append(pool.submit(_twenty_clean_runs))
-        pool.shutdown(wait=False)
-
-
-START_EARLY = {"test_three_ranks_exit_without_an_abort_twenty_times": start_clean_runs}
-
-
-@pytest.mark.multiproc
-@pytest.mark.timeout(400)
-def test_three_ranks_exit_without_an_abort_twenty_times():
-    start_clean_runs()
-    aborted = _clean_runs[0].result(timeout=380)
     assert not aborted, aborted
 
 
