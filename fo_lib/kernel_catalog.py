@@ -78,18 +78,17 @@ def build_cases(cases: Iterable[tuple[str, str, str]], jobs: int | None = None,
 
     work = list(cases)
     jobs = jobs or max(1, min(len(work), os.cpu_count() or 1))
-    if jobs == 1 or len(work) <= 1:
-        results = map(_build_one, work)
-    else:
+    pool = None
+    if jobs > 1 and len(work) > 1:
         pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
-        results = pool.map(_build_one, work)
     try:
+        results = pool.map(_build_one, work) if pool else map(_build_one, work)
         if progress:
             from tqdm.auto import tqdm
             results = tqdm(results, total=len(work), desc="compiling kernels", unit="kernel")
         return list(results)
     finally:
-        if jobs > 1 and len(work) > 1:
+        if pool:
             pool.shutdown()
 
 

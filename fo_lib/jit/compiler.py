@@ -174,8 +174,8 @@ def cached_compile(source: str, arch: str) -> tuple[bytes, str]:
     cubin, so the compile check, the ptxas-report tests and the kernels' launches share one entry.
     The program is always named ``fo_kernel.cu`` (the name is in the cubin): its bytes are a function
     of the key alone, the same as :func:`compile_cubin`'s."""
-    stem = cache_dir() / f"{source_key(source, arch)}_{arch}"
-    cubin_path, log_path = Path(f"{stem}.cubin"), Path(f"{stem}.log")
+    cubin_path = _cubin_path(source, arch)
+    log_path = cubin_path.with_suffix(".log")
     try:
         cubin, log = cubin_path.read_bytes(), log_path.read_text()
         if _is_whole_cubin(cubin):
@@ -188,10 +188,14 @@ def cached_compile(source: str, arch: str) -> tuple[bytes, str]:
     return cubin, log
 
 
+def _cubin_path(source: str, arch: str) -> Path:
+    return cache_dir() / f"{source_key(source, arch)}_{arch}.cubin"
+
+
 def ensure_cubin(source: str, arch: str) -> Path:
     """Path of the cached cubin for (source, arch), compiling it first if needed."""
     cached_compile(source, arch)
-    return cache_dir() / f"{source_key(source, arch)}_{arch}.cubin"
+    return _cubin_path(source, arch)
 
 
 _lock = threading.Lock()
