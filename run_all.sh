@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Main job: regenerate every figure. Runs each notebook in notebooks/ headlessly with papermill
-# (executed copies go to notebooks/output/, figures to figures/). Notebooks measure when the GPUs
-# they need are present (mode=auto) and otherwise replay the recorded data in data/<gpu>/.
+# (executed copies and logs go to notebooks/output/, figures to figures/), then prints a summary table.
+# Notebooks measure when the GPUs they need are present (mode=auto), else replay data/<gpu>/. With
+# several GPUs the single-GPU notebooks run side by side, one per GPU, then the multi-GPU ones on all
+# (fo_lib/run_all_schedule.py); with one GPU or none, one after another.
 # Usage: ./run_all.sh [--quick] [--mode auto|measure|replay] [--data h200] [--only NN_name ...]
 #                     [--output DIR] [--figures DIR] [--setup-only]
 # --only runs the notebooks whose name starts with NN_name (repeatable); --output and --figures
@@ -32,7 +34,7 @@ while [ $# -gt 0 ]; do
         if [ $# -ge 2 ] && [ -z "$2" ]; then shift; fi  # an empty value is consumed, an option is not
       fi ;;
     --setup-only) setup_only=true ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) errors+=("unknown argument $1") ;;
   esac
   shift
@@ -109,15 +111,9 @@ if [ -n "$figures" ]; then
   params+=(-r figures_dir "$figures")
 fi
 mkdir -p "$output" "${figures:-figures}"
-for nb in "${NOTEBOOKS[@]}"; do
-  name="$(basename "$nb")"
-  echo "[run_all] $name (mode=$mode, quick=$quick)"
-  if ! python -m papermill --no-progress-bar -k python3 "$nb" "$output/$name" "${params[@]}" \
-        >"$output/${name%.ipynb}.log" 2>&1; then
-    echo "run_all.sh: FAILED in notebook $name (log: $output/${name%.ipynb}.log)" >&2
-    tail -n 30 "$output/${name%.ipynb}.log" >&2
-    exit 1
-  fi
-done
+echo "[run_all] ${#NOTEBOOKS[@]} notebooks (mode=$mode, quick=$quick)"
+# Exits 1 naming every failed notebook with its log's tail, after the summary table.
+python -m fo_lib.run_all_schedule --output "$output" --figures "${figures:-figures}" "${NOTEBOOKS[@]}" \
+  -- "${params[@]}"
 echo "run_all.sh: figures written to ${figures:-$(pwd)/figures}/"
 ls "${figures:-figures}"
