@@ -197,6 +197,28 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    import time
+
+    from .calibration import offline
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()] if args.parts is not None else list(offline.PARTS)
+    bad = [p for p in parts if p not in offline.PARTS]
+    if bad or not parts:
+        raise CliError(f"--parts takes a comma-separated subset of {','.join(offline.PARTS)}, got {args.parts!r}")
+    t0 = time.perf_counter()
+    try:
+        report = offline.calibrate(parts, quick=args.quick, force=args.force, record=args.record)
+    except offline.CalibrationError as exc:
+        raise CliError(str(exc)) from None
+    print(f"calibrate: {time.perf_counter() - t0:.1f} s in all")
+    ran = [p for p, r in report.items() if not isinstance(r, str) or r == "done earlier"]
+    if not ran:
+        _warn("calibrate", "nothing could be calibrated on this machine: " + "; ".join(
+            f"{p} {r}" for p, r in report.items()))
+        return 1
+    return 0
+
+
 def _positive_int(text: str) -> int:
     try:
         v = int(text)
@@ -271,6 +293,19 @@ def build_parser() -> argparse.ArgumentParser:
                    "is timed again on first use")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_gemm_tunings)
+
+    p = sub.add_parser("calibrate", help="the offline phase for this GPU: tile table, overlap sweep, model fit",
+                       description="Measure what the library needs for this GPU (the Hopper GEMM's tile "
+                       "table, an overlap sweep over the emulated link: GEMM wave profiles, link curves and "
+                       "candidate partitions, then the refined model's constants fitted on them) into the "
+                       "user's cache, where every table and curve lookup finds it first. A killed run "
+                       "resumes at the first unfinished part.")
+    p.add_argument("--quick", action="store_true", help="fewer K in the tile table, a shorter overlap sweep")
+    p.add_argument("--parts", help="comma-separated subset of tiles,overlap,model,nccl (default: all)")
+    p.add_argument("--force", action="store_true", help="measure every part again, finished or not")
+    p.add_argument("--record", action="store_true", help="also copy the results into the repository's "
+                   "data/<gpu>/ (data/<gpu>-quick/ with --quick)")
+    p.set_defaults(func=_cmd_calibrate)
 
     p = sub.add_parser("tune", help="choose a wave-group partition from a profile and a latency curve")
     p.add_argument("--curve", help="latency curve: a curve JSON ({'points': [[bytes, ms], ...]}), a sweep's "

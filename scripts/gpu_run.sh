@@ -3,7 +3,7 @@
 # each under its own time limit, logging everything to $OUT/run.log and writing CSV + provenance
 # sidecars under $OUT/data/. Run from the repo root:
 #   FO_GIT_SHA=<sha of HEAD> FO_STEPS=build,tests,sanitize,bench_gemm,bench_postops scripts/gpu_run.sh
-# Steps: build sm90_tiles tests sanitize sanitize_sm90 bench_gemm exp_gemm signal_cost stall_sites bench_sm90 sm90_ncu sm90_sass sm90_ab tune_agree sm90_llm bench_postops launch profile record host_path
+# Steps: build sm90_tiles sm90_llm_free calibrate tests sanitize sanitize_sm90 bench_gemm exp_gemm signal_cost stall_sites bench_sm90 sm90_ncu sm90_sass sm90_ab tune_agree sm90_llm bench_postops launch profile record host_path
 # timeline engine engine_host multi_gpu bench_overlap run_all_quick heatmap ablation e2e; arguments through FO_TEST_ARGS, FO_GEMM_ARGS, FO_EXP_OPTIONS/FO_EXP_ARGS, FO_STALL_ARGS, FO_SM90_ARGS, FO_POSTOPS_ARGS,
 # FO_MULTI_ARGS, FO_OVERLAP_ARGS, FO_FIGURES_ARGS (default --quick). (tests runs every file in tests/gpu, the sm90 GEMM's included.)
 # (the GPU machine gets a copy without .git: FO_GIT_SHA is what the provenance sidecars record)
@@ -39,6 +39,10 @@ step sm90_tiles 150 python3 scripts/bench/record_sm90_tiles.py ${FO_SM90_TILES_A
 [ -z "${FO_SM90_TILES:-}" ] && [ -f "$OUT/data/gemm_sm90_tiles.csv" ] && export FO_SM90_TILES="$OUT/data/gemm_sm90_tiles.csv"
 tiles_arg=()
 [ -n "${FO_SM90_TILES:-}" ] && tiles_arg=(--tiles "$FO_SM90_TILES")
+# The plain path with no tile table at all (table-free autotuning), then the offline phase as a user
+# runs it (its wall time is the bar's), into the kernel cache's folder: the steps after it read it.
+step sm90_llm_free 240 python3 scripts/bench/bench_gemm_sm90_llm.py --tiles guess ${FO_SM90_LLM_ARGS:-} --out "$OUT/data/gemm_sm90_llm_table_free.csv"
+step calibrate 400 bash -c "time python3 -m fo_lib calibrate ${FO_CALIBRATE_ARGS:-} && cp -r \"\$FO_CACHE_DIR/calibration\" \"$OUT/data/\""
 step tests 420 python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/gpu ${FO_TEST_ARGS:-}
 step sanitize 150 bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/profile/sanitize_kernels.py && compute-sanitizer --tool racecheck --error-exitcode 9 python3 scripts/profile/sanitize_kernels.py"
 # cuda-bindings probes the driver with cuGetProcAddress calls that fail by design: not kernel errors.

@@ -128,15 +128,64 @@ def test_the_switch(monkeypatch, value, on):
     assert config_tuning.enabled() is on
 
 
-def test_the_models_pick_where_autotuning_is_off_or_has_no_table(monkeypatch, tmp_path):
+def test_the_models_pick_where_autotuning_is_off(monkeypatch, tmp_path):
     """_tuned returns the model's pick before touching the operands (None here) when the switch is
-    off, or when there is no tile table to propose candidates."""
+    off, with a table or without."""
     model = C["128x256x64"]
     monkeypatch.setenv(config_tuning.ENV_VAR, "0")
     assert sm90_launch._tuned(None, None, "bf16", 1, 1, 1, 132, model) is model
-    monkeypatch.setenv(config_tuning.ENV_VAR, "1")
     monkeypatch.setenv("FO_SM90_TILES", "guess")
     assert sm90_launch._tuned(None, None, "bf16", 1, 1, 1, 132, model) is model
+
+
+@pytest.mark.parametrize("shape", [(2048, 7168, 5120), (1536, 3584, 18944), (7000, 2048, 8192), (256, 4096, 4096),
+                                   (8192, 1280, 8192), (100, 100, 64)])
+def test_the_table_free_shortlist(shape):
+    """Without a table: the guess first, then one tile of each kind, every one valid, in whole waves
+    and with a stream-K tail only where the grid has a partial last wave, one band on one wave."""
+    from fo_lib.gemm.stream_k import stream_k_tiles
+    M, N, K = shape
+    model = sm90.guess_config(M, N, K, 132)
+    got = sm90_tuning.table_free_candidates(M, N, K, 132, model)
+    assert got[0] == model and len(set(got)) == len(got)
+    assert {c.tile_name for c in got} >= {C[n].tile_name for n in sm90_tuning.TABLE_FREE_TILES}
+    for c in got:
+        c.validate()
+        tiles = c.grid(M, N, 132).num_tiles
+        assert not c.stream_k or (tiles > 132 and stream_k_tiles(tiles, 132))
+        assert c.swizzle == 1 if tiles <= 132 else c.order == "row"
+
+
+def test_without_a_table_the_first_call_times_the_table_free_shortlist(cache, monkeypatch):
+    """No tile table: the first call times the table-free shortlist (GPU calls faked), takes the
+    fastest, remembers it apart from tunings with a table, and the next call times nothing."""
+    import contextlib
+    from types import SimpleNamespace
+
+    import torch
+    monkeypatch.setenv("FO_SM90_TILES", "guess")
+    monkeypatch.setenv(config_tuning.ENV_VAR, "1")
+    monkeypatch.setattr(sm90_launch, "sm_count", lambda dev=None: 132)
+    monkeypatch.setattr(sm90_launch, "kernel_digest", lambda dtype: "digest")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda dev=None: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.cuda, "device", lambda dev: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda dev=None: None)
+    timed = []
+
+    def fake_time(shortlist, dtype, a, b, ctas, model):
+        timed.append(list(shortlist))
+        return {sm90.config_label(c): 0.9 if c.BN == 168 else 1.0 for c in shortlist}
+
+    monkeypatch.setattr(sm90_launch, "time_candidates", fake_time)
+    a = SimpleNamespace(device=SimpleNamespace(index=0))
+    M, N, K = 1536, 3584, 18944
+    model = sm90.guess_config(M, N, K, 132)
+    got = sm90_launch._tuned(a, a, "bf16", M, N, K, 132, model)
+    assert got.BN == 168 and timed == [sm90_tuning.table_free_candidates(M, N, K, 132, model)]
+    config_tuning.forget()  # read back from the file, as another process would
+    assert sm90_launch._tuned(a, a, "bf16", M, N, K, 132, model) == got and len(timed) == 1
+    assert any(k.endswith("-table-free") for k in json.loads(cache.read_text()))
 
 
 def test_a_cache_file_that_cannot_be_written_is_remembered_in_this_process(cache, monkeypatch):

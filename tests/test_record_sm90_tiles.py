@@ -1,8 +1,10 @@
-"""The scripts around the Hopper tile table on the CPU, GPU timings faked: the grids, sessions and rows
-of scripts/bench/record_sm90_tiles.py, the table it writes read back by the picker, and
-scripts/bench/bench_gemm_sm90_llm.py on the LLM shapes."""
+"""The recorder of the Hopper tile table and the scripts around it on the CPU, GPU timings faked: the
+grids, sessions and rows of fo_lib.calibration.sm90_tiles (scripts/bench/record_sm90_tiles.py runs
+it), the table it writes read back by the picker, and scripts/bench/bench_gemm_sm90_llm.py on the
+LLM shapes."""
 import pytest
 
+from fo_lib.calibration import sm90_tiles
 from fo_lib.gemm import sm90, tile_table
 from sm90_tile_tables import write_table as _table
 
@@ -14,7 +16,7 @@ def _script(name):
 
 @pytest.mark.parametrize("sms", [132, 114, 78])
 def test_the_recording_grids_are_whole_waves_of_every_candidate(sms):
-    rec = _script("record_sm90_tiles")
+    rec = sm90_tiles
     grids = rec.grids(sms)
     measured = [name for *_, names in grids for name in names]
     # Every candidate once per aspect, on whole waves of its own tiles.
@@ -35,7 +37,7 @@ def test_the_recording_grids_are_whole_waves_of_every_candidate(sms):
 
 
 def test_the_recorder_writes_a_table_the_picker_reads(data_dir):
-    rec = _script("record_sm90_tiles")
+    rec = sm90_tiles
     rows = []
     for M, N, names in rec.grids(132):
         for K in rec.KS:
@@ -88,7 +90,7 @@ def test_record_then_benchmark_end_to_end_with_fake_timings(data_dir, monkeypatc
 
     from fo_lib.experiments import gemm_llm
 
-    rec, llm = _script("record_sm90_tiles"), _script("bench_gemm_sm90_llm")
+    rec, script, llm = sm90_tiles, _script("record_sm90_tiles"), _script("bench_gemm_sm90_llm")
     monkeypatch.setattr(sm90, "is_supported", lambda *a: True)
     monkeypatch.setattr(sm90, "sm_count", lambda *a: 132)
 
@@ -107,7 +109,7 @@ def test_record_then_benchmark_end_to_end_with_fake_timings(data_dir, monkeypatc
 
     monkeypatch.setattr(rec, "measure", fake_measure)
     table = tmp_path / "out" / "gemm_sm90_tiles.csv"
-    rec.main(["--out", str(table), "--K", "1024", "4096"])
+    script.main(["--out", str(table), "--K", "1024", "4096"])
     assert len(pd.read_csv(table)) == 3 * 2 * sum(len(rec.rasters(c)) for c in rec.candidates().values())
     assert json.loads(table.with_suffix(".meta.json").read_text())["waves"] == rec.WAVES
     # One timing session per aspect and K, holding every grid of that aspect.
@@ -148,7 +150,7 @@ def test_measure_times_each_grid_on_its_own_operands_in_one_session(monkeypatch)
     from fo_lib import testing
     from fo_lib.experiments import kernel_bench
 
-    rec = _script("record_sm90_tiles")
+    rec = sm90_tiles
     group = rec.aspect_grids(132, rec.WAVES, 1.0)
     sets_of = {}
 

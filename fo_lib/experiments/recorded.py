@@ -3,21 +3,23 @@
 refined model's calibrated parameters their measurements tune with."""
 from __future__ import annotations
 
-from ..provenance import DATA_DIR
 from .common import load
 
-# The refined model's parameters fitted on the full loopback sweep of data/h200 (the calibration its
-# record names in its provenance); a measurement on another GPU should refit (scripts/record/calibrate_overlap.py).
-CALIBRATION = DATA_DIR / "h200" / "runs" / "calibration_a198c3f_gemm_overlap" / "overlap_calibration.meta.json"
 NO_DATA = "no recorded data yet: run mode='measure' on a GPU"
 
 
 def model_params(spec: str = "auto") -> dict | None:
     """``{primitive: {launch_ms, comm_slowdown, gemm_slowdown, contention}}`` for the tuner:
-    ``"auto"`` the calibration above if present, ``"none"`` the defaults, else a JSON file."""
+    ``"auto"`` this GPU's (:func:`fo_lib.calibration.store.model_params`: ``python -m fo_lib
+    calibrate``'s fit, else the one recorded in ``data/<gpu>/overlap_calibration.csv``, else the
+    defaults), ``"none"`` the defaults, else a JSON file (a calibration sidecar or the mapping)."""
     from .overlap_measure import load_model_params
 
-    return None if spec == "none" else load_model_params(spec, CALIBRATION)
+    if spec == "auto":
+        from ..calibration import store
+        from ..gemm.tile_table import current_gpu_tag
+        return store.model_params(current_gpu_tag())
+    return None if spec == "none" else load_model_params(spec, spec)
 
 
 def load_or_none(data_set: str, name: str):

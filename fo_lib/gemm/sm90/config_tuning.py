@@ -10,12 +10,14 @@ holds a copy). Pure apart from :func:`kernel_digest` (NVRTC).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
 from ..._util import ceil_div
 from .. import config_tuning, tile_table
 from ..config import MAX_SMEM
-from .configs import Sm90Config, config_label
+from ..stream_k import stream_k_tiles
+from .configs import CONFIGS, Sm90Config, config_label
 from .pick import candidate_pool, guess_config, load_table
 from .source import ARCH, generate_source
 
@@ -86,3 +88,28 @@ def tuning_candidates(path, M: int, N: int, K: int, ctas: int, model: Sm90Config
                 if s <= (ceil_div(M, c.BM) if o == "row" else ceil_div(N, c.BN)))  # (wider walks like narrower)
         out += list(dict.fromkeys(c for c in more if c not in out))
     return out
+
+
+# Without a tile table, what a shape's first call times beside the guess: one tile of each kind the
+# guess cannot weigh. The mid and odd widths fill a last wave the 128- and 256-wide tiles leave
+# partial (2048 x 7168: 448 tiles of 128 x 256 are 3.4 waves on 132 SMs, 656 of 128 x 176 are 4.97;
+# 1536 x 3584: 264 tiles of 128 x 168 make 2 whole waves), ping-pong consumers suit few-wave and
+# narrow-N grids (each consumer's epilogue under the other's MMAs).
+TABLE_FREE_TILES = ("128x256x64", "128x128x64", "128x192x64", "128x168x64", "128x176x64pd", "128x128x64p")
+
+
+def table_free_candidates(M: int, N: int, K: int, ctas: int, model: Sm90Config) -> list:
+    """What autotuning times for ``M x N x K`` on ``ctas`` CTAs with no tile table: the guess
+    ``model`` and each tile of :data:`TABLE_FREE_TILES` in the guess's raster rule (row order, bands
+    of up to 8 tile rows; one band on a one-wave grid), in whole waves and, where the grid has a
+    partial last wave, with a stream-K tail."""
+    out = [model]
+    for name in TABLE_FREE_TILES:
+        cfg = CONFIGS[name]
+        tm, tn = ceil_div(M, cfg.BM), ceil_div(N, cfg.BN)
+        tiles = tm * tn
+        c = cfg.with_raster("row", 1 if tiles <= ctas else min(8, tm)).whole_waves()
+        out.append(c)
+        if cfg.cluster == 1 and tiles > ctas and stream_k_tiles(tiles, ctas):
+            out.append(replace(c, stream_k=True))
+    return list(dict.fromkeys(out))

@@ -20,7 +20,7 @@ from ..config import GemmError
 from ..family import GemmFamily
 from ..tma import driver, operand_desc
 from . import stream_k_tail
-from .config_tuning import kernel_digest, tuning_candidates, tuning_pick, tuning_settle_s
+from .config_tuning import kernel_digest, table_free_candidates, tuning_candidates, tuning_pick, tuning_settle_s
 from .configs import Sm90Config, config_label
 from .pick import default_config
 from .source import generate_source
@@ -99,18 +99,22 @@ def _sm90_operand_args(cfg, dtype, a, b, c_ptr, ldc):
 
 
 def _tuned(a, b, dtype, M, N, K, ctas, model: Sm90Config) -> Sm90Config:
-    """The config a plain call runs: the tile table's pick ``model``, or where autotuning applies
-    (:mod:`fo_lib.gemm.config_tuning`: on, a tile table, the SM count's CTAs) the fastest of the model's
-    shortlist, timed on these operands on the shape's first call outside a CUDA-graph capture and
-    remembered on disk. A tuning that fails (memory, a compile) leaves the model's pick."""
-    path = tile_table.table_path() if config_tuning.enabled() else None
-    if path is None:
+    """The config a plain call runs: the picker's ``model``, or where autotuning applies
+    (:mod:`fo_lib.gemm.config_tuning`: on, the SM count's CTAs) the fastest of a shortlist, timed on
+    these operands on the shape's first call outside a CUDA-graph capture and remembered on disk:
+    with a tile table, the table's ranking; without one, the guess beside a fixed set of other tiles
+    (:func:`fo_lib.gemm.sm90.config_tuning.table_free_candidates`). A tuning that fails (memory, a
+    compile) leaves the model's pick."""
+    if not config_tuning.enabled():
         return model
+    path = tile_table.table_path()
     import torch
     dev = a.device.index
     if ctas != sm_count(dev):
         return model
-    k = config_tuning.key(torch.cuda.get_device_name(dev), ctas, M, N, K, dtype, kernel_digest(dtype))
+    # Tunings with and without a table weigh different shortlists: each remembered apart.
+    k = config_tuning.key(torch.cuda.get_device_name(dev), ctas, M, N, K, dtype,
+                          kernel_digest(dtype) + ("" if path else "-table-free"))
     hit = config_tuning.lookup(k, Sm90Config)
     if hit is not None or config_tuning.failed(k):
         return hit or model
@@ -118,13 +122,14 @@ def _tuned(a, b, dtype, M, N, K, ctas, model: Sm90Config) -> Sm90Config:
         if torch.cuda.is_current_stream_capturing():  # nothing may be timed (or synchronized) here
             return model
         try:
-            shortlist = tuning_candidates(path, M, N, K, ctas, model)
+            shortlist = (tuning_candidates(path, M, N, K, ctas, model) if path
+                         else table_free_candidates(M, N, K, ctas, model))
             torch.cuda.synchronize(dev)  # the operands may still be written on another stream
             ms = time_candidates(shortlist, dtype, a, b, ctas, model)
         except Exception as exc:  # noqa: BLE001 - the call itself can still run the model's pick
             config_tuning.mark_failed(k)
             warnings.warn(f"fo_lib.gemm.sm90: autotuning {M} x {N} x {K} failed ({type(exc).__name__}: {exc}); "
-                          f"running the tile table's pick {config_label(model)}", RuntimeWarning, stacklevel=4)
+                          f"running the picker's {config_label(model)}", RuntimeWarning, stacklevel=4)
             return model
     winner = tuning_pick(ms, shortlist, model, M, N, ctas)
     cfg = next(c for c in shortlist if config_label(c) == winner)
