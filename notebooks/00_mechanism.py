@@ -232,19 +232,7 @@ designs = mech.design_comparison(fig3, (1, 1, 1, 1), ks=(2, 3, 4, 8, 16, fig3.nu
 designs
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(12, 3.6), layout="constrained")
-colors = ["C0" if d.startswith("decomposition") else "C3" if d.startswith("fusion") else "C2" for d in designs.design]
-labels = [d.replace("decomposition, ", "decomp. ").replace(" (comm per tile in the GEMM)", "")
-          .replace("one GEMM per tile", "per tile") for d in designs.design]
-titles = {"waves": f"GEMM waves in all (whole GEMM: {fig3.num_waves})",
-          "smallest message (KiB)": "smallest message (KiB)"}
-for ax, (col, what) in zip(axes, titles.items()):
-    bars = ax.bar(range(len(designs)), designs[col], color=colors)
-    ax.bar_label(bars, [f"{v:g}" for v in designs[col]], fontsize=8)
-    ax.set_yscale("log")
-    ax.set_ylim(1, designs[col].max() * 4)
-    ax.set_xticks(range(len(designs)), labels, rotation=30, ha="right", fontsize=8)
-    ax.set_title(what, fontsize=10)
+fig = mech.draw_designs(designs, fig3.num_waves)
 ex.stamp(fig, {"gpu": "any (wave model)", "link": "none", "date": "live"}, fig3.describe())
 ex.save(fig, "00_mechanism_designs", figures_dir)
 plt.show()

@@ -58,10 +58,11 @@ def test_modelled_pcie_link_reproduces_the_cited_small_message_share():
 
 # --- profiles --------------------------------------------------------------------------------------
 def test_default_view_uses_the_recorded_profile_and_a_new_shape_the_throughput_model():
-    r = E.explore()
+    r = E.explore(K=8192)
+    assert E.explore().profile_source.startswith("recorded profile") and E.explore().num_waves == 10
     assert r.profile_source.startswith("recorded profile") and r.num_waves == 10
     assert r.profile.gpu == "NVIDIA H200" and r.grid.ctas == 132 - 24
-    m = E.explore(M=4224)
+    m = E.explore(M=4224, K=8192)
     assert m.profile_source.startswith("modelled profile")
     assert m.profile.num_waves == m.grid.num_waves
     # The fitted per-SM rate lands the modelled waves near the recorded ones of the same tiles.
@@ -239,8 +240,9 @@ def test_widget_redraws_on_a_control_and_reports_errors():
     box = E.widget()
     c = box.controls
     png, text = box.image.value, box.summary.value
-    assert png[:4] == b"\x89PNG" and "best partition (6,2,1,1)" in text
-    c["M"].value = 8192
+    assert png[:4] == b"\x89PNG" and "best partition (1,2,7)" in text
+    box.sliders["M"].value = 8192
+    assert c["M"].value == "8192"  # the slider's text box follows it
     assert box.image.value != png and box.summary.value != text
     png = box.image.value
     c["partition"].value = "1,2"
@@ -254,3 +256,14 @@ def test_widget_redraws_on_a_control_and_reports_errors():
     c["link"].value = "h200x2/copy_engine copy engine"
     assert list(c["primitive"].options) == ["all_reduce"] and c["comm_sms"].value == 1
     assert c["world_size"].disabled and c["world_size"].value == 2
+
+
+def test_the_default_view_has_a_clear_best_partition_and_says_so():
+    r = E.explore()
+    part, ms = r.runner_up
+    assert ms / r.best.total_ms - 1 > 0.01 and part != r.best.partition
+    assert (r.design_ms <= r.best.total_ms * 1.01).sum() == 1  # no tie within 1 %
+    assert r.summary().endswith(f"runner-up ({','.join(map(str, part))}) +{100 * (ms / r.best.total_ms - 1):.1f} %")
+    # The summary shows a tie too: at K = 8192 the runner-up is within 0.05 %.
+    assert "+0.0 %" in E.explore(K=8192).summary()
+    assert E.explore(M=8192).runner_up is None  # T = 19: no design space

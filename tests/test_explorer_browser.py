@@ -1,7 +1,9 @@
 """The explorer notebook in a real browser: JupyterLab on localhost (a temp dir holding a copy of
-notebooks/09_explorer.ipynb), headless Chromium driven by Playwright runs every cell, drags the M
-slider, and the widget must redraw: the figure's pixels change and the reported best partition
-becomes the one fo_lib predicts for the slider's new value.
+notebooks/09_explorer.ipynb), headless Chromium driven by Playwright runs every cell in a 1280 px
+window: the figure must sit above the controls at least 900 px wide, the "measure on GPU" control
+must show disabled with its reason (no GPU here), and typing an M or dragging its slider must redraw:
+the figure's pixels change and the reported best partition becomes the one fo_lib predicts for the
+new value.
 
 Skips only when no Chromium binary is installed, and never in CI (``CI`` set: .ci/run installs
 Debian's ``chromium``, so its absence there is a failure); ``FO_CHROMIUM`` names another binary."""
@@ -124,9 +126,15 @@ def _run_all_cells(page) -> None:
     raise AssertionError("Run All Cells never started a cell")
 
 
-def test_explorer_redraws_when_a_slider_moves_in_a_real_browser(lab, tmp_path):
+def _wait_for_summary(summary, want: str, what: str) -> None:
+    _wait_for(lambda: summary.inner_text() == want, 60, f"the summary for {what}: {want!r} (still "
+              f"{summary.inner_text()!r})")
+
+
+def test_explorer_redraws_when_m_is_typed_or_dragged_in_a_real_browser(lab, tmp_path):
     from playwright import sync_api  # the test extra
     from fo_lib.experiments import explorer
+    from fo_lib.experiments.explorer import measure
 
     url, token, work = lab
     nb = _copy_notebook(work, tmp_path / "figures")
@@ -134,7 +142,8 @@ def test_explorer_redraws_when_a_slider_moves_in_a_real_browser(lab, tmp_path):
         # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:
-            page = browser.new_page(viewport={"width": 1600, "height": 1200})
+            # A laptop's window: the figure must still be wide enough to read.
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
             page.goto(f"{url}/lab/tree/{nb.name}?token={token}&reset", timeout=60_000)
             page.locator(".jp-Notebook").first.wait_for(timeout=60_000)
             _run_all_cells(page)
@@ -147,29 +156,45 @@ def test_explorer_redraws_when_a_slider_moves_in_a_real_browser(lab, tmp_path):
             src0, pixels0, text0 = image.get_attribute("src"), image.screenshot(), summary.inner_text()
             assert text0 == explorer.explore().summary()
 
-            # Drag the M slider's handle to the right, as a user would; the widget sends the new value
-            # on release (continuous_update=False) and the kernel redraws.
-            readout = page.locator(".fo-control-M .widget-readout")
-            m0 = int(readout.inner_text())
-            handle = page.locator(".fo-control-M .noUi-handle")
+            # Layout: the figure above the controls and inside the notebook (not clipped at its right
+            # edge beside the file browser); with the file browser collapsed, as a reader does, at
+            # least 900 px wide in a 1280 px window.
+            typed = page.locator(".fo-control-M input")
+            panel = page.locator(".jp-NotebookPanel-notebook").first.bounding_box()
+            fig_box, m_box = image.bounding_box(), typed.bounding_box()
+            assert fig_box["x"] + fig_box["width"] <= panel["x"] + panel["width"] + 1, (fig_box, panel)
+            assert fig_box["y"] + fig_box["height"] <= m_box["y"], (fig_box, m_box)
+            page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current").first.click()
+            _wait_for(lambda: image.bounding_box()["width"] >= 900, 10,
+                      f"the figure to take the window's width (still {image.bounding_box()['width']:.0f} px)")
+
+            # Without a GPU the measure control is shown, disabled, with its reason beside it.
+            button = page.locator(".fo-explorer-measure")
+            no_gpu = measure.CudaBackend().device()[0] is None
+            assert button.is_visible() and button.is_disabled() == no_gpu
+            if no_gpu:
+                assert measure.NO_GPU in page.locator(".fo-explorer-measure-reason").inner_text()
+
+            # Type an M off the slider's 128 grid and press Enter: the exact value must be drawn (the
+            # check that catches a text box not wired to the redraw, or a slider that snaps it back).
+            typed.fill("3000")
+            typed.press("Enter")
+            _wait_for_summary(summary, explorer.explore(M=3000).summary(), "M=3000")
+            _wait_for(lambda: image.get_attribute("src") != src0, 30, "a new image")
+            assert image.screenshot() != pixels0, "the image shows the same pixels after M was typed"
+            assert typed.input_value() == "3000"
+
+            # Drag the M slider's handle to the right, as a user would; its text box follows and the
+            # widget redraws on release (continuous_update=False).
+            handle = page.locator(".fo-slider-M .noUi-handle")
             box = handle.bounding_box()
             page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
             page.mouse.down()
             page.mouse.move(box["x"] + box["width"] / 2 + 25, box["y"] + box["height"] / 2, steps=5)
             page.mouse.up()
-            m1 = int(_wait_for(lambda: readout.inner_text() if int(readout.inner_text()) != m0 else None, 10,
-                               "the slider to move"))
-
-            # The check that catches a callback that does not redraw (tried by hand: with the
-            # controls' observers removed in the notebook copy, this wait times out): the summary
-            # must become the one for the slider's new M, and the image must be a new one.
-            want = explorer.explore(M=m1).summary()
-            _wait_for(lambda: summary.inner_text() == want, 60, f"the summary for M={m1}: {want!r} "
-                      f"(still {summary.inner_text()!r})")
-            _wait_for(lambda: image.get_attribute("src") != src0, 30, "a new image")
-            pixels1 = image.screenshot()
-            assert summary.inner_text() != text0
-            assert pixels1 != pixels0, "the image element shows the same pixels after the slider moved"
+            m1 = int(_wait_for(lambda: typed.input_value() if typed.input_value() != "3000" else None, 10,
+                               "the text box to follow the slider"))
+            _wait_for_summary(summary, explorer.explore(M=m1).summary(), f"M={m1}")
         except BaseException:
             page.screenshot(path=str(tmp_path / "failure.png"), full_page=True)  # kept by pytest's tmp_path
             print(f"screenshot: {tmp_path / 'failure.png'}; JupyterLab log: {tmp_path / 'lab.log'}")

@@ -175,3 +175,32 @@ def test_decomposition_pays_partial_waves_that_signalling_does_not():
     assert sum(g.M for g in mech.decomposed(fig3, 3)) == 2048
     with pytest.raises(ValueError, match="k must be"):
         mech.decomposed(fig3, 17)
+
+
+def test_the_step_frames_and_their_small_multiples_fit_a_1000_pixel_screen():
+    import io
+
+    from PIL import Image
+
+    trace = mech.counting_trace(_plan().tables)
+    fig = mech.draw_trace(trace, world_size=2)  # as notebook 00 draws it, saved at 150 dpi
+    assert mech.rendered_size(fig)[1] <= mech.FRAME_MAX_PX
+    plt.close(fig)
+    for frame in mech.step_images(trace, world_size=2):  # the slider's frames, at their own dpi
+        assert Image.open(io.BytesIO(frame)).size[1] <= mech.FRAME_MAX_PX
+    # The check catches the earlier panel size, whose two rows took 1120 px.
+    tall = mech.draw_trace(trace, world_size=2, panel=(3.4, 3.6))
+    assert mech.rendered_size(tall)[1] > mech.FRAME_MAX_PX
+    plt.close(tall)
+
+
+def test_the_design_figure_labels_both_axes_of_both_panels():
+    fig3 = TileGrid.with_ctas(2048, 8192, 128, BM=128, BN=256)
+    designs = mech.design_comparison(fig3, (1, 1, 1, 1), ks=(2, 3, 4, 8, 16, fig3.num_tiles))
+    fig = mech.draw_designs(designs, fig3.num_waves)
+    waves, message = fig.axes
+    assert waves.get_ylabel() == "waves (log scale)" and message.get_ylabel() == "KiB (log scale)"
+    assert [b.get_height() for b in waves.patches] == designs.waves.tolist()
+    assert f"whole GEMM: {fig3.num_waves}" in waves.get_title()
+    assert len(waves.get_xticklabels()) == len(designs)
+    plt.close(fig)

@@ -101,12 +101,27 @@ class Explored:
     def chosen_speedup(self) -> float:
         return self.no_overlap.total_ms / self.chosen.total_ms
 
+    @property
+    def runner_up(self) -> tuple[tuple, float] | None:
+        """The second fastest partition of the design space and its predicted total; None without a
+        design space (``T > DESIGN_SPACE_MAX_WAVES``) or with one partition."""
+        if self.design_ms is None or len(self.design_ms) < 2:
+            return None
+        order = np.argsort(self.design_ms, kind="stable")
+        best = tuple(self.best.partition)
+        i = next(int(i) for i in order[:2] if self.design_partitions[i] != best)
+        return self.design_partitions[i], float(self.design_ms[i])
+
     def summary(self) -> str:
-        """The one-line answer the explorer reports."""
+        """The one-line answer the explorer reports: the best partition, its speedup, and how far
+        ahead of the runner-up it is (whether the choice matters)."""
         part = ",".join(map(str, self.best.partition))
         verdict = "" if self.best_speedup > 1 else " (no overlap is faster: the tuner falls back)"
+        ru = self.runner_up
+        ahead = ("" if ru is None else
+                 f"; runner-up ({','.join(map(str, ru[0]))}) {100 * (ru[1] / self.best.total_ms - 1):+.1f} %")
         return (f"best partition ({part}) of {self.num_waves} waves: {self.best.total_ms:.3f} ms, "
-                f"{self.best_speedup:.2f}x vs no overlap ({self.no_overlap.total_ms:.3f} ms){verdict}")
+                f"{self.best_speedup:.2f}x vs no overlap ({self.no_overlap.total_ms:.3f} ms){ahead}{verdict}")
 
 
 def design_space(model: OverlapModel) -> tuple[tuple, np.ndarray]:

@@ -21,9 +21,11 @@ class ExplorerInput:
     assumptions). ``partition``: ``"tuned"``, ``"finest"``, ``"one group"`` or group sizes typed as
     ``"1,2,2"``."""
 
+    # The default view: Llama-3-70B's attention output projection at TP=8 on 4096 tokens, a recorded
+    # shape whose best partition beats the runner-up by 1.5 % (at K = 8192 some 170 tie for best).
     M: int = 4096
     N: int = 8192
-    K: int = 8192
+    K: int = 1024
     dtype: str = "bf16"
     tile: str = "sm90 128x256x64"
     sm_count: int | None = None
@@ -52,6 +54,15 @@ def _choice(name: str, value, options) -> str:
     if value not in options:
         raise ExplorerError(f"{name} must be one of {list(options)}, got {value!r}")
     return value
+
+
+def parse_dim(name: str, text) -> int:
+    """A GEMM dimension typed in a text box: digits only (spaces and ``_`` separators allowed), in
+    ``[1, MAX_DIM]``; anything else raises :class:`ExplorerError` with one line naming ``name``."""
+    s = str(text).strip().replace("_", "").replace(" ", "")
+    if not re.fullmatch(r"[0-9]+", s):
+        raise ExplorerError(f"{name} must be a positive integer, got {str(text).strip()!r}")
+    return _int(name, int(s), 1, MAX_DIM)
 
 
 def parse_partition(text, num_waves: int) -> tuple[str, tuple[int, ...] | None]:

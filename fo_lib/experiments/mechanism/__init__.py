@@ -14,16 +14,16 @@ Everything here is derived from the plan's own tables (:mod:`fo_lib.reorder`) an
 * :func:`draw_step` draws one step on one axes (output tiles, counting table, send buffer).
 * :func:`design_comparison` is Table 1 of the paper on a given GEMM: decomposition (k smaller
   GEMMs), fusion (communication per tile inside the GEMM) and signalling, with the wave counts and
-  fills of :class:`~fo_lib.tiling.TileGrid`.
+  fills of :class:`~fo_lib.tiling.TileGrid`; :func:`draw_designs` draws it.
 
 Modules: :mod:`.trace` (the counting trace), :mod:`.run_check` (the trace against a real run),
 :mod:`.drawing` (the steps drawn), :mod:`.designs` (Table 1).
 """
-from .designs import decomposed, design_comparison
-from .drawing import GROUP_COLORS, draw_step, draw_trace, step_images
+from .designs import decomposed, design_comparison, draw_designs
+from .drawing import FRAME_MAX_PX, GROUP_COLORS, draw_step, draw_trace, rendered_size, step_images
 from .run_check import RecordingCommunicator, check_against_run, run_recorded
 from .trace import MechanismError, Step, Trace, counting_trace, post_reorder, predicted_buffers
 
-__all__ = ["GROUP_COLORS", "MechanismError", "RecordingCommunicator", "Step", "Trace", "check_against_run",
-           "counting_trace", "decomposed", "design_comparison", "draw_step", "draw_trace", "post_reorder",
-           "predicted_buffers", "run_recorded", "step_images"]
+__all__ = ["FRAME_MAX_PX", "GROUP_COLORS", "MechanismError", "RecordingCommunicator", "Step", "Trace",
+           "check_against_run", "counting_trace", "decomposed", "design_comparison", "draw_designs", "draw_step",
+           "draw_trace", "post_reorder", "predicted_buffers", "rendered_size", "run_recorded", "step_images"]

@@ -60,3 +60,27 @@ def design_comparison(grid: TileGrid, partition, ks=(2, 4), element_bytes: int =
     row(f"signalling, partition {list(part)}", 1, grid.num_waves, grid.num_tiles, len(part),
         int(sizes.min()) * element_bytes, "yes", "yes", "yes")
     return pd.DataFrame(rows)
+
+
+def draw_designs(designs: pd.DataFrame, whole_waves: int):
+    """Two bar charts of :func:`design_comparison` (log scales): the GEMM waves each design runs in
+    all (the whole GEMM's ``whole_waves`` is the floor) and its smallest message. Colour: blue
+    decomposition, red fusion, green signalling. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.6), layout="constrained")
+    colors = ["C0" if d.startswith("decomposition") else "C3" if d.startswith("fusion") else "C2"
+              for d in designs.design]
+    labels = [d.replace("decomposition, ", "decomp. ").replace(" (comm per tile in the GEMM)", "")
+              .replace("one GEMM per tile", "per tile") for d in designs.design]
+    panels = {"waves": (f"GEMM waves in all (whole GEMM: {whole_waves})", "waves (log scale)"),
+              "smallest message (KiB)": ("smallest message (KiB)", "KiB (log scale)")}
+    for ax, (col, (title, ylabel)) in zip(axes, panels.items()):
+        bars = ax.bar(range(len(designs)), designs[col], color=colors)
+        ax.bar_label(bars, [f"{v:g}" for v in designs[col]], fontsize=8)
+        ax.set_yscale("log")
+        ax.set_ylim(1, designs[col].max() * 4)
+        ax.set_xticks(range(len(designs)), labels, rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel(ylabel, fontsize=9)
+        ax.set_title(title, fontsize=10)
+    return fig

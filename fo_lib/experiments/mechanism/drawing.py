@@ -101,8 +101,25 @@ def step_images(trace: Trace, *, world_size: int | None = None, dpi: int = 90) -
     return frames
 
 
-def draw_trace(trace: Trace, *, world_size: int | None = None, columns: int = 5, panel=(3.4, 3.6)):
-    """Every step of ``trace`` as small multiples (the static view of the slider); returns the figure."""
+# A reader's screen: the saved figure (150 dpi, fo_lib.experiments.save) and each slider frame fit in
+# this many pixels of height.
+FRAME_MAX_PX = 1000
+
+
+def rendered_size(fig, dpi: int = 150) -> tuple[int, int]:
+    """``(width, height)`` in pixels of ``fig`` saved as the notebooks save it (PNG, tight box)."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    return Image.open(buf).size
+
+
+def draw_trace(trace: Trace, *, world_size: int | None = None, columns: int = 5, panel=(3.2, 3.0)):
+    """Every step of ``trace`` as small multiples (the static view of the slider); returns the figure.
+    The default panel keeps two rows of the notebook's ten steps within :data:`FRAME_MAX_PX`."""
     import matplotlib.pyplot as plt
 
     n = len(trace.steps)
