@@ -60,6 +60,8 @@ BUILD = {
     "partition=(1.5,0.5)": dict(partition=(1.5, 0.5)), "partition=(True,True)": dict(partition=(True, True)),
     "partition=(0,2)": dict(partition=(0, 2)), "partition=()": dict(partition=()),
     "partition=b'11'": dict(partition=b"\x01\x01"), "partition=callable->'11'": dict(partition=lambda *a: "11"),
+    "partition sums past the waves": dict(partition=(1, 1, 1, 1, 1)), "partition='tune'": dict(partition="tune"),
+    "partition=callable->(5,)": dict(partition=lambda *a: (5,)),
     # the timeout
     "timeout_ms=inf": dict(timeout_ms=math.inf), "timeout_ms=nan": dict(timeout_ms=math.nan),
     "timeout_ms=1e300": dict(timeout_ms=1e300), "timeout_ms=-1": dict(timeout_ms=-1.0),
@@ -174,3 +176,12 @@ def test_a_bad_module_input_raises_a_plan_error(x):
     layer = RowParallelLinear(K, N, _comm(), device="cpu", plan_kw=dict(config=CFG, sm_count=4))
     with pytest.raises(PlanError):
         layer(x)
+
+
+@pytest.mark.parametrize("args", [(0,), (-1,), (2.5,), ("2",), (True,), (None,), (2, 2), (2, -1), (2, "0"), (2, 1.0)],
+                         ids=str)
+def test_a_bad_cpu_loopback_is_refused_with_the_communicators_error(args):
+    from fo_lib.comm import CommError
+    with pytest.raises(CommError) as info:
+        CpuLoopbackCommunicator(*args)
+    assert "\n" not in str(info.value) and isinstance(info.value, ValueError)

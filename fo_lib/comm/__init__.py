@@ -27,6 +27,10 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 
+class CommError(ValueError):
+    """A communicator's arguments, or a collective's operands, that cannot work (one line)."""
+
+
 @runtime_checkable
 class Communicator(Protocol):
     world_size: int
@@ -46,11 +50,11 @@ def check_counts(counts, world_size: int, total: int, what: str) -> list[int]:
     """Per-peer element counts as ints, validated against the world size and the slice length."""
     counts = [int(c) for c in counts]
     if len(counts) != world_size:
-        raise ValueError(f"{what}: {len(counts)} counts for a world of {world_size}")
+        raise CommError(f"{what}: {len(counts)} counts for a world of {world_size}")
     if any(c < 0 for c in counts):
-        raise ValueError(f"{what}: negative count in {counts}")
+        raise CommError(f"{what}: negative count in {counts}")
     if sum(counts) != total:
-        raise ValueError(f"{what}: counts sum to {sum(counts)}, the slice holds {total} elements")
+        raise CommError(f"{what}: counts sum to {sum(counts)}, the slice holds {total} elements")
     return counts
 
 

@@ -6,7 +6,7 @@ teaching, the mechanism notebook and quick experiments. It moves no bytes and mo
 """
 from __future__ import annotations
 
-from . import virtual
+from . import CommError, virtual
 
 
 class CpuLoopbackCommunicator:
@@ -18,9 +18,9 @@ class CpuLoopbackCommunicator:
 
     def __init__(self, world_size: int, rank: int = 0):
         if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
-            raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
+            raise CommError(f"world_size must be a positive integer, got {world_size!r}")
         if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank!r} out of range for world size {world_size}")
+            raise CommError(f"rank {rank!r} out of range for world size {world_size}")
         self.world_size, self.rank = world_size, rank
 
     # ``timeout_s``: accepted like the process-group communicator's; nothing here waits for a peer.

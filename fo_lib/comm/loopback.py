@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import jit
 from .._util import ceil_div, require_cupy
-from . import virtual
+from . import CommError, virtual
 
 MODES = ("copy_engine", "sm_copy")
 SM_COPY_KERNEL = "fo_sm_copy16"
@@ -57,15 +57,15 @@ class LoopbackCommunicator:
         import torch
 
         if not isinstance(world_size, int) or world_size < 1:
-            raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
+            raise CommError(f"world_size must be a positive integer, got {world_size!r}")
         if not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} out of range for world size {world_size}")
+            raise CommError(f"rank {rank} out of range for world size {world_size}")
         if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+            raise CommError(f"mode must be one of {MODES}, got {mode!r}")
         if not torch.cuda.is_available():
             raise RuntimeError("the loopback link emulates a link on one GPU: no CUDA GPU is visible")
         if mode == "sm_copy" and (not isinstance(ctas, int) or ctas < 1):
-            raise ValueError(f"ctas must be a positive integer for mode='sm_copy', got {ctas!r}")
+            raise CommError(f"ctas must be a positive integer for mode='sm_copy', got {ctas!r}")
         self.world_size, self.rank, self.mode = world_size, rank, mode
         self.ctas = ctas if mode == "sm_copy" else 0
         if mode == "sm_copy":

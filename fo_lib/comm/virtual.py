@@ -6,7 +6,7 @@ the input ``W`` times; All-to-All returns, from every source, the chunk a rank s
 """
 from __future__ import annotations
 
-from . import check_counts
+from . import CommError, check_counts
 
 
 def sum_of_copies(src, dst, world_size: int) -> None:
@@ -24,7 +24,7 @@ def repeat(src, dst, world_size: int) -> None:
 def check_sizes(what: str, big, small, world_size: int) -> None:
     """``big`` must hold ``world_size`` chunks the size of ``small`` (ReduceScatter, AllGather)."""
     if big.numel() != small.numel() * world_size:
-        raise ValueError(f"{what}: {big.numel()} elements where {world_size} x {small.numel()} were expected")
+        raise CommError(f"{what}: {big.numel()} elements where {world_size} x {small.numel()} were expected")
 
 
 def own_chunk(send, send_counts, recv, recv_counts, world_size: int, rank: int):
@@ -33,7 +33,7 @@ def own_chunk(send, send_counts, recv, recv_counts, world_size: int, rank: int):
     sc = check_counts(send_counts, world_size, send.numel(), "all_to_all send")
     rc = check_counts(recv_counts, world_size, recv.numel(), "all_to_all recv")
     if any(c != sc[rank] for c in rc):
-        raise ValueError(f"identical virtual ranks: every source sends rank {rank} {sc[rank]} elements, "
+        raise CommError(f"identical virtual ranks: every source sends rank {rank} {sc[rank]} elements, "
                          f"but recv_counts are {rc}")
     start = sum(sc[:rank])
     return sc, send[start:start + sc[rank]]

@@ -9,12 +9,11 @@ import contextlib
 from .. import gemm
 from .._util import ceil_div
 from ..calibration.tuned import plan_partition
-from ..partition import validate_partition
 from ..postops import PostOps
 from .call_check import CallCheck
 from .errors import CollectiveError, PlanError, check_plans_agree
 from .layouts import layout_config
-from .validation import (DTYPES, check_comm, check_operands, check_partition_form,
+from .validation import (DTYPES, check_comm, check_operands, check_partition,
                          check_post_operands, check_tensor, validate_arguments)
 
 
@@ -171,7 +170,7 @@ class OverlapPlan:
         if partition is None:
             size = ceil_div(T, max_groups)
             partition = (size,) * (T // size) + ((T % size,) if T % size else ())
-        return validate_partition(check_partition_form(partition), T)
+        return check_partition(partition, T)
 
     # --- what the layout decided ---------------------------------------------------------------------
     @property

@@ -111,6 +111,16 @@ def check_partition_form(partition) -> tuple[int, ...]:
     return tuple(int(g) for g in part)
 
 
+def check_partition(partition, num_waves: int) -> tuple[int, ...]:
+    """A partition of the GEMM's ``num_waves`` waves: its form, then its sum."""
+    from ..partition import validate_partition
+    part = check_partition_form(partition)
+    try:
+        return validate_partition(part, num_waves)
+    except ValueError as exc:  # a sum that misses the GEMM's waves: the plan's own error, one line
+        raise PlanError(str(exc)) from None
+
+
 def _named(t, name: str) -> str:
     return f"{name} must be a torch.Tensor, got {type(t).__name__}"
 
