@@ -28,10 +28,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   # requirement is a range so that a GPU machine keeps its CUDA build.
   "$venv/bin/python" -c "import torch" 2>/dev/null || "$venv/bin/python" -m pip install -q "torch==2.13.0"
   "$venv/bin/python" -m pip install -q -e "$root[$extras]"
-  # The kernel spec goes into the venv (share/jupyter/kernels), where the JupyterLab started from
-  # it looks; --user would write ~/.local and repoint every other clone's "fo_lib" kernel.
-  "$venv/bin/python" -m ipykernel install --prefix "$venv" --name fo_lib --display-name "fo_lib (.venv)" \
-    >/dev/null 2>&1 || echo "[setup] warning: could not register the fo_lib kernel in $venv" >&2
+  # No kernel spec of our own: the notebooks name "python3", which a JupyterLab started from this
+  # venv runs with the venv's own python (ipykernel's built-in spec), as papermill does in run_all.sh.
   echo "$want" > "$stamp"
 fi
 # JupyterLab started from this venv saves notebooks without the kernel's language_info (its exact

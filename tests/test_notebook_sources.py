@@ -10,6 +10,7 @@ from script_loader import load_script
 
 
 ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
 build_notebooks = load_script("scripts/tooling/build_notebooks.py")
 SOURCES = build_notebooks.sources()
 
@@ -76,3 +77,13 @@ def test_each_notebook_is_what_a_jupyterlab_save_writes(tmp_path):
         cm.save(model, path)
         changed += [p for p, data in before.items() if (folder / p).read_bytes() != data]
     assert changed == [], "a save in JupyterLab would rewrite these (run scripts/tooling/build_notebooks.py)"
+
+
+def test_the_notebooks_and_run_all_name_one_kernel():
+    """One kernel name everywhere: each notebook's spec, the one run_all.sh's papermill starts, and no
+    other that set-up would register."""
+    import json
+    names = {json.loads(p.read_text())["metadata"]["kernelspec"]["name"] for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")}
+    assert names == {"python3"}
+    scripts = (ROOT / "run_all.sh").read_text() + (ROOT / "fo_lib" / "run_all_schedule.py").read_text()
+    assert '"-k", "python3"' in scripts and "ipykernel install" not in (ROOT / "scripts" / "setup_venv.sh").read_text()

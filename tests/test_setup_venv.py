@@ -104,7 +104,7 @@ def test_setup_writes_nothing_in_home_and_installs_the_drivers_extra(tmp_path):
     calls = log.read_text().splitlines()
     installs = [c for c in calls if c.startswith("-m pip install -q -e")]
     assert installs == [f"-m pip install -q -e {ROOT}[test,cuda13,notebooks]"]
-    assert (venv / "share" / "jupyter" / "kernels" / "fo_lib" / "kernel.json").exists()
+    assert not (venv / "share" / "jupyter" / "kernels").exists()  # the notebooks' "python3" is the venv's
     # JupyterLab's save hook (tests/test_notebook_sources.py checks what it keeps out of a notebook).
     hook = json.loads((venv / "etc" / "jupyter" / "jupyter_server_config.json").read_text())
     assert hook == {"ContentsManager": {"pre_save_hook": "fo_lib._jupyter.drop_kernel_metadata"}}
