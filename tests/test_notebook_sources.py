@@ -87,3 +87,16 @@ def test_the_notebooks_and_run_all_name_one_kernel():
     assert names == {"python3"}
     scripts = (ROOT / "run_all.sh").read_text() + (ROOT / "fo_lib" / "run_all_schedule.py").read_text()
     assert '"-k", "python3"' in scripts and "ipykernel install" not in (ROOT / "scripts" / "setup_venv.sh").read_text()
+
+
+def test_the_readme_gallery_shows_every_notebooks_main_figure():
+    import re
+    text = (ROOT / "README.md").read_text()
+    gallery = text[text.index("## Notebooks"):]
+    gallery = gallery[:gallery.index("\n## ")]
+    shown = re.findall(r'<img src="figures/([0-9]{2}_\w+)\.png"', gallery)
+    stems = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.py"))
+    assert shown == stems  # each once, in order
+    assert all((ROOT / "figures" / f"{s}.png").is_file() for s in shown)
+    for s in stems:  # and a sentence with the paper figure it reproduces
+        assert re.search(rf"\*\*`{s}`\*\* \((Fig|Tab|Alg)\.[^)]*\): \w", gallery), s

@@ -5,7 +5,13 @@ cell tagged `# %% tags=["parameters"]`); the .ipynb are what papermill, run_all.
 open. Edit a .py, then run this (tests/test_notebook_sources.py fails while the two disagree).
 
     python scripts/tooling/build_notebooks.py            # rewrite every .ipynb from its .py
+    python scripts/tooling/build_notebooks.py --outputs notebooks/output   # ... with the replay's outputs
     python scripts/tooling/build_notebooks.py --check    # exit 1 and name the notebooks out of sync
+
+The committed notebooks carry outputs, so that a visitor sees the results without running anything:
+those of the replay on recorded data (``./run_all.sh --mode replay`` writes the executed copies to
+notebooks/output/), reduced to what reads the same on every run (:func:`committed_outputs`). A
+rebuild without ``--outputs`` keeps each cell's committed outputs while its source is unchanged.
 """
 from __future__ import annotations
 
@@ -36,6 +42,64 @@ def jupytext_metadata(src: Path) -> dict:
     if config is not None:
         config.set_default_format_options(options, read=True)
     return options
+
+
+# A cell tagged "live" shows something of this run (a wall-clock timing, an interactive widget): its
+# outputs are never committed.
+LIVE_TAG = "live"
+# What an output keeps: images and text. Widget views need their kernel (a saved one shows an error),
+# stderr carries progress bars and warnings naming this machine's paths.
+KEEP_DATA = ("image/png", "text/html", "text/markdown", "text/plain")
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+def committed_outputs(cell) -> list:
+    """The outputs of an executed code ``cell`` as committed: stdout and the images and text it
+    displayed (results as displays, so without execution counts), nothing of a live cell, the
+    parameters cells, a widget or stderr; an error output raises."""
+    tags = set(cell.get("metadata", {}).get("tags", ()))
+    if cell.cell_type != "code" or tags & {LIVE_TAG, "parameters", "injected-parameters"}:
+        return []
+    out = []
+    for o in cell.get("outputs", []):
+        if o.output_type == "error":
+            raise ValueError(f"cell {cell.get('id')} ended in {o.ename}: {o.evalue}")
+        if o.output_type == "stream":
+            if o.name == "stdout" and o.text.strip():
+                out.append(nbformat.v4.new_output("stream", name="stdout", text=o.text))
+            continue
+        if WIDGET in o.get("data", {}):
+            continue
+        data = {k: v for k, v in o.get("data", {}).items() if k in KEEP_DATA}
+        if data:
+            meta = {k: v for k, v in o.get("metadata", {}).items() if k in KEEP_DATA}
+            out.append(nbformat.v4.new_output("display_data", data=data, metadata=meta))
+    return out
+
+
+def with_outputs(nb, outputs: dict) -> nbformat.NotebookNode:
+    """``nb`` with ``outputs`` (cell id -> outputs) on its code cells, no execution counts."""
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = outputs.get(cell.id, [])
+            cell.execution_count = None
+    return nb
+
+
+def executed_outputs(executed: Path) -> dict:
+    """Cell id -> committed outputs, from an executed copy of a notebook (papermill keeps the ids)."""
+    done = nbformat.read(executed, as_version=4)
+    return {c.id: committed_outputs(c) for c in done.cells if c.cell_type == "code" and "id" in c}
+
+
+def kept_outputs(src: Path, built) -> dict:
+    """Cell id -> outputs of the committed notebook beside ``src``, for cells whose source is unchanged."""
+    path = src.with_suffix(".ipynb")
+    if not path.exists():
+        return {}
+    old = {c.id: c for c in nbformat.read(path, as_version=4).cells if "id" in c}
+    return {c.id: old[c.id].get("outputs", []) for c in built.cells
+            if c.cell_type == "code" and c.id in old and old[c.id].source == c.source}
 
 
 def sources(folder: Path = NOTEBOOKS) -> list[Path]:
@@ -77,6 +141,8 @@ def out_of_sync(folder: Path = NOTEBOOKS) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="only report notebooks out of sync (exit 1 if any)")
+    ap.add_argument("--outputs", type=Path, help="a folder of executed notebooks (run_all.sh's notebooks/output) "
+                    "whose outputs the committed notebooks take")
     args = ap.parse_args(argv)
     if args.check:
         bad = out_of_sync()
@@ -86,8 +152,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if bad else 0
     for src in sources():
         out = src.with_suffix(".ipynb")
+        nb = build(src)
+        executed = args.outputs / out.name if args.outputs else None
+        if executed is not None and not executed.exists():
+            print(f"no executed {executed}: {out.name} keeps its outputs", file=sys.stderr)
+            executed = None
+        nb = with_outputs(nb, executed_outputs(executed) if executed else kept_outputs(src, nb))
         with atomic_path(out) as tmp:  # an interrupted build leaves each notebook whole
-            nbformat.write(build(src), tmp)
+            nbformat.write(nb, tmp)
         print("wrote", out.relative_to(NOTEBOOKS.parent))
     return 0
 
