@@ -3,7 +3,7 @@
 # each under its own time limit, logging everything to $OUT/run.log and writing CSV + provenance
 # sidecars under $OUT/data/. Run from the repo root:
 #   FO_GIT_SHA=<sha of HEAD> FO_STEPS=build,tests,sanitize,bench_gemm,bench_postops scripts/gpu_run.sh
-# Steps: build sm90_tiles sm90_llm_free calibrate heldout tests sanitize sanitize_sm90 bench_gemm exp_gemm signal_cost stall_sites bench_sm90 sm90_ncu sm90_sass sm90_ab tune_agree sm90_llm bench_postops launch profile record host_path
+# Steps: build sm90_tiles sm90_llm_free calibrate heldout explorer tests sanitize sanitize_sm90 bench_gemm exp_gemm signal_cost stall_sites bench_sm90 sm90_ncu sm90_sass sm90_ab tune_agree sm90_llm bench_postops launch profile record host_path
 # timeline engine engine_host multi_gpu bench_overlap run_all_quick heatmap ablation e2e; arguments through FO_TEST_ARGS, FO_GEMM_ARGS, FO_EXP_OPTIONS/FO_EXP_ARGS, FO_STALL_ARGS, FO_SM90_ARGS, FO_POSTOPS_ARGS,
 # FO_MULTI_ARGS, FO_OVERLAP_ARGS, FO_FIGURES_ARGS (default --quick). (tests runs every file in tests/gpu, the sm90 GEMM's included.)
 # (the GPU machine gets a copy without .git: FO_GIT_SHA is what the provenance sidecars record)
@@ -91,6 +91,8 @@ if [[ $steps == *",run_all_quick,"* ]]; then
   step run_all_quick 480 env FO_NO_VENV=1 ./run_all.sh --quick
   mkdir -p "$OUT/data/run_all_quick" && cp -r data/*-quick figures notebooks/output "$OUT/data/run_all_quick/" 2>/dev/null
 fi
+# The explorer's measure control: its round trip (first, repeated) and three shapes' partition spaces.
+step explorer 400 python3 scripts/bench/bench_explorer.py --measure --out "$OUT/data/explorer_measure.csv"
 # The predictor on seeded shapes no benchmark uses, every partition timed (after calibrate: its constants).
 step heldout 560 python3 scripts/bench/bench_predictor_heldout.py ${FO_HELDOUT_ARGS:---shapes 4 --primitives all_reduce} --out "$OUT/data/predictor_heldout.csv"
 step bench_overlap 300 python3 scripts/bench/bench_overlap.py ${FO_OVERLAP_ARGS:-} --out "$OUT/data/overlap_loopback.csv"

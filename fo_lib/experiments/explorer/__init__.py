@@ -13,6 +13,7 @@ Everything here is a plain function of its inputs, so the notebook's widgets onl
 * :class:`Measurer` (:mod:`.measure`) runs the shown view on a CUDA GPU, the GEMM's stamped tile
   finish times and one overlapped call on the emulated link, reusing what a shape built;
   :func:`draw_measured` draws that over the model's waves and predicted timeline;
+* :mod:`.space` measures every partition of one shape's waves against the model (a GPU), and draws it;
 * :func:`widget` wires ipywidgets controls to all of these (imported only there).
 
 Link presets (:func:`presets`): every measured curve under ``data/`` (2 H200s over NVLink with NCCL's
