@@ -184,6 +184,6 @@ class TileGrid:
         if self.has_tail_n:
             tail.append(f"N tail {self.N % self.BN}")
         return (f"{self.M}x{self.N} in {self.BM}x{self.BN} tiles: {self.tiles_m}x{self.tiles_n} = "
-                f"{self.num_tiles} tiles, {self.ctas} CTAs -> {self.num_waves} waves"
+                f"{self.num_tiles} tiles, {self.ctas} CTAs -> {self.num_waves} wave{'s' if self.num_waves != 1 else ''}"
                 f" (raster {self.order}, swizzle {self.swizzle}"
                 + (", " + ", ".join(tail) if tail else "") + ")")

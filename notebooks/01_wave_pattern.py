@@ -32,12 +32,14 @@ waves = wp.detect_waves(df)
 waves
 
 # %%
-fig, axes = plt.subplots(1, df.swizzle.nunique(), figsize=(12, 4), sharey=True, squeeze=False)
+fig, axes = plt.subplots(1, df.swizzle.nunique(), figsize=(12, 4.3), sharey=True, squeeze=False, layout="constrained")
+fig.suptitle("When each output tile ends, coloured by the wave the model assigns it")
 for ax, ((cfg, sw), g) in zip(axes[0], df[df.repeat == df.repeat.min()].groupby(["config", "swizzle"])):
     for w, gw in g.groupby("model_wave"):
         ax.scatter(gw.schedule_index, gw.end_us, s=3, label=f"wave {w}")
-    ax.set(title=f"{cfg}, raster row, swizzle {sw}", xlabel="schedule index (tile order)", ylabel="tile end (us)")
-    ax.legend(markerscale=4, fontsize=7)
+    ax.set(title=f"{cfg} tiles, row raster, swizzle {sw}", xlabel="schedule index (tile order)",
+           ylabel="tile end (µs after the first tile's start)")
+    ax.legend(markerscale=4, fontsize=7, title="the model's wave", title_fontsize=7)
 ex.stamp(fig, meta, f"M,N,K = {int(df.M.iloc[0])},{int(df.N.iloc[0])},{int(df.K.iloc[0])}")
 ex.save(fig, "01_wave_pattern", figures_dir)
 

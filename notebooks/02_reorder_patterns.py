@@ -44,12 +44,15 @@ print(grid.describe(), "partition", part)
 from fo_lib.engine import Routing
 routing = Routing.from_destinations(dest)
 a2a = reorder.subtoken_reorder(grid, part, routing.dest, routing.dst_index, 0)
-fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-for ax, (name, plan) in zip(axes, [("AllReduce: tile", ar), ("ReduceScatter: subtile (W=4)", rs), ("All-to-All: subtoken (W=4)", a2a)]):
+fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), layout="constrained")
+for ax, (name, plan) in zip(axes, [("AllReduce: whole tiles", ar), ("ReduceScatter: subtiles (W = 4)", rs),
+                                   ("All-to-All: subtokens (W = 4)", a2a)]):
     idx = reorder.element_index(plan.row_offset, grid.N, grid.BN)
-    im = ax.imshow(idx, aspect="auto", cmap="viridis", interpolation="nearest")
-    ax.set(title=name, xlabel="column", ylabel="row")
-    fig.colorbar(im, ax=ax, label="buffer position")
+    im = ax.imshow(idx / 1000, aspect="auto", cmap="viridis", interpolation="nearest")
+    ax.set(title=name, xlabel="output column", ylabel="output row")
+# One scale for the three panels: each buffer holds the same M x N elements.
+fig.colorbar(im, ax=axes, label="position in the communication buffer (thousands of elements)")
+fig.suptitle("Where each output element lands in the buffer the collective sends, group by group", fontsize=11)
 ex.stamp(fig, {"gpu": "any (tables only)", "link": "none", "date": "live"}, f"partition {list(part)}")
 ex.save(fig, "02_reorder_patterns", figures_dir)
 

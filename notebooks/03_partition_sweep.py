@@ -38,8 +38,10 @@ for ax, (prim, g) in zip(axes, df.groupby("primitive")):
     for shape, gs in g.groupby("shape"):
         gs = gs.sort_values("groups")
         ax.plot(gs.groups, gs.measured_ms / gs.measured_ms.min(), "o", ms=3, label=shape)
-    ax.set(title=prim, xlabel="groups in the partition", ylabel="latency / best")
-    ax.legend(fontsize=6)
+    ax.set(title=f"{ex.PRIMITIVE_TITLES[prim]}: every candidate partition", xlabel="wave groups in the partition",
+           ylabel="latency / best partition's latency")
+    ex.figure_checks.count_axis(ax.xaxis)
+    ax.legend(fontsize=6, title="M x N x K", title_fontsize=6)
 ex.stamp(fig, meta)
 ex.save(fig, "03_partition_sweep", figures_dir)
 

@@ -35,11 +35,12 @@ acc
 # %%
 fig, ax1 = plt.subplots(figsize=(6, 4.2))
 for prim, g in df.groupby("primitive"):
-    ax1.scatter(g.measured_ms, g.model_ms, s=6, label=prim)
+    ax1.scatter(g.measured_ms, g.model_ms, s=6, label=ex.PRIMITIVE_TITLES[prim])
 lim = [0, df.measured_ms.max() * 1.05]
-ax1.plot(lim, lim, "k--", lw=0.8)
-ax1.set(xlabel="measured (ms)", ylabel="predicted (ms)", title="every candidate partition")
-ax1.legend()
+ax1.plot(lim, lim, "k--", lw=0.8, label="prediction = measurement")
+ax1.set(xlabel="measured latency (ms)", ylabel="predicted latency (ms)",
+        title="The model's latency against the measured one,\nfor every candidate partition")
+ax1.legend(loc="upper left")
 ex.stamp(fig, meta)
 ex.save(fig, "04_predictive_search", figures_dir)
 

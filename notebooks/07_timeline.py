@@ -40,14 +40,11 @@ _, meta = ex.load(data_set, "overlap_loopback")
 print(profile.M, profile.N, profile.K, "waves", profile.num_waves, "chosen", list(res.choice.partition))
 
 # %%
-fig, axes = plt.subplots(2, 1, figsize=(12, 4.5), sharex=True)
-for ax, (name, pred) in zip(axes, [("chosen partition", res.choice), ("no overlap (one group)", res.no_overlap)]):
-    for gt in pred.groups:
-        ax.barh(1, gt.compute_end - gt.compute_start, left=gt.compute_start, color=f"C{gt.group % 10}", edgecolor="k")
-        ax.barh(0, gt.comm_end - gt.comm_start, left=gt.comm_start, color=f"C{gt.group % 10}", edgecolor="k", hatch="//")
-    ax.set_yticks([0, 1], ["communication", "GEMM waves"])
-    ax.set_title(f"{name}: {list(pred.partition)} -> {pred.total_ms:.3f} ms (model)")
-axes[-1].set_xlabel("ms")
+fig, axes = plt.subplots(2, 1, figsize=(12, 4.5), sharex=True, layout="constrained")
+for ax, (name, pred) in zip(axes, [("the tuned partition", res.choice), ("no overlap (one group)", res.no_overlap)]):
+    ex.timeline.plot_model(ax, pred)
+    ax.set_title(f"Modelled timeline, {name}: waves per group {list(pred.partition)}, {pred.total_ms:.3f} ms")
+axes[0].set_xlabel("")  # the shared axis is named under the lower panel
 ex.stamp(fig, meta, f"{prim} {profile.M}x{profile.N}x{profile.K}")
 ex.save(fig, "07_timeline", figures_dir)
 
@@ -78,8 +75,8 @@ for ds, tl, tmeta in timelines:
     for ax, ((prim, M, N, K, part), g) in zip(axes[:, 0], shapes):
         ex.timeline.plot(ax, g)
         gathered = "reduction" in g and (g.reduction == "post_reorder").any()
-        ax.set_title(f"{prim} {M}x{N}x{K}, partition {part}"
-                     + (", AllGather per group on the copy engines, summed by the post-reorder" if gathered else ""),
+        ax.set_title(f"{ex.PRIMITIVE_TITLES[prim]} after a {M}x{N}x{K} GEMM, waves per group {part}"
+                     + ("; an AllGather per group on the copy engines, summed by the post-reorder" if gathered else ""),
                      fontsize=9)
     ex.stamp(fig, tmeta, ds)
     ex.save(fig, f"07_timeline_measured_{ds.replace('/', '_')}", figures_dir)

@@ -52,23 +52,25 @@ fp[["primitive", "nccl_max_ctas", "collective_ctas", "collective_threads", "sms_
 
 # %%
 import numpy as np
-fig, axes = plt.subplots(1, 4, figsize=(19, 4))
+fig, axes = plt.subplots(1, 4, figsize=(19, 5.2), layout="constrained", gridspec_kw=dict(width_ratios=[1, 1.3, 1.3, 1]))
 ax = axes[0]
 for (prim, budget), g in curves.groupby(["primitive", "nccl_max_ctas"]):
-    ax.plot(g.bytes, g.bus_gbps, label=f"{prim}, {'default' if budget == 0 else budget} CTAs")
-ax.set(xscale="log", xlabel="message bytes", ylabel="bus bandwidth (GB/s)", title="NCCL curves")
-ax.legend(fontsize=6)
+    ax.plot(g.bytes, g.bus_gbps, label=f"{ex.PRIMITIVE_TITLES[prim]}, {'default' if budget == 0 else budget} CTAs")
+ax.set(xscale="log", xlabel="message size (bytes)", ylabel="bus bandwidth (GB/s)", title="NCCL alone: bandwidth by message size")
+ax.legend(fontsize=6, title="collective, NCCL CTAs", title_fontsize=6)
+cols = [("tuned_checked_speedup", "tuner's choice, checked, CUDA graph"), ("tuned_graph_speedup", "tuner's choice, CUDA graph"),
+        ("tuned_eager_speedup", "tuner's choice, eager"), ("best_eager_speedup", "best measured partition, eager"),
+        ("decomposition_speedup", "decomposition"), ("symm_mem_speedup", "PyTorch symm-mem fused (AllReduce, ReduceScatter)")]
 for ax, (prim, g) in zip(axes[1:], picked.groupby("primitive", sort=False)):
     x = np.arange(len(g))
-    cols = [("tuned_checked_speedup", "tuner's choice, checked, CUDA graph"), ("tuned_graph_speedup", "tuner's choice, CUDA graph"),
-            ("tuned_eager_speedup", "tuner's choice, eager"), ("best_eager_speedup", "best measured partition, eager"),
-            ("decomposition_speedup", "decomposition"), ("symm_mem_speedup", "PyTorch symm-mem fused")]
     for i, (col, lab) in enumerate(cols):
         ax.bar(x + (i - 2.5) * 0.14, g[col].fillna(0).to_numpy(), 0.14, label=lab)
     ax.axhline(1, color="k", lw=0.8)
+    ex.zoom_speedups(ax, g[[c for c, _ in cols]].to_numpy().ravel())
     ax.set_xticks(x, [f"{m}x{n}x{k}" for m, n, k in zip(g.M, g.N, g.K)], rotation=60, fontsize=6)
-    ax.set(title=prim, ylabel="speedup over cuBLAS then NCCL")
-axes[1].legend(fontsize=6)
+    ax.set(title=f"{ex.PRIMITIVE_TITLES[prim]} after the GEMM", xlabel="GEMM shape M x N x K",
+           ylabel="speedup over cuBLAS then NCCL")
+fig.legend(*axes[1].get_legend_handles_labels(), loc="outside lower center", ncol=6, fontsize=7)
 ex.stamp(fig, meta, f"W = {int(sweep.world.iloc[0])} GPUs")
 ex.save(fig, "08_multi_gpu", figures_dir)
 
@@ -104,21 +106,26 @@ picked[["primitive", "M", "N", "K", "nccl_max_ctas", "comm_over_cublas", "tuner_
 tb = ex.multi_gpu.time_breakdown(ds)
 ar = tb[(tb.primitive == "all_reduce") & (tb.comm_over_cublas >= 0.3)]
 budgets = sorted(ar.nccl_max_ctas.unique())
-fig, axes = plt.subplots(1, len(budgets), figsize=(6 * len(budgets), 4), squeeze=False)
+fig, axes = plt.subplots(1, len(budgets), figsize=(6 * len(budgets), 5), squeeze=False, layout="constrained")
 for ax, budget in zip(axes[0], budgets):
     g = ar[ar.nccl_max_ctas == budget]
     x = np.arange(len(g))
     bottom = np.zeros(len(g))
-    for col, lab in [("cublas_ms", "cuBLAS GEMM"), ("gemm_gap_ms", "our GEMM - cuBLAS"),
-                     ("sm_share_ms", "SMs left to NCCL"), ("exposed_ms", "not hidden (comm tail, post-reorder)")]:
+    for col, lab in [("cublas_ms", "cuBLAS GEMM"), ("gemm_gap_ms", "our GEMM's time over cuBLAS's"),
+                     ("sm_share_ms", "the GEMM's loss to the SMs left to NCCL"),
+                     ("exposed_ms", "not hidden (last collective, waits, post-reorder)")]:
         v = g[col].to_numpy() / g.reference_ms.to_numpy()
         ax.bar(x - 0.2, v, 0.4, bottom=bottom, label=lab)
         bottom += v
-    ax.bar(x + 0.2, np.ones(len(g)), 0.4, color="0.75", label="cuBLAS then NCCL")
-    ax.scatter(x - 0.2, g.bound_ms / g.reference_ms, marker="_", s=300, color="k", zorder=3, label="max(cuBLAS, comm)")
+    ax.bar(x + 0.2, np.ones(len(g)), 0.4, color="0.75", label="cuBLAS then NCCL (= 1)")
+    ax.scatter(x - 0.2, g.bound_ms / g.reference_ms, marker="_", s=300, color="k", zorder=3,
+               label="the overlap's bound: max(cuBLAS, NCCL alone)")
+    ex.zoom_speedups(ax, [0.0, *bottom])  # stacked parts start at 0; ticks every 0.1, grid at 0.05
     ax.set_xticks(x, [f"{m}x{n}x{k}" for m, n, k in zip(g.M, g.N, g.K)], rotation=60, fontsize=6)
-    ax.set(title=f"AllReduce, NCCL CTAs {'default' if budget == 0 else budget}", ylabel="time / cuBLAS then NCCL")
-axes[0][0].legend(fontsize=6)
+    ax.set(title=f"AllReduce, NCCL with {'its default' if budget == 0 else budget} CTAs", xlabel="GEMM shape M x N x K",
+           ylabel="time / time of cuBLAS then NCCL")
+fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncol=3, fontsize=7)
+fig.suptitle("Where the time of the best overlapped call goes (left bar of each pair), against cuBLAS then NCCL")
 ex.stamp(fig, meta, "best graph-replayed candidate per shape")
 ex.save(fig, "08_time_breakdown", figures_dir)
 
@@ -147,16 +154,19 @@ if ce is None:
 else:
     ce_sweep, ce_meta = ce
     cmp_ = ex.multi_gpu.copy_engine_comparison(ce_sweep)
-    fig, ax = plt.subplots(figsize=(11, 4))
+    fig, ax = plt.subplots(figsize=(11, 4.6), layout="constrained")
     x = np.arange(len(cmp_))
     ax.bar(x - 0.2, cmp_.nccl_graph_speedup, 0.4, label="NCCL's kernels: AllReduce per group (24 SMs)")
-    ax.bar(x + 0.2, cmp_.copy_engine_graph_speedup, 0.4, label="copy engines: AllGather per group, sum in the post-reorder")
+    ax.bar(x + 0.2, cmp_.copy_engine_graph_speedup, 0.4, label="copy engines: AllGather per group, summed by the post-reorder")
     ax.axhline(1, color="k", lw=0.8)
-    ax.axhline(1.2, color="r", ls="--", lw=0.8, label="1.2x")
+    ax.axhline(1.2, color="r", ls="--", lw=0.8, label="1.2x speedup")
+    ex.zoom_speedups(ax, list(cmp_.nccl_graph_speedup) + list(cmp_.copy_engine_graph_speedup))
     ax.set_xticks(x, [f"{'*' if c >= 0.3 else ''}{m}x{n}x{k}" for m, n, k, c in
                       zip(cmp_.M, cmp_.N, cmp_.K, cmp_.comm_over_cublas)], rotation=60, fontsize=7)
-    ax.set(ylabel="speedup over cuBLAS then NCCL", title="AllReduce, predicted partition, one CUDA graph per call")
-    ax.legend(fontsize=7)
+    ax.set(xlabel="GEMM shape M x N x K (*: the AllReduce alone takes at least 30% of the GEMM's time)",
+           ylabel="speedup over cuBLAS then NCCL",
+           title="The AllReduce on NCCL's kernels or on the copy engines (predicted partition, CUDA graph)")
+    fig.legend(fontsize=7, loc="outside lower center", ncol=3)
     ex.stamp(fig, ce_meta, "both paths measured in the same call")
     ex.save(fig, "08_copy_engine", figures_dir)
     ce_picked = ex.multi_gpu.tuner_pick(ce_sweep)

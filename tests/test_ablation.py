@@ -121,6 +121,15 @@ def test_summary_names_the_best_equal_size_and_whether_both_lose():
     assert second.verdict == "both lose"
 
 
+def test_a_variant_within_one_percent_of_the_tuned_partition_ties():
+    df = _frame()
+    mis = df.variant.str.startswith("wave size") & (df.M == 4096)
+    df.loc[mis, "ms"] = df[(df.M == 4096) & (df.variant == "tuned")].ms.iloc[0] * 1.005
+    first = ab.summary(ab.normalize(df)).iloc[1]
+    assert first.verdict == "misconfigured ties"
+    assert ab._outcome(1.02) == "wins" and ab._outcome(0.98) == "loses" and ab._outcome(0.995) == "ties"
+
+
 def test_plot_draws_a_panel_per_shape_and_the_no_data_figure(tmp_path):
     fig = ab.plot(_frame(), {"gpu": "synthetic", "link": "emulated", "world_size": 2})
     assert len(fig.axes) == 2

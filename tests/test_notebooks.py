@@ -1,5 +1,8 @@
 """Every notebook runs headlessly with papermill in replay mode (CPU, recorded data/h200), writes its
-figures (PNG and SVG) and shows them inline (an image output in the executed notebook)."""
+figures (PNG and SVG) and shows them inline (an image output in the executed notebook). The replays
+run with FO_FIGURE_CHECKS=1, so a figure with a defect (fo_lib.experiments.figure_checks) fails its
+notebook."""
+import os
 from pathlib import Path
 
 import pytest
@@ -8,10 +11,14 @@ import papermill  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+# Replayed without the figure checks: their figures are drawn by fo_lib.experiments.mechanism and
+# fo_lib.experiments.explorer, not yet held to them.
+UNCHECKED = {"00_mechanism", "09_explorer"}
 
 
 def test_notebooks_exist():
     assert len(NOTEBOOKS) >= 8
+    assert UNCHECKED <= {nb.stem for nb in NOTEBOOKS}  # an exemption outlives no notebook
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +40,27 @@ def replays(tmp_path_factory):
             return nb.stem, exc
         return nb.stem, (done, figs)
 
+    # The kernels papermill starts inherit this process's environment.
     with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(pool.map(replay, NOTEBOOKS))
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("FO_FIGURE_CHECKS", "1")
+            done = dict(pool.map(replay, [nb for nb in NOTEBOOKS if nb.stem not in UNCHECKED]))
+        return done | dict(pool.map(replay, [nb for nb in NOTEBOOKS if nb.stem in UNCHECKED]))
+
+
+def test_replays_check_their_figures():
+    """The kernel sees the switch: a figure with a defect fails its replay."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as plt, tempfile\n"
+        "from fo_lib import experiments as ex\n"
+        "fig, ax = plt.subplots(); ax.plot([0, 1], [0, 1])\n"
+        "ex.save(fig, 'unlabelled', tempfile.mkdtemp())")])
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("FO_FIGURE_CHECKS", "1")
+        with pytest.raises(papermill.PapermillExecutionError, match="FigureDefect"):
+            papermill.execute_notebook(nb, None, kernel_name="python3", progress_bar=False)
 
 
 @pytest.mark.timeout(900)

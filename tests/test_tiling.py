@@ -61,3 +61,8 @@ def test_waves_partition_tiles(M, N, sms, order, swizzle):
 def test_bad_grids(kw, msg):
     with pytest.raises(ValueError, match=msg):
         TileGrid(**kw)
+
+
+def test_describe_counts_one_wave_in_the_singular():
+    assert TileGrid(128, 128, BM=128, BN=128, sm_count=4).describe().count("-> 1 wave ") == 1
+    assert "-> 2 waves" in TileGrid(256, 512, BM=128, BN=128, sm_count=4).describe()

@@ -3,6 +3,7 @@ and files. Re-exported by :mod:`fo_lib.experiments`."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -10,6 +11,8 @@ import pandas as pd
 from ..provenance import DATA_DIR
 
 MODES = ("auto", "measure", "replay")
+# How figures name the collectives (the data's column values are the Python identifiers).
+PRIMITIVE_TITLES = {"all_reduce": "AllReduce", "reduce_scatter": "ReduceScatter", "all_to_all": "All-to-All"}
 
 
 def notebook_setup(quick, figures_dir=None) -> Path:
@@ -21,7 +24,21 @@ def notebook_setup(quick, figures_dir=None) -> Path:
     if not isinstance(quick, bool):
         raise TypeError(f"quick must be True or False, not {quick!r}")
     pd.set_option("display.width", 160)
+    _inline_png_without_version()
     return Path(figures_dir) if figures_dir else REPO_ROOT / "figures"
+
+
+def _inline_png_without_version() -> None:
+    """Inline figures as PNG without matplotlib's version in them, like the saved ones: the committed
+    notebooks carry these images, and a replay on the same data then gives the same bytes."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None:
+        shell.run_line_magic("config", "InlineBackend.print_figure_kwargs = "
+                                       "{'bbox_inches': 'tight', 'metadata': {'Software': None}}")
 
 
 def have_gpu() -> bool:
@@ -67,6 +84,23 @@ def stamp(fig, meta: dict, extra: str = "") -> None:
     fig.text(0.5, 1.0, text, ha="center", va="bottom", fontsize=7, color="0.35")
 
 
+def zoom_speedups(ax, values, step: float = 0.1) -> None:
+    """Bars of speedups that differ by a few percent: the y axis from a multiple of ``step`` under
+    the smallest value (0 at least) to just above the largest or 1, with ticks every ``step`` and a
+    grid at half steps, instead of 0..max where the differences vanish."""
+    import numpy as np
+    from matplotlib.ticker import MultipleLocator
+
+    v = np.asarray(values, float)
+    v = v[np.isfinite(v)]
+    lo = max(0.0, np.floor((v.min() - step / 5) / step) * step)
+    ax.set_ylim(lo, max(1.0, v.max()) + step / 3)
+    ax.yaxis.set_major_locator(MultipleLocator(step))
+    ax.yaxis.set_minor_locator(MultipleLocator(step / 2))
+    ax.yaxis.grid(True, which="both", lw=0.4, color="0.85")
+    ax.set_axisbelow(True)
+
+
 def measured_set(quick: bool = False, world: int | None = None) -> str:
     """The data set a measurement on this machine writes: ``h200``, ``h200x2`` for ``world=2``, with
     ``-quick`` for the small sweeps of ``run_all.sh --quick`` (so they never replace a full record)."""
@@ -97,7 +131,11 @@ SVG_METADATA = {"Date": None, "Creator": None}
 
 
 def save(fig, name: str, figures_dir: str | Path = "figures") -> list[Path]:
-    """Write ``<name>.png`` and ``<name>.svg``; return the paths."""
+    """Write ``<name>.png`` and ``<name>.svg``; return the paths. With ``FO_FIGURE_CHECKS=1`` the
+    figure is first checked (:func:`fo_lib.experiments.figure_checks.check`) and a defect stops it."""
+    if os.environ.get("FO_FIGURE_CHECKS") == "1":
+        from .figure_checks import check
+        check(fig)
     out = Path(figures_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.png", out / f"{name}.svg"]

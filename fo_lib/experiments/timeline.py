@@ -87,21 +87,42 @@ def recorded(data_sets) -> list[tuple[str, pd.DataFrame, dict]]:
     return [(ds, *load(ds, NAME)) for ds in data_sets if (DATA_DIR / ds / f"{NAME}.csv").exists()]
 
 
+def _gantt(ax, lanes) -> None:
+    """Draw ``lanes``, a list of (label, spans) with spans (group, start_ms, end_ms, hatched), top to
+    bottom; wave group ``g`` (from 0) in the ``g``-th of one colour per group along a colour map (a
+    timeline has up to ~20 groups, past the ten colours of the default cycle), group -1 (the whole
+    GEMM) in grey, with a colour bar numbering the groups from 1."""
+    from .figure_checks import colorbar_legend, discrete_colours
+
+    groups = 1 + max([int(g) for _, spans in lanes for g, *_ in spans] + [0])
+    colours = discrete_colours(groups)
+    for y, (_, spans) in enumerate(lanes):
+        for g, start, end, hatched in spans:
+            ax.barh(y, end - start, left=start, color="0.6" if g < 0 else colours[int(g)], edgecolor="k", lw=0.4,
+                    hatch="//" if hatched else None)
+    ax.set_yticks(range(len(lanes)), [lab for lab, _ in lanes], fontsize=7)
+    ax.set_ylim(len(lanes) - 0.5, -0.5)  # first lane on top
+    ax.set_xlabel("ms from the GEMM's start")
+    colorbar_legend(ax.figure, ax, colours, 1, "wave group (in order)", pad=0.01, aspect=12)
+
+
 def plot(ax, df: pd.DataFrame) -> None:
     """Gantt rows for one shape: measured GEMM / collectives / post-reorder, and the model's waves of
-    each group and its collectives, on a shared ms axis from the GEMM's start."""
+    each group and its collectives, on a shared ms axis from the GEMM's start; colours are wave
+    groups (keyed by a colour bar), hatched bars collectives."""
     lanes = [("measured", "gemm", "GEMM (measured)"), ("measured", "group", "collectives (measured)"),
              ("measured", "post", "post-reorder"), ("model", "gemm", "GEMM waves (model)"),
              ("model", "group", "collectives (model)")]
-    for y, (source, span, _) in enumerate(lanes):
-        part = df[(df.source == source) & (df.span == span)]
-        for r in part.itertuples():
-            color = "0.6" if r.group < 0 else f"C{int(r.group) % 10}"
-            ax.barh(y, r.end_ms - r.start_ms, left=r.start_ms, color=color, edgecolor="k", lw=0.4,
-                    hatch="//" if span == "group" else None)
-    ax.set_yticks(range(len(lanes)), [lab for _, _, lab in lanes], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("ms from the GEMM's start")
+    _gantt(ax, [(label, [(r.group, r.start_ms, r.end_ms, span == "group")
+                         for r in df[(df.source == source) & (df.span == span)].itertuples()])
+                for source, span, label in lanes])
+
+
+def plot_model(ax, prediction) -> None:
+    """The model's timeline of one partition (a :class:`fo_lib.predictor` prediction): each group's
+    GEMM waves and its collective (hatched)."""
+    _gantt(ax, [("GEMM waves", [(g.group, g.compute_start, g.compute_end, False) for g in prediction.groups]),
+                ("collectives", [(g.group, g.comm_start, g.comm_end, True) for g in prediction.groups])])
 
 
 def summary(df: pd.DataFrame) -> pd.DataFrame:
