@@ -46,9 +46,10 @@ ex.save(fig, "04_predictive_search", figures_dir)
 
 # %% [markdown]
 # The search itself, timed live on this machine's CPU: shown here only, never saved to `figures/`,
-# since a timing differs on every run while the saved figure must depend on the recorded data alone.
+# since a timing differs on every run while the saved figure must depend on the recorded data alone
+# (nor kept among the notebook's committed outputs: run it to see this machine's).
 
-# %%
+# %% tags=["live"]
 st = ex.overlap.search_time(waves=(4, 8, 12, 14) if quick else (4, 8, 12, 14, 16, 64, 128, 200))
 fig, ax2 = plt.subplots(figsize=(6, 4.2))
 ax2.semilogy(st.waves, st.dp_ms, "o-", label="exact DP")

@@ -212,6 +212,19 @@ def test_several_series_without_legend_are_caught():
     assert defects(fig) == ["axes 0 ('y (units)'): 2 series and no legend"]
 
 
+def test_a_diagram_names_its_parts_with_text_and_needs_no_legend():
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 0], color="C0")
+    ax.plot([1, 2], [0, 0], color="C1")
+    ax.text(0.5, 0.1, "slice 1")
+    ax.text(1.5, 0.1, "slice 2")
+    ax.axis("off")
+    assert defects(fig) == []
+    ax.axis("on")  # the same lines on a scale: a plot, whose series need a legend
+    labelled(ax)
+    assert defects(fig) == ["axes 0 ('y (units)'): 2 series and no legend"]
+
+
 def test_a_series_left_out_of_the_legend_is_caught():
     fig, ax = plt.subplots()
     labelled(ax).plot([0, 1], [0, 1], label="named")

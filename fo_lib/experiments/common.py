@@ -130,23 +130,35 @@ PNG_METADATA = {"Software": None}
 SVG_METADATA = {"Date": None, "Creator": None}
 
 
+class Saved(list):
+    """The paths :func:`save` wrote; shown by file name only (a notebook's output reads the same on
+    every machine, which the committed outputs rely on)."""
+
+    def __repr__(self) -> str:
+        return "saved " + ", ".join(p.name for p in self)
+
+
 def save(fig, name: str, figures_dir: str | Path = "figures") -> list[Path]:
     """Write ``<name>.png`` and ``<name>.svg``; return the paths. With ``FO_FIGURE_CHECKS=1`` the
-    figure is first checked (:func:`fo_lib.experiments.figure_checks.check`) and a defect stops it."""
-    if os.environ.get("FO_FIGURE_CHECKS") == "1":
-        from .figure_checks import check
-        check(fig)
+    figure is then checked (:func:`fo_lib.experiments.figure_checks.check`) and a defect raises, writing
+    nothing. (Checked after drawing the files: the check's own draw would change the SVG's clip ids,
+    and a checked replay must write the bytes an unchecked one does.)"""
     out = Path(figures_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{name}.png", out / f"{name}.svg"]
+    paths = Saved([out / f"{name}.png", out / f"{name}.svg"])
     import matplotlib
 
     # Same data -> same bytes (no dates, no matplotlib version, fixed SVG ids): regenerated figures
     # only differ in git when the data did.
     matplotlib.rcParams["svg.hashsalt"] = "fo_lib"
     from .._util import atomic_path
-    with atomic_path(paths[0]) as tmp:  # an interrupted run leaves the old figure, not half a new one
-        fig.savefig(tmp, dpi=150, bbox_inches="tight", metadata=PNG_METADATA)
-    with atomic_path(paths[1]) as tmp:
-        fig.savefig(tmp, bbox_inches="tight", metadata=SVG_METADATA)
+    # Both written, then checked, then renamed into place: an interrupted run leaves the old figures,
+    # not half a new one, and a figure with a defect replaces nothing.
+    with atomic_path(paths[1]) as svg, atomic_path(paths[0]) as png:  # the PNG renamed first
+        tmp = {"png": png, "svg": svg}
+        fig.savefig(tmp["png"], dpi=150, bbox_inches="tight", metadata=PNG_METADATA)
+        fig.savefig(tmp["svg"], bbox_inches="tight", metadata=SVG_METADATA)
+        if os.environ.get("FO_FIGURE_CHECKS") == "1":
+            from .figure_checks import check
+            check(fig)
     return paths

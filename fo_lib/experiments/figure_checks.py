@@ -247,7 +247,7 @@ def _series(ax):
         if isinstance(coll, (PathCollection, PolyCollection)) and not isinstance(coll, LineCollection):
             fc = coll.get_facecolor()
             colour = to_hex(fc[0], keep_alpha=True) if len(fc) == 1 else None
-            out.append((coll.get_label(), coll, (colour,)))
+            out.append((coll.get_label(), coll, (colour, coll.get_hatch())))  # a hatch tells series apart
     return out
 
 
@@ -272,8 +272,9 @@ def _in_legend(artist, legends):
 
 
 def series_without_legend(ax, fig):
+    # A diagram (axes off: no scale to read values on) names its parts with text beside them.
     series = _series(ax)
-    if len(series) < 2 or getattr(ax, _COLOUR_KEY, False):
+    if len(series) < 2 or getattr(ax, _COLOUR_KEY, False) or not ax.axison:
         return []
     legends = [leg for leg in [ax.get_legend(), *fig.legends] if leg is not None]
     if not legends:

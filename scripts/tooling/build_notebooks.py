@@ -81,14 +81,19 @@ def with_outputs(nb, outputs: dict) -> nbformat.NotebookNode:
     """``nb`` with ``outputs`` (cell id -> outputs) on its code cells, no execution counts."""
     for cell in nb.cells:
         if cell.cell_type == "code":
-            cell.outputs = outputs.get(cell.id, [])
+            live = LIVE_TAG in cell.metadata.get("tags", ())  # as the source tags it now
+            cell.outputs = [] if live else outputs.get(cell.id, [])
             cell.execution_count = None
     return nb
 
 
 def executed_outputs(executed: Path) -> dict:
     """Cell id -> committed outputs, from an executed copy of a notebook (papermill keeps the ids)."""
-    done = nbformat.read(executed, as_version=4)
+    return executed_outputs_of(nbformat.read(executed, as_version=4))
+
+
+def executed_outputs_of(done) -> dict:
+    """:func:`executed_outputs` of an executed notebook already read."""
     return {c.id: committed_outputs(c) for c in done.cells if c.cell_type == "code" and "id" in c}
 
 

@@ -81,20 +81,30 @@ def draw(r: Explored, fig=None):
     lanes = [(f"{r.choice} {list(r.chosen.partition)}", r.chosen), (f"finest ({T} groups)", r.finest),
              ("no overlap (all SMs)", r.no_overlap)]
     ticks, names = [], []
+    # One colour per wave group along viridis (group g the same colour in every lane), where the
+    # default cycle would repeat after ten groups.
+    shade = _groups_cmap()
+    colour = [shade(0.92 * k / max(T - 1, 1)) for k in range(T)]
     for i, (name, pred) in enumerate(lanes):
         y = 3 * (len(lanes) - 1 - i)
-        colors = [f"C{gt.group % 10}" for gt in pred.groups]
+        colors = [colour[gt.group] for gt in pred.groups]
         ax.broken_barh([(gt.compute_start, gt.compute_end - gt.compute_start) for gt in pred.groups],
-                       (y + 1.05, 0.85), facecolors=colors, edgecolor="k", linewidth=0.4)
+                       (y + 1.05, 0.85), facecolors=colors, edgecolor="k", linewidth=0.4, label=f"{name}: GEMM")
         ax.broken_barh([(gt.comm_start, gt.comm_end - gt.comm_start) for gt in pred.groups],
-                       (y + 0.1, 0.85), facecolors=colors, edgecolor="k", linewidth=0.4, hatch="//")
+                       (y + 0.1, 0.85), facecolors=colors, edgecolor="k", linewidth=0.4, hatch="//",
+                       label=f"{name}: collectives")
         ax.text(pred.total_ms, y + 0.5, f" {pred.total_ms:.3f} ms", va="center", fontsize=8)
         ax.text(0, y + 2.0, name, va="bottom", fontsize=8, weight="bold")
         ticks += [y + 0.5, y + 1.5]
         names += ["comm", "GEMM"]
+    # The key: a few groups' colours (first to last) and the hatch of a collective, right of the lanes.
+    shown = np.unique(np.linspace(0, T - 1, min(T, 8)).round().astype(int))
+    key = [Patch(facecolor=colour[k], edgecolor="k", linewidth=0.4, label=f"group {k + 1}") for k in shown]
+    key.append(Patch(facecolor="white", edgecolor="k", linewidth=0.4, hatch="//", label="its collective"))
+    ax.legend(handles=key, loc="center right", fontsize=7, title="wave group", title_fontsize=7, frameon=False)
     ax.set_yticks(ticks, names, fontsize=7)
     ax.set_ylim(-0.2, 3 * len(lanes) - 0.2)
-    ax.set_xlim(0, max(p.total_ms for _, p in lanes) * 1.13)
+    ax.set_xlim(0, max(p.total_ms for _, p in lanes) * 1.4)
     ax.set_xlabel("ms (predicted)")
     ax.set_title(f"{inp.primitive} {inp.M}x{inp.N}x{inp.K} {inp.dtype}, {inp.tile}, {r.preset.label}, "
                  f"W={inp.world_size}, model '{inp.model}'\n{r.profile_source}", fontsize=8)
