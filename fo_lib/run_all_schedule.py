@@ -35,9 +35,9 @@ from typing import Callable, Mapping, Sequence
 # counts the GPUs to find it (fo_lib.experiments.prediction_error.run), so it runs after 08.
 MULTI_GPU = ("08_multi_gpu", "12_prediction_error")
 # Notebooks that write the same record when they measure (fo_lib.experiments.overlap.run records the
-# overlap sweep from each): run one after another on one GPU, or the last to finish would win with a
-# CSV and a sidecar from different runs.
-SAME_RECORD = (("03_partition_sweep", "04_predictive_search", "05_speedup"),)
+# overlap sweep from each of 03-05), or read it (07's timeline takes its profiles): one after another
+# on one GPU, or a notebook would read, or leave, a CSV and a sidecar from different runs.
+SAME_RECORD = (("03_partition_sweep", "04_predictive_search", "05_speedup", "07_timeline"),)
 STAGGER_S = 2.0
 LOG_TAIL_LINES = 30
 

@@ -90,10 +90,10 @@ def fake_parts(places, monkeypatch):
     def runner(part):
         def run(ctx, bar):
             ran.append((part, ctx.quick))
-            if part in fail:
-                raise KeyboardInterrupt  # killed after some of its files
             for name in offline._files(part):
-                _put(ctx.folder, name, part)
+                _put(ctx.out, name, part)
+                if part in fail:
+                    raise KeyboardInterrupt  # killed after its first file
         return run
 
     monkeypatch.setattr(offline, "RUNS", {p: runner(p) for p in offline.PARTS})
@@ -109,18 +109,34 @@ def test_a_killed_calibration_resumes_at_the_unfinished_part(fake_parts, places)
     assert ran == [("tiles", False), ("overlap", False), ("model", False)]
     fail.clear()
     ran.clear()
+    assert not (store.calibration_dir("h100") / store.MODEL).exists()  # nothing half written in sight
     report = offline.calibrate(gpu="h100", echo=lambda s: None)
     assert ran == [("model", False)]
     assert report["tiles"] == report["overlap"] == "done earlier"
     assert isinstance(report["model"], float) and report["nccl"] == "skipped: needs two GPUs"
-    # A part whose file went missing is not done, whatever the manifest says.
+    # A part whose file went missing is not done, whatever the manifest says (and the parts after
+    # it, which read it, run again).
     (store.calibration_dir("h100") / store.TILES).unlink()
     ran.clear()
     offline.calibrate(gpu="h100", echo=lambda s: None)
-    assert ran == [("tiles", False)]
+    assert ran == [("tiles", False), ("overlap", False), ("model", False)]
     ran.clear()
     offline.calibrate(gpu="h100", force=True, echo=lambda s: None)
     assert [p for p, _ in ran] == ["tiles", "overlap", "model"]
+
+
+def test_a_part_run_again_makes_the_parts_after_it_run_again(fake_parts):
+    """The model is fitted on the overlap sweep: a new sweep (killed or not) leaves no old fit
+    counting as done."""
+    ran, fail = fake_parts
+    offline.calibrate(gpu="h100", echo=lambda s: None)
+    fail.add("overlap")
+    with pytest.raises(KeyboardInterrupt):
+        offline.calibrate(["overlap"], force=True, gpu="h100", echo=lambda s: None)
+    fail.clear()
+    ran.clear()
+    report = offline.calibrate(gpu="h100", echo=lambda s: None)
+    assert ran == [("overlap", False), ("model", False)] and report["tiles"] == "done earlier"
 
 
 def test_a_quick_calibration_does_not_stand_for_a_full_one(fake_parts):

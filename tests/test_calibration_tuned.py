@@ -49,16 +49,61 @@ def test_missing_or_mismatched_records_are_named(tmp_path, monkeypatch):
         tuned.tuned_partition("all_reduce", 4096, 8192, 8192, world=2, gpu="h100", link="nccl")
 
 
-def test_nccl_curves_are_read_at_the_plan_world_size(tmp_path, monkeypatch):
+def test_nccl_curves_are_read_from_the_gpus_together_at_the_budget(tmp_path, monkeypatch):
     monkeypatch.setenv("FO_CACHE_DIR", str(tmp_path / "cache"))
-    folder = store.calibration_dir("h100")
+    monkeypatch.setattr(provenance, "DATA_DIR", tmp_path / "data")
+    folder = store.calibration_dir("h100x4")
     folder.mkdir(parents=True)
     rows = ["primitive,world,nccl_max_ctas,bytes,ms"] + [
-        f"all_reduce,{w},0,{b},{0.01 + b / (w * 1e8)}" for w in (2, 4) for b in (1 << 16, 1 << 20, 1 << 24, 1 << 28)]
+        f"all_reduce,4,{budget},{b},{0.01 * (1 + budget) + b / 4e8}"
+        for budget in (0, 8) for b in (1 << 16, 1 << 20, 1 << 24, 1 << 28)]
     (folder / store.NCCL_CURVES).write_text("\n".join(rows) + "\n")
-    curve, where = tuned.curve_for("all_reduce", 4, "h100", "nccl")
-    assert curve.world_size == 4 and where.startswith("calibration")
+    curve, where = tuned.curve_for("all_reduce", 4, "h100", "nccl", budget=8)
+    assert curve.world_size == 4 and where.startswith("calibration") and curve.times[0] > 0.09
+    assert tuned.curve_for("all_reduce", 4, "h100", "nccl")[0].times[0] < 0.02
+    with pytest.raises(ProfileError, match="no nccl link curves for h100x2: record them with scripts/multi_gpu.sh"):
+        tuned.curve_for("all_reduce", 2, "h100", "nccl")
     assert tuned.link_of(CpuLoopbackCommunicator(2)) == "emulated"
+
+
+def test_the_h200_pairs_nccl_record_has_a_curve_per_budget():
+    curve, where = tuned.curve_for("reduce_scatter", 2, "h200", "nccl", budget=16)
+    assert curve.world_size == 2 and "h200x2" in where
+
+
+class _Rank:
+    """A rank of a fake plan whose communicator broadcasts rank 0's object (``box``)."""
+
+    device, reduction, M, N, K, primitive, world_size = "cuda", "collective", 512, 512, 64, "all_reduce", 2
+
+    def __init__(self, rank, box):
+        self.rank, self.box = rank, box
+        self.comm = self
+
+    def broadcast_object(self, obj):
+        if self.rank == 0:
+            self.box.append(obj)
+        return self.box[0]
+
+
+def test_rank_0_chooses_and_every_rank_runs_its_choice_or_raises_its_error(monkeypatch):
+    chosen = []
+    monkeypatch.setattr(tuned, "_choose", lambda plan, T: chosen.append(plan.rank) or ("ok", (1, 3)))
+    box = []
+    assert tuned.plan_partition(_Rank(0, box), 4) == (1, 3) and tuned.plan_partition(_Rank(1, box), 4) == (1, 3)
+    assert chosen == [0]  # rank 1 measured nothing
+    monkeypatch.setattr(tuned, "_choose", lambda plan, T: ("error", "no emulated link curves for h100"))
+    box = []
+    for rank in (0, 1):  # the same error on every rank, none left waiting
+        with pytest.raises(PlanError, match="partition='tuned': no emulated link curves"):
+            tuned.plan_partition(_Rank(rank, box), 4)
+
+
+def test_copy_engine_communicators_have_no_recorded_budget():
+    class CopyEngine:
+        copy_engine, max_ctas = True, None
+    with pytest.raises(ProfileError, match="copy engines"):
+        tuned.nccl_budget(CopyEngine())
 
 
 def test_a_cpu_plan_refuses_tuned_with_the_way_to_get_one():

@@ -185,7 +185,18 @@ def test_without_a_table_the_first_call_times_the_table_free_shortlist(cache, mo
     assert got.BN == 168 and timed == [sm90_tuning.table_free_candidates(M, N, K, 132, model)]
     config_tuning.forget()  # read back from the file, as another process would
     assert sm90_launch._tuned(a, a, "bf16", M, N, K, 132, model) == got and len(timed) == 1
-    assert any(k.endswith("-table-free") for k in json.loads(cache.read_text()))
+    assert any("-table-free" in k for k in json.loads(cache.read_text()))
+
+
+def test_a_tuning_is_keyed_by_the_shortlist_it_weighed(tmp_path):
+    """Another table, the same table re-recorded, or no table: three keys (each tunes again)."""
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    a.write_text("config\n1\n")
+    b.write_text("config\n2\n")
+    keys = {sm90_tuning.shortlist_digest(p) for p in (a, b, None)}
+    assert len(keys) == 3 and sm90_tuning.shortlist_digest(a) == sm90_tuning.shortlist_digest(a)
+    a.write_text("config\n33\n")  # re-recorded in place (another size: whatever the clock's grain)
+    assert sm90_tuning.shortlist_digest(a) not in keys
 
 
 def test_a_cache_file_that_cannot_be_written_is_remembered_in_this_process(cache, monkeypatch):

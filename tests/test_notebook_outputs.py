@@ -58,3 +58,16 @@ def test_a_rebuild_keeps_the_outputs_of_unchanged_cells_only(tmp_path):
     assert kept[first][0].data == PNG and second not in kept
     nb = bn.with_outputs(rebuilt, kept)
     assert nb.cells[1].outputs == [] and all(c.execution_count is None for c in nb.cells)
+
+
+def test_an_executed_copy_older_than_a_cells_edit_gives_that_cell_no_outputs(tmp_path):
+    src = tmp_path / "01_demo.py"
+    src.write_text("# %%\nx = 1\n\n# %%\ny = 2\n")
+    ran = bn.build(src)
+    for c in ran.cells:
+        c.outputs = [v4.new_output("display_data", data=PNG)]
+    src.write_text("# %%\nx = 1\n\n# %%\ny = 3\n")  # edited after the run
+    built = bn.build(src)
+    got = bn.matching(built, bn.executed_outputs_of(ran))
+    first, second = [c.id for c in built.cells]
+    assert got[first][0].data == PNG and second not in got

@@ -73,8 +73,8 @@ def dead_paths(text: str, root: Path = ROOT) -> list[str]:
         after, before = text[m.end():m.end() + 2], text[max(0, m.start() - 12):m.start()]
         if after[:1] in ("<", "{", "*", "[") or after == ".*" or re.search(r"NN|<|\{", path):
             continue  # a pattern (data/<gpu>/..., notebooks/NN_name.py, data/x/*.csv), not a path
-        if re.search(r"--out(?:-dir)?[ =]$", before):
-            continue  # what a command will write
+        if re.search(r"--out(?:-dir|puts)?[ =]$", before):
+            continue  # what a command will write, or read from what another wrote
         if not (root / path).exists():
             dead.append(path)
     return dead

@@ -146,7 +146,7 @@ def test_an_interrupt_starts_no_further_notebook(tmp_path):
         started.append(notebook.stem)
         if len(started) == 2:
             both.set()
-        time.sleep(0.5)
+        time.sleep(1.5)  # long beside the signal's delivery, even on a loaded machine
         return 0
 
     def ctrl_c():
@@ -156,7 +156,7 @@ def test_an_interrupt_starts_no_further_notebook(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         ras.schedule(NOTEBOOKS, ["0", "1"], slow, figures_dir=tmp_path, logs_dir=tmp_path, stagger=0.02,
                      echo=lambda line: None)
-    time.sleep(1.0)  # long enough for the queue to run on, were it not cancelled
+    time.sleep(2.5)  # long enough for the queue to run on, were it not cancelled
     assert started == ["00_a", "01_b"]
 
 
@@ -264,11 +264,13 @@ def test_the_multi_gpu_detection_tells_the_cases_apart(source, expected):
 
 
 def test_notebooks_that_write_one_record_run_one_after_another_on_one_gpu(tmp_path):
-    """03, 04 and 05 each record the overlap sweep when they measure: side by side they would race
-    for the same files, so they run in one chain on one GPU, beside the others; a failure in the
-    chain skips the rest of it."""
+    """03, 04 and 05 each record the overlap sweep when they measure and 07 reads it: side by side
+    they would race for the same files, so they run in one chain on one GPU, beside the others; a
+    failure in the chain skips the rest of it."""
     chain = list(ras.SAME_RECORD[0])
-    notebooks = [f"notebooks/{n}.ipynb" for n in ["00_a", chain[0], "01_b", chain[1], "02_c", chain[2], "06_f"]]
+    others = ["00_a", "01_b", "02_c", "06_f"]
+    order = [others[0], chain[0], others[1], chain[1], others[2], *chain[2:], others[3]]
+    notebooks = [f"notebooks/{n}.ipynb" for n in order]
     figs = tmp_path / "figs"
     figs.mkdir()
     fake = FakeLauncher(figs, seconds=0.3)
@@ -278,15 +280,15 @@ def test_notebooks_that_write_one_record_run_one_after_another_on_one_gpu(tmp_pa
     spans = [fake.runs[n] for n in chain]
     assert len({s[0] for s in spans}) == 1  # one GPU
     assert all(a[2] <= b[1] for a, b in zip(spans, spans[1:]))  # in order, one at a time
-    others = [fake.runs[n] for n in ("00_a", "01_b", "02_c", "06_f")]
-    assert any(overlap(spans[0], o) for o in others)  # the chain still runs beside the others
+    assert any(overlap(spans[0], fake.runs[o]) for o in others)  # the chain still runs beside the others
     assert [r.notebook for r in results] == [Path(nb).name for nb in notebooks]
     fake = FakeLauncher(figs, seconds=0.05, fail={chain[1]})
     results = ras.schedule(notebooks, FOUR, fake, figures_dir=figs, logs_dir=tmp_path / "logs2", stagger=0.01,
                            echo=lambda line: None)
     status = {r.notebook: r.status for r in results}
-    assert status[f"{chain[1]}.ipynb"] == "FAILED" and status[f"{chain[2]}.ipynb"] == "skipped"
-    assert status["06_f.ipynb"] == "ok" and chain[2] not in fake.runs
+    assert status[f"{chain[1]}.ipynb"] == "FAILED"
+    assert all(status[f"{n}.ipynb"] == "skipped" and n not in fake.runs for n in chain[2:])
+    assert status["06_f.ipynb"] == "ok"
 
 
 def test_the_same_record_chains_name_notebooks_that_exist():

@@ -11,13 +11,14 @@ Parts, in order (each needs the ones before it on the same GPU):
   GPUs or more (``scripts/bench/bench_nccl.py`` under torchrun records them today).
 
 Results go to :func:`fo_lib.calibration.store.calibration_dir` (``--record``: also to the
-repository's ``data/<gpu>/``, ``data/<gpu>-quick/`` for ``--quick``), each file written atomically as
-its part ends; ``calibration.json`` there says which parts are done, so a killed run resumes at the
+repository's ``data/<gpu>/``, ``data/<gpu>-quick/`` for ``--quick``), each part's files moved in as
+it ends; ``calibration.json`` there says which parts are done, so a killed run resumes at the
 first unfinished part (``--force`` measures everything again).
 """
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -39,7 +40,8 @@ class CalibrationError(RuntimeError):
 @dataclass
 class Context:
     gpu: str
-    folder: Path
+    folder: Path   # where finished parts are, and are read from
+    out: Path      # where the running part writes: moved into ``folder`` when it ends
     quick: bool
     echo: object
 
@@ -57,7 +59,7 @@ def why_not(part: str, ctx: Context) -> str | None:
     if part == "tiles":
         from ..gemm import sm90
         return None if sm90.is_supported() else "not a Hopper GPU: the portable family picks configs without a table"
-    if part == "model" and not (ctx.folder / store.CANDIDATES).is_file():
+    if part == "model" and not (ctx.folder / store.CANDIDATES).is_file():  # (overlap moved in by now)
         return "no overlap sweep to fit on (run the overlap part first)"
     if part == "nccl" and torch.cuda.device_count() < 2:
         return (f"{torch.cuda.device_count()} GPU visible: NCCL curves need two or more "
@@ -71,7 +73,7 @@ def _run_tiles(ctx: Context, bar) -> None:
     from . import sm90_tiles
     ks = QUICK_TILES_K if ctx.quick else sm90_tiles.KS
     bar.reset(total=len(sm90_tiles.ASPECTS) * len(ks))
-    sm90_tiles.record(ctx.folder / store.TILES, ks, rounds=8 if ctx.quick else 12, progress=lambda: bar.update(),
+    sm90_tiles.record(ctx.out / store.TILES, ks, rounds=8 if ctx.quick else 12, progress=lambda: bar.update(),
                       echo=lambda line: None)
 
 
@@ -86,7 +88,7 @@ def _run_overlap(ctx: Context, bar) -> None:
     saved_all = None
     rows, cands = [], []
     for prim in prims:  # one primitive at a time: the bar moves, and each keeps its own curve
-        df, cand, saved = measure(world=2, quick=True, primitives=(prim,), shapes=shapes,
+        df, cand, saved = measure(world=2, quick=ctx.quick, primitives=(prim,), shapes=shapes,
                                   candidates_limit=6 if ctx.quick else 12, graphs=False)
         rows.append(df)
         cands.append(cand)
@@ -97,7 +99,7 @@ def _run_overlap(ctx: Context, bar) -> None:
             saved_all["curves"].update(saved["curves"])
         bar.update()
     write_records(pd.concat(rows, ignore_index=True), pd.concat(cands, ignore_index=True), saved_all,
-                  ctx.folder / store.OVERLAP, world=2, comm_sms=int(saved_all["profiles"][0].get("comm_sms", 0)),
+                  ctx.out / store.OVERLAP, world=2, comm_sms=int(saved_all["profiles"][0].get("comm_sms", 0)),
                   quick=ctx.quick)
 
 
@@ -107,7 +109,7 @@ def _run_model(ctx: Context, bar) -> None:
     rows, fitted = model_fit.fit(ctx.folder, "overlap_loopback", contention="gemm_overlap", leave_one_out=False,
                                  progress=lambda: bar.update())
     meta = json.loads((ctx.folder / (Path(store.OVERLAP).stem + ".meta.json")).read_text())
-    model_fit.write(rows, fitted, ctx.folder / store.MODEL, meta, "overlap_loopback")
+    model_fit.write(rows, fitted, ctx.out / store.MODEL, meta, "overlap_loopback")
     ctx.echo(f"  model error on the measured partitions {rows.mean_abs_error.mean():.2%} (uncalibrated "
              f"{rows.uncalibrated_error.mean():.2%}); chosen / best measured: worst {rows.chosen_vs_best.max():.3f}")
 
@@ -133,10 +135,15 @@ def done(folder: Path, part: str, quick: bool) -> bool:
 
 def calibrate(parts=PARTS, *, quick: bool = False, force: bool = False, record: bool = False,
               gpu: str | None = None, echo=print) -> dict:
-    """Run the offline ``parts`` for this GPU; return ``{part: seconds, or the reason it was skipped}``."""
-    from tqdm import tqdm
+    """Run the offline ``parts`` for this GPU; return ``{part: seconds, or the reason it was skipped}``.
 
-    from ..provenance import git_sha, gpu_tag
+    A part writes into a staging folder, moved beside the others when it ends: until then readers
+    (other processes, the parts after it) see the last finished results, never a table half
+    recorded. Before it runs, it and the parts after it (which read it) stop counting as done, so
+    a run killed there redoes them. One calibration per GPU folder at a time (a file lock)."""
+    from filelock import FileLock
+
+    from ..provenance import gpu_tag
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
         raise ValueError(f"unknown calibration part(s) {unknown}: choose among {', '.join(PARTS)}")
@@ -145,33 +152,59 @@ def calibrate(parts=PARTS, *, quick: bool = False, force: bool = False, record: 
         if not torch.cuda.is_available():
             raise CalibrationError("no CUDA GPU visible: calibrate measures the GPU it runs on")
         gpu = gpu_tag()
-    ctx = Context(gpu, store.calibration_dir(gpu), quick, echo)
-    ctx.folder.mkdir(parents=True, exist_ok=True)
-    echo(f"calibrating {gpu} into {ctx.folder}{' (quick)' if quick else ''}")
+    folder = store.calibration_dir(gpu)
+    folder.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder / ".lock")):
+        report = _calibrate(parts, Context(gpu, folder, folder / ".staging", quick, echo), force)
+    store.forget_warnings()
+    if record:
+        copy_to_records(folder, gpu, quick, [p for p in parts if isinstance(report.get(p), float)
+                                             or report.get(p) == "done earlier"], echo)
+    return report
+
+
+def _calibrate(parts, ctx: Context, force: bool) -> dict:
+    from tqdm import tqdm
+
+    ctx.echo(f"calibrating {ctx.gpu} into {ctx.folder}{' (quick)' if ctx.quick else ''}")
     report: dict = {}
     for part in (p for p in PARTS if p in parts):
         reason = why_not(part, ctx)
         if reason:
             report[part] = f"skipped: {reason}"
-        elif done(ctx.folder, part, quick) and not force:
+        elif done(ctx.folder, part, ctx.quick) and not force:
             report[part] = "done earlier"
         else:
+            _forget(ctx.folder, PARTS[PARTS.index(part):])
+            shutil.rmtree(ctx.out, ignore_errors=True)  # what a killed run left half written
+            ctx.out.mkdir(parents=True)
             t0 = time.perf_counter()
             with tqdm(desc=part, unit="step", leave=False) as bar:
                 RUNS[part](ctx, bar)
+            for f in sorted(ctx.out.iterdir()):
+                os.replace(f, ctx.folder / f.name)
             seconds = time.perf_counter() - t0
-            manifest = _manifest(ctx.folder)
-            manifest["parts"][part] = {"seconds": round(seconds, 1), "quick": quick, "git_sha": git_sha(),
-                                       "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-            atomic_write(ctx.folder / MANIFEST, (json.dumps(manifest, indent=1) + "\n").encode())
+            _mark_done(ctx.folder, part, seconds, ctx.quick)
             report[part] = round(seconds, 1)
         shown = f"{report[part]:.1f} s" if isinstance(report[part], float) else report[part]
-        echo(f"  {part:8s} {shown}")
-    store.forget_warnings()
-    if record:
-        copy_to_records(ctx.folder, gpu, quick, [p for p in parts if isinstance(report.get(p), float)
-                                                 or report.get(p) == "done earlier"], echo)
+        ctx.echo(f"  {part:8s} {shown}")
     return report
+
+
+def _forget(folder: Path, parts) -> None:
+    manifest = _manifest(folder)
+    if any(p in manifest["parts"] for p in parts):
+        for p in parts:
+            manifest["parts"].pop(p, None)
+        atomic_write(folder / MANIFEST, (json.dumps(manifest, indent=1) + "\n").encode())
+
+
+def _mark_done(folder: Path, part: str, seconds: float, quick: bool) -> None:
+    from ..provenance import git_sha
+    manifest = _manifest(folder)
+    manifest["parts"][part] = {"seconds": round(seconds, 1), "quick": quick, "git_sha": git_sha(),
+                               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    atomic_write(folder / MANIFEST, (json.dumps(manifest, indent=1) + "\n").encode())
 
 
 def copy_to_records(folder: Path, gpu: str, quick: bool, parts, echo=print) -> Path:

@@ -25,7 +25,10 @@ OVERLAP = "overlap_loopback.csv"         # an overlap sweep on the emulated link
 CANDIDATES = "overlap_loopback_candidates.csv"   # ... every measured partition ...
 PROFILES = "overlap_loopback_profiles.json"      # ... and the GEMM profiles + link curves it used
 MODEL = "overlap_calibration.csv"        # the refined model's constants fitted on those partitions
-NCCL_CURVES = "nccl_curves.csv"          # NCCL latency curves per primitive and world size
+# NCCL, in the folder of the GPUs together (``<gpu>x<world>``, e.g. h200x2): latency curves per
+# primitive and NCCL CTA budget, and the constants fitted on an NCCL sweep.
+NCCL_CURVES = "nccl_curves.csv"
+NCCL_MODEL = "overlap_nccl_calibration.csv"
 
 _warned: set = set()
 
@@ -84,19 +87,22 @@ def forget_warnings() -> None:
     _warned.clear()
 
 
-def model_params(gpu: str | None) -> dict | None:
-    """``{primitive: {launch_ms, comm_slowdown, gemm_slowdown, contention}}`` fitted for ``gpu``
-    (the ``model`` part of calibrate, or the record shipped for it), or None: the defaults."""
+def model_params(gpu: str | None, name: str = MODEL) -> dict | None:
+    """``{primitive: {launch_ms, comm_slowdown, gemm_slowdown, contention}}`` fitted for ``gpu`` on
+    the emulated link (the ``model`` part of calibrate, or the record shipped for it; ``name``
+    :data:`NCCL_MODEL` and ``gpu`` a ``<gpu>x<world>`` folder: fitted on NCCL), or None: the defaults."""
     import json
 
-    found = find(MODEL, gpu, what="fitted overlap model")
+    from ..profiles import ProfileError
+
+    found = find(name, gpu, what="fitted overlap model", warn=name == MODEL)
     if found is None:
         return None
-    sidecar = found.path.with_name(Path(MODEL).stem + ".meta.json")
+    sidecar = found.path.with_name(Path(name).stem + ".meta.json")
     try:
         fitted = json.loads(sidecar.read_text()).get("fitted_on_all_shapes")
     except (OSError, ValueError, AttributeError):
         fitted = None
     if not isinstance(fitted, dict):
-        raise ValueError(f"{sidecar}: no fitted_on_all_shapes (re-run `{CALIBRATE} --force`)")
+        raise ProfileError(f"{sidecar}: no fitted_on_all_shapes (re-run `{CALIBRATE} --force`)")
     return fitted

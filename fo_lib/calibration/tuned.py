@@ -35,18 +35,34 @@ def link_of(comm) -> str:
     return "nccl" if getattr(comm, "link", "") == "nccl" else "emulated"
 
 
-def curve_for(primitive: str, world: int, gpu: str, link: str = "emulated"):
-    """``(curve, where)``: ``gpu``'s latency curve of ``primitive`` on ``link`` at ``world`` ranks."""
+def nccl_budget(comm) -> int:
+    """The NCCL CTA budget a communicator's curves were recorded at (``nccl_max_ctas``: 0 for NCCL's
+    default); a copy-engine communicator's curves are not recorded in the table."""
+    if getattr(comm, "copy_engine", False):
+        raise ProfileError("no NCCL curves are recorded for the copy engines (copy_engine=True): pass a partition")
+    return int(getattr(comm, "max_ctas", None) or 0)
+
+
+def curve_for(primitive: str, world: int, gpu: str, link: str = "emulated", budget: int = 0):
+    """``(curve, where)``: ``gpu``'s latency curve of ``primitive`` on ``link`` at ``world`` ranks. The
+    emulated link's comes from the overlap sweep of ``gpu`` (recorded at 2 virtual ranks); NCCL's
+    from ``nccl_curves.csv`` of the GPUs together (folder ``<gpu>x<world>``) at the CTA ``budget``."""
     from ..records import read_curve
 
-    name = store.NCCL_CURVES if link == "nccl" else store.PROFILES
-    found = store.find(name, gpu, what=f"{link} link curves", warn=False)
+    if link == "nccl":
+        folder, name = f"{gpu}x{world}", store.NCCL_CURVES
+        how = f"record them with scripts/multi_gpu.sh (scripts/bench/bench_nccl.py) into data/{folder}/"
+    else:
+        folder, name = gpu, store.PROFILES
+        how = f"run `{store.CALIBRATE}` on that GPU"
+    found = store.find(name, folder, what=f"{link} link curves", warn=False)
     if found is None:
-        raise ProfileError(f"no {link} link curves for {gpu}: run `{store.CALIBRATE}` on that GPU (or record "
-                           f"{name} into data/{gpu}/)")
-    curve = read_curve(found.path, primitive=primitive, world=world if link == "nccl" else None)
+        raise ProfileError(f"no {link} link curves for {folder}: {how}")
+    curve = read_curve(found.path, primitive=primitive, world=world if link == "nccl" else None,
+                       budget=budget if link == "nccl" else None)
     if curve.world_size != world:
-        raise ProfileError(f"{found.path}: the {primitive} curve is of {curve.world_size} ranks, not {world}")
+        raise ProfileError(f"{found.path}: the {primitive} curve is of {curve.world_size} ranks, not {world} "
+                           "(the emulated link's curves are recorded at 2 virtual ranks)")
     return curve, f"{found.source} {found.path}"
 
 
@@ -62,18 +78,20 @@ def recorded_profile(primitive: str, M: int, N: int, K: int, gpu: str):
 
 
 def tuned_partition(primitive: str, M: int, N: int, K: int, *, world: int, gpu: str, link: str = "emulated",
-                    profile=None) -> Tuned:
+                    budget: int = 0, profile=None) -> Tuned:
     """The partition the refined model picks for ``M x N x K`` under ``primitive`` at ``world``
-    ranks on ``gpu`` (a data folder name such as 'h200'), from its calibrated curve and fitted
-    constants. ``profile``: the GEMM's measured wave profile (default: the one recorded for this
-    shape, an error where there is none)."""
+    ranks on ``gpu`` (a data folder name such as 'h200'), from its calibrated curve and the
+    constants fitted on the same link (none: the model's defaults). ``profile``: the GEMM's measured
+    wave profile (default: the one recorded for this shape, an error where there is none)."""
     from ..predictor import OverlapModel
 
-    curve, curve_from = curve_for(primitive, world, gpu, link)
+    curve, curve_from = curve_for(primitive, world, gpu, link, budget)
     profile_from = "measured by the caller"
     if profile is None:
         profile, profile_from = recorded_profile(primitive, M, N, K, gpu)
-    params = (store.model_params(gpu) or {}).get(primitive, {})
+    fitted = (store.model_params(f"{gpu}x{world}", store.NCCL_MODEL) if link == "nccl"
+              else store.model_params(gpu))  # constants of the link the curve is of, never the other's
+    params = (fitted or {}).get(primitive, {})
     result = OverlapModel(profile, curve, "refined", **params).tune()
     choice = result.choice  # one group (no overlap) where the model predicts that no split pays
     return Tuned(tuple(int(g) for g in choice.partition), float(choice.total_ms), float(result.no_overlap.total_ms),
@@ -83,26 +101,39 @@ def tuned_partition(primitive: str, M: int, N: int, K: int, *, world: int, gpu: 
 def plan_partition(plan, T: int) -> tuple[int, ...]:
     """``OverlapPlan(partition="tuned")`` (CUDA): the refined model's partition from this GPU's
     calibrated link curve and fitted constants (``python -m fo_lib calibrate``, else the record in
-    ``data/<gpu>/``) over the plan's GEMM wave profile, measured here on the plan's config and CTAs;
-    rank 0's choice on every rank (each rank's own profile could tip a close call). All-to-All is
-    tuned as for uniform routing."""
-    from .. import partition_tuning
+    ``data/<gpu>/``; NCCL: ``data/<gpu>x<world>/``) over the plan's GEMM wave profile, measured here on
+    the plan's config and CTAs. Rank 0 measures and chooses, every rank runs its choice or raises
+    its error (a rank deciding alone could leave the others waiting in a collective). All-to-All is
+    tuned as for uniform routing; the emulated link's curves are recorded at 2 virtual ranks."""
     from ..engine.errors import PlanError
-    from ..gemm.tile_table import current_gpu_tag
     if plan.device != "cuda":
         raise PlanError("partition='tuned' measures the GEMM's waves on the GPU; on the CPU pass the "
                         "partition that fo_lib.calibration.tuned.tuned_partition(..., gpu='h200') returns")
     if plan.reduction != "collective":
         raise PlanError("partition='tuned' reads the curves of the collectives that reduce "
                         "(reduction='collective'), not those of reduction='post_reorder'")
-    profile = partition_tuning.measure_gemm_profile(plan.M, plan.N, plan.K, config=plan.config, ctas=plan.ctas,
-                                                    dtype=plan.dtype)
-    if profile.num_waves != T:
-        raise PlanError(f"partition='tuned': the measured profile has {profile.num_waves} waves, the plan {T}")
-    try:
-        choice = tuned_partition(plan.primitive, plan.M, plan.N, plan.K, world=plan.world_size,
-                                 gpu=current_gpu_tag(), link=link_of(plan.comm), profile=profile)
-    except ProfileError as exc:
-        raise PlanError(f"partition='tuned': {exc}") from None
     bcast = getattr(plan.comm, "broadcast_object", None)
-    return tuple(choice.partition if bcast is None else bcast(choice.partition))
+    outcome = _choose(plan, T) if plan.rank == 0 or bcast is None else None
+    if bcast is not None:
+        outcome = bcast(outcome)
+    kind, value = outcome
+    if kind == "error":
+        raise PlanError(f"partition='tuned': {value}")
+    return tuple(value)
+
+
+def _choose(plan, T: int) -> tuple[str, object]:
+    """``("ok", partition)`` or ``("error", one line)``: what rank 0 tells every rank."""
+    from .. import partition_tuning
+    from ..gemm.tile_table import current_gpu_tag
+    try:
+        profile = partition_tuning.measure_gemm_profile(plan.M, plan.N, plan.K, config=plan.config, ctas=plan.ctas,
+                                                        dtype=plan.dtype)
+        if profile.num_waves != T:
+            return "error", f"the measured profile has {profile.num_waves} waves, the plan {T}"
+        link = link_of(plan.comm)
+        choice = tuned_partition(plan.primitive, plan.M, plan.N, plan.K, world=plan.world_size, gpu=current_gpu_tag(),
+                                 link=link, budget=nccl_budget(plan.comm) if link == "nccl" else 0, profile=profile)
+    except (ProfileError, RuntimeError) as exc:  # RuntimeError: CUDA out of memory, a kernel that failed
+        return "error", " ".join(str(exc).split())
+    return "ok", choice.partition

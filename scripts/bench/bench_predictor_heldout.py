@@ -23,7 +23,7 @@ def main(argv=None):
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=None, help="default: a fresh one, printed")
     ap.add_argument("--shapes", type=int, default=6)
-    ap.add_argument("--primitives", nargs="*", default=["all_reduce", "reduce_scatter", "all_to_all"])
+    ap.add_argument("--primitives", nargs="*", default=["all_reduce"])
     ap.add_argument("--comm-sms", type=int, default=4)
     ap.add_argument("--max-waves", type=int, default=heldout.MAX_WAVES)
     args = ap.parse_args(argv)
@@ -39,8 +39,15 @@ def main(argv=None):
     sms = gemm.sm_count()
     ctas = sms - args.comm_sms
 
+    import torch
+    memory = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    per_element = 2 * (2 if "all_to_all" in args.primitives else 1)  # each plan's send (+ receive) buffer
+
     def waves_of(M, N, K):
-        return gemm.auto_config(M, N, K, sms).for_ctas(ctas).grid(M, N, ctas).num_waves
+        T = gemm.auto_config(M, N, K, sms).for_ctas(ctas).grid(M, N, ctas).num_waves
+        # The sweep builds every partition's plan at once: a shape whose plans' buffers would take
+        # more than half the GPU's memory is drawn again (as one of too many waves).
+        return T if 2 ** (T - 1) * M * N * per_element < memory / 2 else args.max_waves + 1
 
     shapes = heldout.draw_shapes(seed, args.shapes, waves_of, max_waves=args.max_waves)
     print("shapes", shapes, flush=True)

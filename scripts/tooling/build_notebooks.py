@@ -5,12 +5,12 @@ cell tagged `# %% tags=["parameters"]`); the .ipynb are what papermill, run_all.
 open. Edit a .py, then run this (tests/test_notebook_sources.py fails while the two disagree).
 
     python scripts/tooling/build_notebooks.py            # rewrite every .ipynb from its .py
-    python scripts/tooling/build_notebooks.py --outputs notebooks/output   # ... with the replay's outputs
+    python scripts/tooling/build_notebooks.py --outputs notebooks/output   # with the replay's outputs
     python scripts/tooling/build_notebooks.py --check    # exit 1 and name the notebooks out of sync
 
 The committed notebooks carry outputs, so that a visitor sees the results without running anything:
-those of the replay on recorded data (``./run_all.sh --mode replay`` writes the executed copies to
-notebooks/output/), reduced to what reads the same on every run (:func:`committed_outputs`). A
+those of the replay on recorded data (``./run_all.sh --mode replay`` writes the executed copies into
+its ``--output`` folder), reduced to what reads the same on every run (:func:`committed_outputs`). A
 rebuild without ``--outputs`` keeps each cell's committed outputs while its source is unchanged.
 """
 from __future__ import annotations
@@ -93,8 +93,15 @@ def executed_outputs(executed: Path) -> dict:
 
 
 def executed_outputs_of(done) -> dict:
-    """:func:`executed_outputs` of an executed notebook already read."""
-    return {c.id: committed_outputs(c) for c in done.cells if c.cell_type == "code" and "id" in c}
+    """:func:`executed_outputs` of an executed notebook already read: cell id -> ``(source, outputs)``."""
+    return {c.id: (c.source, committed_outputs(c)) for c in done.cells if c.cell_type == "code" and "id" in c}
+
+
+def matching(built, executed: dict) -> dict:
+    """Cell id -> outputs of ``executed`` (:func:`executed_outputs_of`) for the cells of ``built``
+    whose source it ran (an executed copy older than a cell's edit gives that cell none)."""
+    return {c.id: executed[c.id][1] for c in built.cells
+            if c.cell_type == "code" and c.id in executed and executed[c.id][0] == c.source}
 
 
 def kept_outputs(src: Path, built) -> dict:
@@ -146,7 +153,7 @@ def out_of_sync(folder: Path = NOTEBOOKS) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="only report notebooks out of sync (exit 1 if any)")
-    ap.add_argument("--outputs", type=Path, help="a folder of executed notebooks (run_all.sh's notebooks/output) "
+    ap.add_argument("--outputs", type=Path, help="a folder of executed notebooks (run_all.sh's --output folder) "
                     "whose outputs the committed notebooks take")
     args = ap.parse_args(argv)
     if args.check:
@@ -162,7 +169,14 @@ def main(argv: list[str] | None = None) -> int:
         if executed is not None and not executed.exists():
             print(f"no executed {executed}: {out.name} keeps its outputs", file=sys.stderr)
             executed = None
-        nb = with_outputs(nb, executed_outputs(executed) if executed else kept_outputs(src, nb))
+        if executed:
+            ran = executed_outputs(executed)
+            got = matching(nb, ran)
+            stale = [c.id for c in nb.cells if c.cell_type == "code" and c.id in ran and c.id not in got]
+            if stale:
+                print(f"{out.name}: cells {', '.join(stale)} changed since {executed} ran: no outputs for them",
+                      file=sys.stderr)
+        nb = with_outputs(nb, got if executed else kept_outputs(src, nb))
         with atomic_path(out) as tmp:  # an interrupted build leaves each notebook whole
             nbformat.write(nb, tmp)
         print("wrote", out.relative_to(NOTEBOOKS.parent))

@@ -113,3 +113,20 @@ def table_free_candidates(M: int, N: int, K: int, ctas: int, model: Sm90Config) 
         if cfg.cluster == 1 and tiles > ctas and stream_k_tiles(tiles, ctas):
             out.append(replace(c, stream_k=True))
     return list(dict.fromkeys(out))
+
+
+def shortlist_digest(path) -> str:
+    """What a shape's shortlist came from, for its tuning's cache key: the tile table's contents, or
+    the table-free list and raster rule (``table-free`` and a digest of them)."""
+    import os
+    if path is None:
+        return "table-free" + config_tuning.digest([repr(TABLE_FREE_TILES), "row, bands of 8, one on one wave, +sk"])[:8]
+    st = os.stat(path)
+    return _table_digest(str(path), st.st_mtime_ns, st.st_size)
+
+
+@lru_cache(maxsize=8)
+def _table_digest(path: str, mtime_ns: int, size: int) -> str:
+    import hashlib
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:12]

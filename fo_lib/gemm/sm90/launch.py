@@ -20,7 +20,8 @@ from ..config import GemmError
 from ..family import GemmFamily
 from ..tma import driver, operand_desc
 from . import stream_k_tail
-from .config_tuning import kernel_digest, table_free_candidates, tuning_candidates, tuning_pick, tuning_settle_s
+from .config_tuning import (kernel_digest, shortlist_digest, table_free_candidates, tuning_candidates,
+                            tuning_pick, tuning_settle_s)
 from .configs import Sm90Config, config_label
 from .pick import default_config
 from .source import generate_source
@@ -112,9 +113,10 @@ def _tuned(a, b, dtype, M, N, K, ctas, model: Sm90Config) -> Sm90Config:
     dev = a.device.index
     if ctas != sm_count(dev):
         return model
-    # Tunings with and without a table weigh different shortlists: each remembered apart.
+    # A tuning weighed the shortlist of one table (or of none): another table, a re-recorded one
+    # or a new table-free list tunes again.
     k = config_tuning.key(torch.cuda.get_device_name(dev), ctas, M, N, K, dtype,
-                          kernel_digest(dtype) + ("" if path else "-table-free"))
+                          kernel_digest(dtype) + "-" + shortlist_digest(path))
     hit = config_tuning.lookup(k, Sm90Config)
     if hit is not None or config_tuning.failed(k):
         return hit or model
