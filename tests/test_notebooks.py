@@ -68,6 +68,10 @@ def test_notebook_replays_and_writes_figures(nb, replays):
         assert out.exists() and out.stat().st_size > 1000, out
     images = [o for c in done.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
     assert images, "no figure displayed inline"
+    # The replay draws the committed figures byte for byte (so ./run_all.sh leaves the tree clean,
+    # and figures depend on the recorded data alone: no date, version or live timing in them).
+    changed = [p.name for p in sorted(figs.iterdir()) if p.read_bytes() != (ROOT / "figures" / p.name).read_bytes()]
+    assert changed == [], f"the replay drew other bytes than figures/ holds: {changed} (regenerate them)"
     # What a visitor sees without running: the committed outputs are this replay's, image for image
     # (scripts/tooling/build_notebooks.py --outputs keeps them; a changed figure must be rebuilt in).
     import nbformat

@@ -152,11 +152,16 @@ def test_an_interrupt_starts_no_further_notebook(tmp_path):
     def ctrl_c():
         both.wait(5)
         os.kill(os.getpid(), signal.SIGINT)  # a real signal: it wakes the main thread's wait at once
-    threading.Thread(target=ctrl_c, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        ras.schedule(NOTEBOOKS, ["0", "1"], slow, figures_dir=tmp_path, logs_dir=tmp_path, stagger=0.02,
-                     echo=lambda line: None)
-    release.set()  # the two running ones end now: the queue would run on, were it not cancelled
+    # Python's own SIGINT handler, whatever a library an earlier test loaded put in its place.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=ctrl_c, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            ras.schedule(NOTEBOOKS, ["0", "1"], slow, figures_dir=tmp_path, logs_dir=tmp_path, stagger=0.02,
+                         echo=lambda line: None)
+    finally:
+        release.set()  # the two running ones end now: the queue would run on, were it not cancelled
+        signal.signal(signal.SIGINT, previous)
     time.sleep(1.0)
     assert sorted(started) == ["00_a", "01_b"]  # (in either order: two threads)
 
