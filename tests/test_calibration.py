@@ -8,7 +8,8 @@ import warnings
 import pytest
 
 from fo_lib import provenance
-from fo_lib.calibration import offline, store
+from fo_lib import store
+from fo_lib.calibration import offline
 from fo_lib.gemm import tile_table
 
 

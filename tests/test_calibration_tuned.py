@@ -6,7 +6,8 @@ import json
 import pytest
 
 from fo_lib import provenance
-from fo_lib.calibration import store, tuned
+from fo_lib import store
+from fo_lib.calibration import tuned
 from fo_lib.comm.cpu_loopback import CpuLoopbackCommunicator
 from fo_lib.engine import OverlapPlan, PlanError
 from fo_lib.predictor import OverlapModel

@@ -99,7 +99,7 @@ def _row(prim, shape, budget, test, model, params, train_err) -> dict:
 
 def write(rows, fitted, out, meta: dict, record: str) -> Path:
     """The fit as a record: ``out`` (the per-shape rows) with the fitted constants in its sidecar
-    (``fitted_on_all_shapes``, what :func:`fo_lib.calibration.store.model_params` reads)."""
+    (``fitted_on_all_shapes``, what :func:`fo_lib.store.model_params` reads)."""
     from ..provenance import write_result
 
     return write_result(rows, out, link=meta.get("link", "?"), world_size=meta.get("world_size", 1),

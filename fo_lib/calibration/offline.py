@@ -10,7 +10,7 @@ Parts, in order (each needs the ones before it on the same GPU):
 * ``nccl``: NCCL latency curves and the collectives' SM footprint at each world size, which needs two
   GPUs or more (``scripts/bench/bench_nccl.py`` under torchrun records them today).
 
-Results go to :func:`fo_lib.calibration.store.calibration_dir` (``--record``: also to the
+Results go to :func:`fo_lib.store.calibration_dir` (``--record``: also to the
 repository's ``data/<gpu>/``, ``data/<gpu>-quick/`` for ``--quick``), each part's files moved in as
 it ends; ``calibration.json`` there says which parts are done, so a killed run resumes at the
 first unfinished part (``--force`` measures everything again).
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._util import atomic_path, atomic_write
-from . import store
+from .. import store
 
 PARTS = ("tiles", "overlap", "model", "nccl")
 MANIFEST = "calibration.json"

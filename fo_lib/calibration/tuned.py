@@ -5,14 +5,14 @@ The latency curve of the primitive on the link (the emulated link's from the ove
 ``overlap_loopback_profiles.json``; NCCL's from ``nccl_curves.csv`` at the world size), the GEMM's
 wave profile (measured by the caller, e.g. an :class:`fo_lib.engine.OverlapPlan` on its GPU, or the
 one recorded for this very shape) and the refined model's fitted constants, each found by
-:func:`fo_lib.calibration.store.find`: the user's calibration first, then ``data/<gpu>/``.
+:func:`fo_lib.store.find`: the user's calibration first, then ``data/<gpu>/``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..profiles import ProfileError
-from . import store
+from .. import store
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The predictor on shapes it has never seen: a seeded random set of GEMM shapes that no benchmark or
 test uses, every partition of their waves measured over the emulated link
 (:func:`fo_lib.experiments.overlap_measure.measure`) beside the refined model's prediction with this
-GPU's fitted constants (:func:`fo_lib.calibration.store.model_params`), summarised as the paper
+GPU's fitted constants (:func:`fo_lib.store.model_params`), summarised as the paper
 states its predictor's quality: the mean relative error over every measured partition, and the
 chosen partition's measured time against the best measured (Fig. 15: 3.41 % mean error, the chosen
 partition above 99 % of the best).

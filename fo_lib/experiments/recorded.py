@@ -10,13 +10,13 @@ NO_DATA = "no recorded data yet: run mode='measure' on a GPU"
 
 def model_params(spec: str = "auto") -> dict | None:
     """``{primitive: {launch_ms, comm_slowdown, gemm_slowdown, contention}}`` for the tuner:
-    ``"auto"`` this GPU's (:func:`fo_lib.calibration.store.model_params`: ``python -m fo_lib
+    ``"auto"`` this GPU's (:func:`fo_lib.store.model_params`: ``python -m fo_lib
     calibrate``'s fit, else the one recorded in ``data/<gpu>/overlap_calibration.csv``, else the
     defaults), ``"none"`` the defaults, else a JSON file (a calibration sidecar or the mapping)."""
     from .overlap_measure import load_model_params
 
     if spec == "auto":
-        from ..calibration import store
+        from .. import store
         from ..gemm.tile_table import current_gpu_tag
         return store.model_params(current_gpu_tag())
     return None if spec == "none" else load_model_params(spec, spec)

@@ -1,7 +1,7 @@
 """Measured full-wave times of the Hopper GEMM's tile configs, and the wave-quantization model that
 picks a (tile, raster order, swizzle) for any shape from them.
 
-The table is this GPU's ``gemm_sm90_tiles.csv`` as :func:`fo_lib.calibration.store.find` finds it
+The table is this GPU's ``gemm_sm90_tiles.csv`` as :func:`fo_lib.store.find` finds it
 (``python -m fo_lib calibrate`` records it in the user's cache; ``data/<gpu>/`` ships one, with a
 provenance sidecar): one row per (config, raster order, swizzle, grid ``M x N``, ``K``) with
 the median time of one full wave (``ms_per_wave``: the GEMM's time over its wave count, its tiles
@@ -190,7 +190,7 @@ def current_gpu_tag() -> str | None:
 def table_path() -> str | None:
     """The table the picker reads now: ``$FO_SM90_TILES`` if set (``guess``: none; a named file
     that is missing is an error, not a silent fallback), else this GPU's table where
-    :func:`fo_lib.calibration.store.find` finds one (the user's calibration, then
+    :func:`fo_lib.store.find` finds one (the user's calibration, then
     ``<DATA_DIR>/<gpu>/``), else None (the documented guess, with one warning naming
     ``python -m fo_lib calibrate``)."""
     env = os.environ.get(ENV_VAR, "").strip()
@@ -201,7 +201,7 @@ def table_path() -> str | None:
             raise GemmError(f"{ENV_VAR}={env}: no such file (unset it, or set it to 'guess' for the table-free "
                             "picker)")
         return env
-    from ..calibration import store
+    from .. import store
     found = store.find(TABLE_NAME, current_gpu_tag(), what="Hopper GEMM tile table")
     return str(found.path) if found else None
 

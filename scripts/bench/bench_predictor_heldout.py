@@ -31,7 +31,7 @@ def main(argv=None):
     print(f"seed {seed}", flush=True)
 
     from fo_lib import gemm
-    from fo_lib.calibration import store
+    from fo_lib import store
     from fo_lib.experiments.overlap import measure
     from fo_lib.gemm.tile_table import current_gpu_tag
     from fo_lib.provenance import write_result

@@ -27,7 +27,7 @@ def main(argv=None) -> None:
     ap.add_argument("--out-dir", default=None, help="default: data/<gpu>[-quick]/")
     ap.add_argument("--world", type=int, default=2, help="virtual ranks of the loopback link")
     ap.add_argument("--model-params", default="auto",
-                    help="the refined model's parameters: 'auto' (this GPU's, fo_lib.calibration.store.model_params: "
+                    help="the refined model's parameters: 'auto' (this GPU's, fo_lib.store.model_params: "
                          "python -m fo_lib calibrate's fit or data/<gpu>/overlap_calibration.csv), "
                          "'none' (defaults) or a JSON file")
     args = ap.parse_args(argv)

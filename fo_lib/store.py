@@ -16,7 +16,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import provenance
+from . import provenance
 
 CALIBRATE = "python -m fo_lib calibrate"
 # What calibrate records, by file name (each with its provenance sidecar where it is a CSV).
@@ -93,7 +93,7 @@ def model_params(gpu: str | None, name: str = MODEL) -> dict | None:
     :data:`NCCL_MODEL` and ``gpu`` a ``<gpu>x<world>`` folder: fitted on NCCL), or None: the defaults."""
     import json
 
-    from ..profiles import ProfileError
+    from .profiles import ProfileError
 
     found = find(name, gpu, what="fitted overlap model", warn=name == MODEL)
     if found is None:
