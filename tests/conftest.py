@@ -35,3 +35,15 @@ def data_dir(tmp_path, monkeypatch):
     monkeypatch.setattr(tile_table, "current_gpu_tag", lambda: "h200")
     monkeypatch.delenv(tile_table.ENV_VAR, raising=False)
     return tmp_path
+
+
+@pytest.fixture
+def tuning_cache(tmp_path, monkeypatch):
+    """A fresh folder for the GEMM autotuning's remembered configs: the file's path, forgotten in
+    memory before and after."""
+    from fo_lib.gemm import config_tuning
+
+    monkeypatch.setenv("FO_CACHE_DIR", str(tmp_path))
+    config_tuning.forget()
+    yield tmp_path / config_tuning.FILE_NAME
+    config_tuning.forget()

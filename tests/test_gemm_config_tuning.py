@@ -14,14 +14,6 @@ from fo_lib.gemm.sm90 import launch as sm90_launch
 C = sm90.CONFIGS
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("FO_CACHE_DIR", str(tmp_path))
-    config_tuning.forget()
-    yield tmp_path / config_tuning.FILE_NAME
-    config_tuning.forget()
-
-
 def _ranked(*cfgs):
     return [(1.0 + 0.01 * i, c) for i, c in enumerate(cfgs)]
 
@@ -75,7 +67,7 @@ def test_on_one_wave_single_cta_candidates_are_handicapped_and_clusters_not():
     assert config_tuning.choose(ms, sm90.config_label(model), h) == sm90.config_label(cands[1])
 
 
-def test_a_tuned_config_is_read_back_by_another_process(cache):
+def test_a_tuned_config_is_read_back_by_another_process(tuning_cache):
     k = config_tuning.key("NVIDIA H200", 132, 2048, 7168, 5120, "bf16", "configs")
     assert config_tuning.lookup(k, sm90.Sm90Config) is None
     cfg = C["128x176x64c2"].with_raster("row", 8)
@@ -83,16 +75,16 @@ def test_a_tuned_config_is_read_back_by_another_process(cache):
     assert config_tuning.lookup(k, sm90.Sm90Config) == cfg
     config_tuning.forget()  # as a new process: from the file
     assert config_tuning.lookup(k, sm90.Sm90Config) == cfg
-    entry = json.loads(cache.read_text())[k]
+    entry = json.loads(tuning_cache.read_text())[k]
     assert entry["model"] == "b" and entry["ms"] == {"a": 0.2, "b": 0.21}
     # Another process's entry, written meanwhile, is kept when this one writes.
     other = config_tuning.key("NVIDIA H200", 132, 1100, 1792, 5120, "bf16", "configs")
-    data = json.loads(cache.read_text())
+    data = json.loads(tuning_cache.read_text())
     data[other] = dict(config=dict(BN=128, stages=5, order="row", swizzle=2, stream_k=False, cluster=2))
-    cache.write_text(json.dumps(data))
+    tuning_cache.write_text(json.dumps(data))
     k3 = config_tuning.key("NVIDIA H200", 132, 4096, 4096, 4096, "bf16", "configs")
     config_tuning.remember(k3, C["128x256x64"], {"a": 1.0}, "a")
-    assert set(json.loads(cache.read_text())) == {k, other, k3}
+    assert set(json.loads(tuning_cache.read_text())) == {k, other, k3}
 
 
 def test_keys_differ_by_shape_gpu_ctas_dtype_and_kernel():
@@ -103,18 +95,18 @@ def test_keys_differ_by_shape_gpu_ctas_dtype_and_kernel():
     assert len(keys) == 8
 
 
-def test_unreadable_files_and_stale_entries_are_tuned_over(cache):
+def test_unreadable_files_and_stale_entries_are_tuned_over(tuning_cache):
     k = config_tuning.key("NVIDIA H200", 132, 2048, 7168, 5120, "bf16", "configs")
-    cache.write_text("{not json")
+    tuning_cache.write_text("{not json")
     with pytest.warns(RuntimeWarning, match="rewritten at the next tuning"):
         assert config_tuning.lookup(k, sm90.Sm90Config) is None
     config_tuning.remember(k, C["128x256x64"], {"a": 1.0}, "a")  # replaces the broken file
-    assert json.loads(cache.read_text())[k]["config"]["BN"] == 256
+    assert json.loads(tuning_cache.read_text())[k]["config"]["BN"] == 256
     config_tuning.forget()
-    cache.write_text(json.dumps({k: dict(config=dict(BN=204, stages=4, order="row", swizzle=8, stream_k=False,
+    tuning_cache.write_text(json.dumps({k: dict(config=dict(BN=204, stages=4, order="row", swizzle=8, stream_k=False,
                                                       cluster=1))}))
     assert config_tuning.lookup(k, sm90.Sm90Config) is None  # a tile width no longer valid
-    cache.write_text(json.dumps({k: dict(config=dict(BN=256, unknown_field=1))}))
+    tuning_cache.write_text(json.dumps({k: dict(config=dict(BN=256, unknown_field=1))}))
     config_tuning.forget()
     assert config_tuning.lookup(k, sm90.Sm90Config) is None
 
@@ -156,7 +148,7 @@ def test_the_table_free_shortlist(shape):
         assert c.swizzle == 1 if tiles <= 132 else c.order == "row"
 
 
-def test_without_a_table_the_first_call_times_the_table_free_shortlist(cache, monkeypatch):
+def test_without_a_table_the_first_call_times_the_table_free_shortlist(tuning_cache, monkeypatch):
     """No tile table: the first call times the table-free shortlist (GPU calls faked), takes the
     fastest, remembers it apart from tunings with a table, and the next call times nothing."""
     import contextlib
@@ -185,7 +177,7 @@ def test_without_a_table_the_first_call_times_the_table_free_shortlist(cache, mo
     assert got.BN == 168 and timed == [sm90_tuning.table_free_candidates(M, N, K, 132, model)]
     config_tuning.forget()  # read back from the file, as another process would
     assert sm90_launch._tuned(a, a, "bf16", M, N, K, 132, model) == got and len(timed) == 1
-    assert any("-table-free" in k for k in json.loads(cache.read_text()))
+    assert any("-table-free" in k for k in json.loads(tuning_cache.read_text()))
 
 
 def test_a_tuning_is_keyed_by_the_shortlist_it_weighed(tmp_path):
@@ -199,7 +191,7 @@ def test_a_tuning_is_keyed_by_the_shortlist_it_weighed(tmp_path):
     assert sm90_tuning.shortlist_digest(a) not in keys
 
 
-def test_a_cache_file_that_cannot_be_written_is_remembered_in_this_process(cache, monkeypatch):
+def test_a_cache_file_that_cannot_be_written_is_remembered_in_this_process(tuning_cache, monkeypatch):
     def refuse(src, dst):
         raise PermissionError(f"read-only: {dst}")
 
@@ -207,7 +199,7 @@ def test_a_cache_file_that_cannot_be_written_is_remembered_in_this_process(cache
     k = config_tuning.key("NVIDIA H200", 132, 2048, 7168, 5120, "bf16", "configs")
     config_tuning.remember(k, C["128x256x64"], {"a": 1.0}, "a")
     assert config_tuning.lookup(k, sm90.Sm90Config) == C["128x256x64"]
-    assert list(cache.parent.iterdir()) == []  # no file, no leftover temporary
+    assert list(tuning_cache.parent.iterdir()) == []  # no file, no leftover temporary
 
 
 def test_no_cache_folder_at_all_means_nothing_remembered(tmp_path, monkeypatch):
@@ -224,7 +216,7 @@ def test_no_cache_folder_at_all_means_nothing_remembered(tmp_path, monkeypatch):
         config_tuning.forget()
 
 
-def test_a_failed_tuning_is_remembered_until_forget(cache):
+def test_a_failed_tuning_is_remembered_until_forget(tuning_cache):
     k = config_tuning.key("NVIDIA H200", 132, 7, 8, 9, "bf16", "configs")
     assert not config_tuning.failed(k)
     config_tuning.mark_failed(k)
@@ -287,12 +279,12 @@ def test_a_one_wave_grid_times_each_shortlisted_tile_in_several_rasters(monkeypa
     assert len({(c.tile_name, c.stream_k) for c in many}) == len(many)
 
 
-def test_another_cache_file_by_name(cache, monkeypatch, tmp_path):
+def test_another_cache_file_by_name(tuning_cache, monkeypatch, tmp_path):
     other = tmp_path / "elsewhere" / "tunings.json"
     monkeypatch.setenv(config_tuning.FILE_ENV, str(other))
     assert config_tuning.cache_path() == other
     monkeypatch.delenv(config_tuning.FILE_ENV)
-    assert config_tuning.cache_path() == cache
+    assert config_tuning.cache_path() == tuning_cache
 
 
 def test_the_digest_follows_how_tuning_times_and_the_one_wave_rasters(nvrtc, monkeypatch):

@@ -23,14 +23,6 @@ CORRUPT = {
 }
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("FO_CACHE_DIR", str(tmp_path))
-    config_tuning.forget()
-    yield tmp_path / config_tuning.FILE_NAME
-    config_tuning.forget()
-
-
 def _write(path, content):
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
 
@@ -40,9 +32,9 @@ def _key(i: int) -> str:
 
 
 @pytest.mark.parametrize("name", CORRUPT)
-def test_a_corrupt_file_warns_once_reads_as_empty_and_is_rewritten(cache, name):
+def test_a_corrupt_file_warns_once_reads_as_empty_and_is_rewritten(tuning_cache, name):
     content, problem = CORRUPT[name]
-    _write(cache, content)
+    _write(tuning_cache, content)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         assert config_tuning.lookup(_key(0), sm90.Sm90Config) is None
@@ -52,40 +44,40 @@ def test_a_corrupt_file_warns_once_reads_as_empty_and_is_rewritten(cache, name):
         config_tuning.remember(_key(1), CFG, {"a": 1.0}, "a")
     lines = [str(w.message) for w in seen]
     assert len(lines) == 1 and "\n" not in lines[0], lines
-    assert str(cache) in lines[0] and problem in lines[0] and "rewritten" in lines[0]
+    assert str(tuning_cache) in lines[0] and problem in lines[0] and "rewritten" in lines[0]
     assert issubclass(seen[0].category, RuntimeWarning)
-    assert list(json.loads(cache.read_text())) == [_key(1)]  # rewritten whole, readable again
+    assert list(json.loads(tuning_cache.read_text())) == [_key(1)]  # rewritten whole, readable again
     config_tuning.forget()
     assert config_tuning.lookup(_key(1), sm90.Sm90Config) == CFG
 
 
 @pytest.mark.parametrize("name", CORRUPT)
-def test_read_file_says_what_is_wrong_in_one_line(cache, name):
+def test_read_file_says_what_is_wrong_in_one_line(tuning_cache, name):
     content, problem = CORRUPT[name]
-    _write(cache, content)
-    entries, why = config_tuning.read_file(cache)
+    _write(tuning_cache, content)
+    entries, why = config_tuning.read_file(tuning_cache)
     assert entries == {} and problem in why and "\n" not in why
 
 
-def test_a_readable_or_missing_file_has_no_problem(cache):
-    assert config_tuning.read_file(cache) == ({}, None)
+def test_a_readable_or_missing_file_has_no_problem(tuning_cache):
+    assert config_tuning.read_file(tuning_cache) == ({}, None)
     config_tuning.remember(_key(0), CFG, {"a": 1.0}, "a")
-    entries, problem = config_tuning.read_file(cache)
+    entries, problem = config_tuning.read_file(tuning_cache)
     assert problem is None and list(entries) == [_key(0)]
 
 
 @pytest.mark.parametrize("name", CORRUPT)
-def test_clear_deletes_the_file_whatever_it_holds(cache, name):
-    _write(cache, CORRUPT[name][0])
+def test_clear_deletes_the_file_whatever_it_holds(tuning_cache, name):
+    _write(tuning_cache, CORRUPT[name][0])
     assert config_tuning.clear() == 0
-    assert not cache.exists()
+    assert not tuning_cache.exists()
     assert config_tuning.clear() == 0  # nothing there: nothing to do
 
 
-def test_clear_counts_and_deletes_a_readable_file(cache):
+def test_clear_counts_and_deletes_a_readable_file(tuning_cache):
     for i in range(3):
         config_tuning.remember(_key(i), CFG, {"a": 1.0}, "a")
-    assert config_tuning.clear() == 3 and not cache.exists()
+    assert config_tuning.clear() == 3 and not tuning_cache.exists()
     assert config_tuning.lookup(_key(0), sm90.Sm90Config) is None
 
 
