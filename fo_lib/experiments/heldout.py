@@ -47,29 +47,64 @@ def draw_shapes(seed: int, count: int, waves_of, *, max_waves: int = MAX_WAVES, 
     raise ValueError(f"only {len(out)} of {count} shapes of {MIN_WAVES}-{max_waves} waves in {tries} draws")
 
 
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Average ranks (ties share theirs), as Spearman's correlation takes them."""
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(len(x))
+    ranks[order] = np.arange(len(x), dtype=float)
+    for value in np.unique(x):
+        tied = x == value
+        ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
+def spearman(a, b) -> float:
+    """Spearman's rank correlation of two equally long sequences (nan where one is constant)."""
+    ra, rb = _ranks(np.asarray(a, float)), _ranks(np.asarray(b, float))
+    if ra.std() == 0 or rb.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def shape_summary(cands) -> dict:
+    """One shape's measured partitions (rows: partition, measured_ms, model_ms) in numbers: their
+    count, the rank correlation of predicted and measured, the mean relative error, the model's
+    choice (lowest predicted) and the best measured with their times, chosen / best."""
+    chosen = cands.loc[cands.model_ms.idxmin()]
+    best = cands.loc[cands.measured_ms.idxmin()]
+    return dict(partitions=len(cands), spearman=spearman(cands.model_ms, cands.measured_ms),
+                mean_abs_error=float(((cands.model_ms - cands.measured_ms).abs() / cands.measured_ms).mean()),
+                chosen=chosen.partition, chosen_ms=float(chosen.measured_ms), best=best.partition,
+                best_ms=float(best.measured_ms), chosen_over_best=float(chosen.measured_ms / best.measured_ms))
+
+
 def summarize(cands, worst_ratio: float = 0.99):
     """``(per_shape, overall)`` from the measured candidates (one row per partition: primitive, M, N,
-    K, partition, measured_ms, model_ms): per (primitive, shape) the mean relative error, the chosen
-    (lowest predicted) partition, its measured time over the best measured (``best_over_chosen``, 1
-    when the model chose the best), and overall the mean error, the mean and worst of that ratio and
-    the share of shapes at ``worst_ratio`` or more."""
+    K, partition, measured_ms, model_ms): per (primitive, shape) :func:`shape_summary` and
+    ``best_over_chosen`` (the best measured over the chosen partition's time, 1 when the model chose
+    the best), and overall the mean error, the mean and worst of that ratio and the share of shapes
+    at ``worst_ratio`` or more."""
     import pandas as pd
 
     rows = []
     for (prim, M, N, K), g in cands.groupby(["primitive", "M", "N", "K"], sort=True):
-        err = (g.model_ms - g.measured_ms).abs() / g.measured_ms
-        chosen = g.loc[g.model_ms.idxmin()]
-        best = g.loc[g.measured_ms.idxmin()]
-        rows.append(dict(primitive=prim, M=M, N=N, K=K, partitions=len(g), mean_abs_error=float(err.mean()),
-                         chosen=chosen.partition, chosen_ms=float(chosen.measured_ms), best=best.partition,
-                         best_ms=float(best.measured_ms),
-                         best_over_chosen=float(best.measured_ms / chosen.measured_ms)))
+        s = shape_summary(g)
+        rows.append(dict(primitive=prim, M=M, N=N, K=K, **s, best_over_chosen=1.0 / s["chosen_over_best"]))
     per_shape = pd.DataFrame(rows)
     ratio = per_shape.best_over_chosen
     overall = dict(shapes=len(per_shape), mean_abs_error=float(per_shape.mean_abs_error.mean()),
                    best_over_chosen_mean=float(ratio.mean()), best_over_chosen_worst=float(ratio.min()),
                    share_at_least=float((ratio >= worst_ratio).mean()), worst_ratio=worst_ratio)
     return per_shape, overall
+
+
+def sweep_waves(M: int, N: int, K: int, comm_sms: int = 4) -> int:
+    """The waves of ``M x N x K`` as the overlap sweep runs it on this GPU: the default config on the
+    SMs the emulated link leaves (``comm_sms``: its footprint)."""
+    from .. import gemm
+    sms = gemm.sm_count()
+    ctas = sms - comm_sms
+    return gemm.auto_config(M, N, K, sms).for_ctas(ctas).grid(M, N, ctas).num_waves
 
 
 def overall_line(overall: dict) -> str:

@@ -30,21 +30,17 @@ def main(argv=None):
     seed = args.seed if args.seed is not None else secrets.randbelow(2 ** 31)
     print(f"seed {seed}", flush=True)
 
-    from fo_lib import gemm
     from fo_lib import store
     from fo_lib.experiments.overlap import measure
     from fo_lib.gemm.tile_table import current_gpu_tag
     from fo_lib.provenance import write_result
-
-    sms = gemm.sm_count()
-    ctas = sms - args.comm_sms
 
     import torch
     memory = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
     per_element = 2 * (2 if "all_to_all" in args.primitives else 1)  # each plan's send (+ receive) buffer
 
     def waves_of(M, N, K):
-        T = gemm.auto_config(M, N, K, sms).for_ctas(ctas).grid(M, N, ctas).num_waves
+        T = heldout.sweep_waves(M, N, K, args.comm_sms)
         # The sweep builds every partition's plan at once: a shape whose plans' buffers would take
         # more than half the GPU's memory is drawn again (as one of too many waves).
         return T if 2 ** (T - 1) * M * N * per_element < memory / 2 else args.max_waves + 1

@@ -3,11 +3,12 @@
 same run's GEMM profile and link curve (:func:`fo_lib.experiments.overlap_measure.measure`), drawn as
 measured against predicted with the model's choice and the best measured marked.
 
-:func:`measure_space` needs a CUDA GPU; :func:`summarize` and :func:`draw_space` are pure.
+:func:`measure_space` needs a CUDA GPU; :func:`summarize` (:func:`fo_lib.experiments.heldout.shape_summary`)
+and :func:`draw_space` are pure.
 """
 from __future__ import annotations
 
-import numpy as np
+from ..heldout import shape_summary as summarize, spearman, sweep_waves  # noqa: F401 (the space's numbers)
 
 MAX_WAVES = 8  # 2^(T-1) = 128 partitions at most: about a minute on an H200
 
@@ -15,47 +16,13 @@ MAX_WAVES = 8  # 2^(T-1) = 128 partitions at most: about a minute on an H200
 def measure_space(M: int, N: int, K: int, primitive: str = "all_reduce", *, world: int = 2, model_kw=None):
     """Every partition of ``M x N x K``'s waves measured under ``primitive`` on the emulated link:
     one row per partition (partition, groups, measured_ms, model_ms, ...)."""
-    from ... import gemm
-    from ...comm.loopback import LoopbackCommunicator
     from ..overlap_measure import measure
-    sms = gemm.sm_count()
-    ctas = sms - LoopbackCommunicator.sm_footprint  # as the sweep runs it
-    waves = gemm.auto_config(M, N, K, sms).for_ctas(ctas).grid(M, N, ctas).num_waves
+    waves = sweep_waves(M, N, K)
     if waves > MAX_WAVES:  # checked first: the sweep would build 2^(T-1) plans
         raise ValueError(f"{M} x {N} x {K} runs {waves} waves: the whole space is measured up to {MAX_WAVES}")
     _, cands, _ = measure(world=world, primitives=(primitive,), shapes=[(M, N, K)],
                           candidates_limit=2 ** (MAX_WAVES - 1), graphs=False, model_kw=model_kw)
     return cands
-
-
-def _ranks(x: np.ndarray) -> np.ndarray:
-    """Average ranks (ties share theirs), as Spearman's correlation takes them."""
-    order = np.argsort(x, kind="mergesort")
-    ranks = np.empty(len(x))
-    ranks[order] = np.arange(len(x), dtype=float)
-    for value in np.unique(x):
-        tied = x == value
-        ranks[tied] = ranks[tied].mean()
-    return ranks
-
-
-def spearman(a, b) -> float:
-    """Spearman's rank correlation of two equally long sequences (nan where one is constant)."""
-    ra, rb = _ranks(np.asarray(a, float)), _ranks(np.asarray(b, float))
-    if ra.std() == 0 or rb.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(ra, rb)[0, 1])
-
-
-def summarize(cands) -> dict:
-    """The space in numbers: partitions, the rank correlation of predicted and measured, the model's
-    choice (lowest predicted) and the best measured with their times, chosen / best."""
-    chosen = cands.loc[cands.model_ms.idxmin()]
-    best = cands.loc[cands.measured_ms.idxmin()]
-    return dict(partitions=len(cands), spearman=spearman(cands.model_ms, cands.measured_ms),
-                mean_abs_error=float(((cands.model_ms - cands.measured_ms).abs() / cands.measured_ms).mean()),
-                chosen=chosen.partition, chosen_ms=float(chosen.measured_ms), best=best.partition,
-                best_ms=float(best.measured_ms), chosen_over_best=float(chosen.measured_ms / best.measured_ms))
 
 
 def draw_space(cands, title: str = ""):
