@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from . import jit
+
 
 def calc_diff(x, ref) -> float:
     """``||x - ref|| / ||ref||`` in float64; ``inf`` if ``x`` holds NaN/Inf or shapes differ."""
@@ -99,7 +101,7 @@ def bench_interleaved(fns: Mapping[str, Callable[[int], object]], *, rounds: int
         side = torch.cuda.Stream()
         for name in names:
             g = torch.cuda.CUDAGraph()
-            with torch.cuda.stream(side), torch.cuda.graph(g, stream=side, capture_error_mode=capture_error_mode):
+            with torch.cuda.stream(side), jit.capture_graph(g, stream=side, capture_error_mode=capture_error_mode):
                 for i in range(inner):
                     fns[name](i)
             graphs[name] = g

@@ -92,7 +92,7 @@ if [[ $steps == *",run_all_quick,"* ]]; then
   mkdir -p "$OUT/data/run_all_quick" && cp -r data/*-quick figures notebooks/output "$OUT/data/run_all_quick/" 2>/dev/null
 fi
 # The explorer's measure control: its round trip (first, repeated) and three shapes' partition spaces.
-step explorer 400 python3 scripts/bench/bench_explorer.py --measure --out "$OUT/data/explorer_measure.csv"
+step explorer 400 python3 scripts/bench/bench_explorer.py --measure --out "$OUT/data/explorer_measure.csv" --figure-dir "$OUT/data/figures"
 # The predictor on seeded shapes no benchmark uses, every partition timed (after calibrate: its constants).
 step heldout 560 python3 scripts/bench/bench_predictor_heldout.py ${FO_HELDOUT_ARGS:---shapes 4 --primitives all_reduce} --out "$OUT/data/predictor_heldout.csv"
 step bench_overlap 300 python3 scripts/bench/bench_overlap.py ${FO_OVERLAP_ARGS:-} --out "$OUT/data/overlap_loopback.csv"

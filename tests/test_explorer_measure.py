@@ -22,10 +22,13 @@ class FakeShape:
     def probe(self):
         self.probes += 1
         g, ends = self.r.grid, np.cumsum(self.r.profile.wave_ms)
-        stretch = 1 + 0.01 * self.probes  # later repeats run longer: the median is the second
+        stretch = 1 + 0.01 * (self.probes - 2)  # later repeats run longer: the median, the second, is the model
         start_ns = ((ends - self.r.profile.wave_ms)[g.tile_wave] * 1e6 * stretch).astype(np.int64) + 5_000
         end_ns = (ends[g.tile_wave] * 1e6 * stretch).astype(np.int64) + 5_000
         return np.stack([start_ns, end_ns, np.zeros_like(end_ns), g.schedule_index % g.ctas], 1)
+
+    def link_curve(self):
+        return self.r.curve  # the view's own: the prediction here is then the view's
 
     def timed_call(self):
         self.calls += 1
@@ -116,15 +119,54 @@ def test_a_measure_keeps_the_median_call_and_reports_the_difference():
     got = EM.Measurer(FakeBackend()).measure(r, repeats=3)
     # The fake's calls end at predicted + 0.05, + 0.10, + 0.15 ms: the median is + 0.10.
     assert got.measured_ms == pytest.approx(r.chosen.total_ms + 0.10)
-    assert got.predicted_ms == r.chosen.total_ms
-    assert got.difference_ms == pytest.approx(0.10)
-    # The stamps, from the first tile's start, end where the model's waves end, stretched by the
-    # median probe's 2 %.
-    assert got.tile_end_ms.max() == pytest.approx(got.model_wave_end_ms[-1] * 1.02, abs=1e-5)
+    # Stamps on the view's waves and the view's own curve: the prediction here is the view's.
+    assert got.predicted_ms == pytest.approx(r.chosen.total_ms, rel=1e-5)
+    assert got.view_predicted_ms == r.chosen.total_ms
+    assert got.difference_ms == pytest.approx(0.10, abs=1e-4)
+    # The stamps, from the first tile's start, end where the model's waves end (the median probe).
+    assert got.tile_end_ms.max() == pytest.approx(got.model_wave_end_ms[-1], abs=1e-5)
     assert got.tile_start_ms.min() == 0.0
     text = got.summary()
     assert f"measured {got.measured_ms:.3f} ms vs predicted {got.predicted_ms:.3f} ms (+0.100 ms" in text
+    assert f"link 'h200x2 nccl' predicts {r.chosen.total_ms:.3f} ms" in text
     assert "partition (1,2,7)" in text and "\n" not in text
+
+
+class SlowLinkShape(FakeShape):
+    """The link here is ten times slower than the view's, the GEMM's waves twice as long."""
+
+    def probe(self):
+        probe = super().probe()
+        probe[:, :2] = 2 * (probe[:, :2] - 5_000) + 5_000
+        return probe
+
+    def link_curve(self):
+        from fo_lib.profiles import BandwidthCurve
+        c = self.r.curve
+        return BandwidthCurve(tuple((b, 10 * ms) for b, ms in c.points), c.primitive, c.world_size, "emulated")
+
+
+def test_the_prediction_is_made_on_the_waves_and_the_link_measured_here():
+    from fo_lib.predictor import OverlapModel
+
+    r = E.explore()
+    backend = FakeBackend()
+    backend.build = lambda r, progress: SlowLinkShape(r)
+    got = EM.Measurer(backend).measure(r)
+    profile = EM.stamped_profile(r, got.tile_end_ms, got.device)
+    np.testing.assert_allclose(profile.wave_ms, 2 * np.asarray(r.profile.wave_ms), atol=4e-6)  # whole ns
+    assert profile.gpu == H100.name and profile.wave_bytes == r.profile.wave_bytes
+    slow = SlowLinkShape(r).link_curve()
+    want = OverlapModel(profile, slow, r.inp.model).predict(tuple(r.chosen.partition)).total_ms
+    assert got.predicted_ms == pytest.approx(want) and got.predicted_ms > 3 * r.chosen.total_ms
+    assert got.predicted.partition == r.chosen.partition
+
+
+def test_the_link_is_timed_from_the_smallest_wave_to_the_whole_output():
+    r = E.explore()
+    sizes = EM.link_sizes(r)
+    assert sizes[0] == max(min(r.profile.wave_bytes), 1024) and sizes[-1] == sum(r.profile.wave_bytes)
+    assert len(sizes) == 8 and (np.diff(sizes) > 0).all()
 
 
 def test_tile_times_are_ms_from_the_first_start():

@@ -191,3 +191,31 @@ def test_memo_key_follows_every_tensor_property():
 def test_prepared_launch_rejects_bad_arguments_before_any_device_call(args, grid, block, match):
     with pytest.raises((TypeError, ValueError), match=match):
         jit.PreparedLaunch(None, grid, block, args, device_index=0)
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_graph_capture_collects_first_and_holds_the_collector_off_until_it_ends(monkeypatch, fails):
+    """No cycle is freed inside a capture (freeing a graph or event there invalidates it): the
+    collector runs before and is off during the capture, and is back on after it, failed or not."""
+    import contextlib
+    import gc
+
+    torch = pytest.importorskip("torch")
+    seen = []
+    monkeypatch.setattr(gc, "collect", lambda *a: seen.append(("collect", gc.isenabled())) or 0)
+
+    @contextlib.contextmanager
+    def fake_graph(graph, stream=None, capture_error_mode="global"):
+        seen.append(("begin", gc.isenabled(), stream, capture_error_mode))
+        yield
+        seen.append(("end", gc.isenabled()))
+
+    monkeypatch.setattr(torch.cuda, "graph", fake_graph)
+    assert gc.isenabled()
+    with contextlib.suppress(RuntimeError):
+        with jit.capture_graph("g", stream="s", capture_error_mode="relaxed") as g:
+            assert g == "g" and not gc.isenabled()
+            if fails:
+                raise RuntimeError("capture invalidated")
+    assert gc.isenabled()
+    assert seen == [("collect", True), ("begin", False, "s", "relaxed")] + ([] if fails else [("end", False)])

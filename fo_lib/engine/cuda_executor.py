@@ -16,7 +16,7 @@ import time
 import warnings
 import weakref
 
-from .. import counting, gemm, postops
+from .. import counting, gemm, jit, postops
 from .._util import gpu_sleep
 from ..comm import comm_buffer
 from .errors import PlanError, check_plans_agree
@@ -134,10 +134,11 @@ class CudaExecutor:
         try:
             for groups in self._comm_segments():
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, stream=self.comm_stream):
+                with jit.capture_graph(graph, stream=self.comm_stream):
                     self._collectives(self.comm_stream, wait=True, groups=groups)
                 graphs.append((graph, groups))
         except Exception as exc:  # noqa: BLE001 - e.g. a communicator that synchronizes the host
+            self.plan._broken = None  # a capture runs nothing: the group by group calls find the link as it was
             warnings.warn(f"the communication side of {self.plan.describe()} could not be captured as a CUDA "
                           f"graph ({type(exc).__name__}: {exc}); launching it group by group", stacklevel=4)
             torch.cuda.synchronize(self.device)
@@ -310,7 +311,7 @@ class CudaExecutor:
         self.check()
         torch.cuda.synchronize(self.device)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with jit.capture_graph(graph):
             output = self.enqueue(a, b, ops, replay_comm=False, **operands)
         torch.cuda.synchronize(self.device)
         return GraphedCall(self, graph, output)

@@ -17,6 +17,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from .. import jit
 from ..gemm import config_tuning
 
 L2_BYTES = 60 * 2**20
@@ -323,7 +324,7 @@ def _graph_medians(calls, n_sets, per_graph, rounds):
             fn(i)
         torch.cuda.synchronize()
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
+        with jit.capture_graph(g):
             for i in range(per_graph):
                 fn(i)
         graphs[name] = g

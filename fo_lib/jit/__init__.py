@@ -9,9 +9,9 @@ from .compiler import (ARCHS, CUDA_DIR, KernelCompileError, cache_dir, cached_co
                        compile_cubin, compile_with_log,
                        current_arch, ensure_cubin, get_kernel, nvrtc_options, nvrtc_version, reload_headers,
                        source_key)
-from .runtime import LaunchMemo, PreparedLaunch, check_cuda_tensor, launch, memo_key, ptr, tensor_signature
+from .runtime import LaunchMemo, PreparedLaunch, capture_graph, check_cuda_tensor, launch, memo_key, ptr, tensor_signature
 
 __all__ = ["ARCHS", "CUDA_DIR", "CudaUnavailableError", "KernelCompileError", "LaunchMemo", "PreparedLaunch",
-           "cache_dir", "cached_compile", "check_arch", "check_cuda_tensor", "compile_cubin", "compile_with_log", "current_arch",
+           "cache_dir", "cached_compile", "capture_graph", "check_arch", "check_cuda_tensor", "compile_cubin", "compile_with_log", "current_arch",
            "ensure_cubin", "get_kernel", "launch", "memo_key", "nvrtc_options", "nvrtc_version", "ptr",
            "reload_headers", "require_cupy", "source_key", "tensor_signature"]

@@ -9,11 +9,34 @@ tensors find theirs in a :class:`LaunchMemo`.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import threading
 
 from .._util import require_cupy
 
-__all__ = ["LaunchMemo", "PreparedLaunch", "check_cuda_tensor", "launch", "memo_key", "ptr", "tensor_signature"]
+__all__ = ["LaunchMemo", "PreparedLaunch", "capture_graph", "check_cuda_tensor", "launch", "memo_key", "ptr",
+           "tensor_signature"]
+
+
+@contextlib.contextmanager
+def capture_graph(graph, stream=None, capture_error_mode: str = "global"):
+    """``torch.cuda.graph(graph, stream=...)`` with Python's cyclic garbage collector run before and
+    kept off during the capture. Dropped objects in reference cycles (a plan held by an exception's
+    traceback, say) are freed whenever the collector runs; freeing a CUDA graph or event inside a
+    capture is an operation the driver refuses there, and it invalidates the capture (docs/decisions.md,
+    "No garbage is collected inside a graph capture")."""
+    import torch
+
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with torch.cuda.graph(graph, stream=stream, capture_error_mode=capture_error_mode):
+            yield graph
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def launch(kernel, grid, block, args, *, stream=None, device_index: int, shared_mem: int = 0) -> None:

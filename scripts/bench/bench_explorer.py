@@ -10,6 +10,7 @@ With --measure (a CUDA GPU): the time of the measure control's round trip on the
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -27,7 +28,7 @@ VIEWS = {"T=5": dict(M=2048), "T=10 (default)": dict(), "T=12": dict(M=5120), "T
 SPACE_SHAPES = ((2048, 8192, 8192), (3072, 8192, 4096), (4096, 8192, 1024))
 
 
-def measure(out: str, repeats: int) -> None:
+def measure(out: str, repeats: int, figure_dir: str | None = None) -> None:
     import pandas as pd
 
     from fo_lib.experiments.explorer import space
@@ -40,9 +41,15 @@ def measure(out: str, repeats: int) -> None:
         t0 = time.perf_counter()
         got = m.measure(r)
         rows.append(dict(kind="round_trip", M=r.inp.M, N=r.inp.N, K=r.inp.K, run=i, reused=got.reused,
-                         seconds=time.perf_counter() - t0, measured_ms=got.measured_ms, predicted_ms=got.predicted_ms))
+                         seconds=time.perf_counter() - t0, measured_ms=got.measured_ms, predicted_ms=got.predicted_ms,
+                         view_predicted_ms=got.view_predicted_ms))
         print(f"measure round trip {i}: {rows[-1]['seconds']:.2f} s ({'reused' if got.reused else 'built'}); "
               + got.summary(), flush=True)
+    if figure_dir:  # the view the measure control draws, checked as every figure is
+        from fo_lib.experiments.common import save
+        from fo_lib.experiments.explorer.draw_measured import draw_measured
+        os.environ["FO_FIGURE_CHECKS"] = "1"
+        print("wrote", *save(draw_measured(got), "09_explorer_measured", figure_dir), flush=True)
     for M, N, K in SPACE_SHAPES:
         t0 = time.perf_counter()
         try:
@@ -62,11 +69,12 @@ def main() -> None:
     ap.add_argument("--dpi", type=int, default=80, help="the widget's resolution")
     ap.add_argument("--measure", action="store_true", help="time the GPU measure round trip and the partition space")
     ap.add_argument("--out", help="with --measure: the CSV to write")
+    ap.add_argument("--figure-dir", help="with --measure: also draw the measured view there (09_explorer_measured)")
     args = ap.parse_args()
     if args.measure:
         if not args.out:
             ap.error("--measure needs --out")
-        measure(args.out, min(args.repeats, 4))
+        measure(args.out, min(args.repeats, 4), args.figure_dir)
         return
     fig = E.new_figure()
     E.redraw(fig, dpi=args.dpi)  # warm-up: fonts, caches

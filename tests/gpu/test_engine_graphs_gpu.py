@@ -1,5 +1,7 @@
 """Overlap plans and CUDA graphs: a dropped plan is freed at once, a captured call outlives its plan
 and communicator, and replays match eager calls of every primitive."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -35,6 +37,53 @@ def test_a_dropped_cuda_plan_is_freed_at_once():
         assert alive[0]() is None and alive[1]() is None
     finally:
         gc.enable()
+
+
+class _DropsGarbageWhileCaptured(LoopbackCommunicator):
+    """A loopback link that, inside a graph capture, lets go of the last reference to a plan held in
+    a reference cycle and then allocates: only Python's cyclic collector can free that plan, and with
+    a threshold of 1 it runs at the next allocation unless the capture holds it off."""
+
+    def __init__(self, world_size, doomed):
+        super().__init__(world_size)
+        self.doomed = doomed
+
+    def all_reduce(self, buf, **kw):
+        if torch.cuda.is_current_stream_capturing() and self.doomed is not None:
+            self.doomed = None
+            _ = [[] for _ in range(100)]
+        super().all_reduce(buf, **kw)
+
+
+def test_garbage_freed_during_a_capture_cannot_invalidate_it():
+    """A plan dropped in a reference cycle (an exception's traceback holds one so) owns captured
+    graphs and events; the collector freeing it inside another plan's capture would invalidate that
+    capture, and the plan would launch group by group or fail. The capture runs the collector first
+    and holds it off until the end."""
+    import gc
+    import weakref
+
+    old = OverlapPlan("all_reduce", 512, 640, 64, LoopbackCommunicator(2), config=gemm.CONFIGS["64x64x32"], ctas=8)
+    assert old.executor.comm_graphs is not None
+    cycle = [old]
+    cycle.append(cycle)
+    alive = weakref.ref(old)
+    comm = _DropsGarbageWhileCaptured(2, cycle)
+    del old, cycle
+    thresholds = gc.get_threshold()
+    gc.set_threshold(1, 1, 1)
+    try:
+        with warnings.catch_warnings(record=True) as caught:  # a failed capture warns and falls back
+            warnings.simplefilter("always")
+            plan = OverlapPlan("all_reduce", 512, 640, 64, comm, config=gemm.CONFIGS["64x64x32"], ctas=8)
+    finally:
+        gc.set_threshold(*thresholds)
+    assert not [w for w in caught if "could not be captured" in str(w.message)], [str(w.message) for w in caught]
+    assert comm.doomed is None and plan.executor.comm_graphs is not None
+    gc.collect()
+    assert alive() is None
+    a, b, C = _inputs(512, 640, 64, seed=5)
+    assert calc_diff(plan.run(a, b), 2 * C) < TOL
 
 
 def test_a_captured_call_outlives_its_plan_and_communicator():

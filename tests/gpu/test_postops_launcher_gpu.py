@@ -8,7 +8,7 @@ pytest.importorskip("cupy")
 if not torch.cuda.is_available():  # pragma: no cover - conftest skips these anyway
     pytest.skip("no CUDA GPU", allow_module_level=True)
 
-from fo_lib import postops  # noqa: E402
+from fo_lib import jit, postops  # noqa: E402
 from fo_lib.postops import PostOps  # noqa: E402
 from postops_cases import OPS, assert_close, make_buf, run_case, tile_layout, to_np  # noqa: E402
 
@@ -66,7 +66,7 @@ def test_launcher_reuse_and_graph_capture():
     assert_close(launch.out, ref, "bf16", "launcher")
     launch.out.fill_(float("nan"))
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with jit.capture_graph(graph):
         launch()  # no stream given: the launch must go to the capturing stream
     torch.cuda.synchronize()
     graph.replay()

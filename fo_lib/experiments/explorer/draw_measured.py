@@ -26,7 +26,8 @@ def draw_measured(m: Measured, fig=None):
     """Draw ``m`` into ``fig`` (:func:`new_measured_figure` when None) and return it. Left: per tile,
     its schedule index against its stamped finish time (dots) over the modelled waves (boxes: wave
     ``w`` holds schedule indices ``[w * CTAs, (w + 1) * CTAs)`` and lasts the profile's wave time).
-    Right: the predicted timeline (GEMM per group, each group's collective) above the measured call
+    Right: the timeline predicted on what was measured here (:attr:`Measured.predicted`: GEMM per
+    group, each group's collective) above the measured call
     (GEMM, each group's collective from its wait's return, the post-reorder), on one ms axis."""
     from matplotlib.patches import Rectangle
 
@@ -57,7 +58,7 @@ def draw_measured(m: Measured, fig=None):
                  f"{ends[-1]:.3f} ms modelled", fontsize=8)
 
     ax = axes["calls"]
-    pred = r.chosen
+    pred = m.predicted
     lanes = [("predicted GEMM", [(gt.compute_start, gt.compute_end, gt.group) for gt in pred.groups], None),
              ("predicted comm", [(gt.comm_start, gt.comm_end, gt.group) for gt in pred.groups], "//"),
              ("measured GEMM", [(s["start_ms"], s["end_ms"], -1) for s in m.spans if s["span"] == "gemm"], None),
@@ -68,17 +69,20 @@ def draw_measured(m: Measured, fig=None):
         for start, end, group in bars:
             ax.barh(y, end - start, left=start, height=0.7, color="0.6" if group < 0 else f"C{int(group) % 10}",
                     edgecolor="k", lw=0.4, hatch=hatch)
+    from ..figure_checks import colorbar_legend
+    colorbar_legend(fig, ax, [f"C{g % 10}" for g in range(len(pred.partition))], 1, "wave group", pad=0.01,
+                    aspect=12)
     for total, y, what in ((m.predicted_ms, 1, "predicted"), (m.measured_ms, 4, "measured")):
         ax.axvline(total, color="k", ls="--", lw=0.8)
         ax.text(total, y, f" {what} {total:.3f} ms", va="center", fontsize=8)
     ax.set_yticks(range(len(lanes)), [name for name, _, _ in lanes], fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlim(0, max(m.measured_ms, m.predicted_ms) * 1.22)
+    ax.set_xlim(0, max(m.measured_ms, m.predicted_ms) * 1.3)
     ax.set_xlabel("ms from the GEMM's start (colour: wave group)")
     ax.set_title(f"partition {list(pred.partition)}: measured {m.measured_ms:.3f} ms, predicted "
                  f"{m.predicted_ms:.3f} ms, difference {m.difference_ms:+.3f} ms "
-                 f"({100 * m.difference_ms / m.predicted_ms:+.1f} %)\npredicted for link '{r.inp.link}'; "
-                 f"measured on the {m.device}, emulated link", fontsize=8)
-    fig.suptitle(f"measured on the GPU (dots and lower lanes) against the model: {r.inp.primitive} {r.inp.M}x{r.inp.N}x{r.inp.K} {r.inp.dtype}, "
+                 f"({100 * m.difference_ms / m.predicted_ms:+.1f} %)\npredicted on the stamped waves and the link timed "
+                 f"here (link '{r.inp.link}' predicts {m.view_predicted_ms:.3f} ms)", fontsize=8)
+    fig.suptitle(f"measured on the {m.device}, emulated link (dots and lower lanes) against the model: {r.inp.primitive} {r.inp.M}x{r.inp.N}x{r.inp.K} {r.inp.dtype}, "
                  f"{r.inp.tile}", fontsize=9)
     return fig

@@ -2,7 +2,10 @@
 ``%globaltimer``, as :mod:`fo_lib.experiments.wave_pattern` measures them) and one overlapped call on
 the emulated link (:class:`fo_lib.comm.loopback.LoopbackCommunicator`, timed by
 :meth:`fo_lib.engine.OverlapPlan.timed_run` as :mod:`fo_lib.experiments.timeline` does), beside the
-view's modelled waves and predicted timeline.
+view's modelled waves. The call is compared with what the model predicts for the same partition on
+what was measured here: the GEMM's waves as stamped and the emulated link's latency curve (timed once
+per built shape), so measured and predicted run on one GPU and one link whatever link the view shows;
+the view's own prediction is reported beside them.
 
 :class:`Measurer` holds a backend (the GPU: :class:`CudaBackend`; tests pass a fake) and a cache of
 built shapes, so a repeated measure of the same view reuses its operands, compiled kernels and plan.
@@ -16,8 +19,12 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
+import dataclasses
+
 import numpy as np
 
+from ...predictor import OverlapModel, Prediction
+from ...profiles import BandwidthCurve, GemmProfile
 from .compute import Explored
 from .errors import TILE_CONFIGS
 
@@ -87,6 +94,7 @@ class Measured:
     spans: tuple
     reused: bool
     seconds: float
+    predicted: Prediction  # the same partition, modelled on the stamped waves and the link's curve here
 
     @property
     def model_wave_end_ms(self) -> np.ndarray:
@@ -99,6 +107,11 @@ class Measured:
 
     @property
     def predicted_ms(self) -> float:
+        return float(self.predicted.total_ms)
+
+    @property
+    def view_predicted_ms(self) -> float:
+        """What the view predicts on its own link (and modelled or recorded waves)."""
         return float(self.explored.chosen.total_ms)
 
     @property
@@ -111,9 +124,32 @@ class Measured:
         part = ",".join(map(str, r.chosen.partition))
         return (f"measured {self.measured_ms:.3f} ms vs predicted {self.predicted_ms:.3f} ms "
                 f"({self.difference_ms:+.3f} ms, {100 * self.difference_ms / self.predicted_ms:+.1f} %) for "
-                f"partition ({part}) on the {self.device}, emulated link of {r.inp.world_size} ranks; last tile "
-                f"{self.tile_end_ms.max():.3f} ms measured vs {self.model_wave_end_ms[-1]:.3f} ms modelled; "
+                f"partition ({part}) on the {self.device}, emulated link of {r.inp.world_size} ranks (predicted "
+                f"from the stamped waves and the link's curve timed here; link '{r.inp.link}' predicts "
+                f"{self.view_predicted_ms:.3f} ms); last tile {self.tile_end_ms.max():.3f} ms measured vs "
+                f"{self.model_wave_end_ms[-1]:.3f} ms modelled; "
                 f"{'kernels reused' if self.reused else 'built'}, {self.seconds:.1f} s")
+
+
+def stamped_profile(r: Explored, tile_end_ms: np.ndarray, device: str) -> GemmProfile:
+    """The view's GEMM profile with its wave times taken from the stamps: wave ``w`` ends when its
+    last tile does (never before the wave ahead of it)."""
+    g = r.grid
+    ends = np.maximum.accumulate([float(tile_end_ms[g.tile_wave == w].max()) for w in range(g.num_waves)])
+    wave_ms = np.maximum(np.diff(np.concatenate([[0.0], ends])), 1e-6)
+    return dataclasses.replace(r.profile, wave_ms=tuple(wave_ms.tolist()), full_ms=float(ends[-1]), gpu=device)
+
+
+def link_sizes(r: Explored, points: int = 8) -> np.ndarray:
+    """Message sizes to time the link at: from the smallest wave's bytes to the whole output's."""
+    wave_bytes = np.asarray(r.profile.wave_bytes, dtype=np.float64)
+    return np.unique(np.geomspace(max(wave_bytes.min(), 1024.0), wave_bytes.sum(), points).astype(np.int64))
+
+
+def predict_here(r: Explored, tile_end_ms: np.ndarray, curve: BandwidthCurve, device: str) -> Prediction:
+    """The view's partition, predicted by the view's model on the stamped waves and ``curve``."""
+    model = OverlapModel(stamped_profile(r, tile_end_ms, device), curve, r.inp.model)
+    return model.predict(tuple(r.chosen.partition))
 
 
 def _median_call(calls: list) -> list:
@@ -155,7 +191,8 @@ class Measurer:
         start, end = tile_times(probes[len(probes) // 2])
         call = _median_call([shape.timed_call() for _ in range(repeats)])
         device, _ = self.backend.device()
-        return Measured(r, device.name, start, end, tuple(call), reused, time.perf_counter() - t0)
+        predicted = predict_here(r, end, shape.link_curve(), device.name)
+        return Measured(r, device.name, start, end, tuple(call), reused, time.perf_counter() - t0, predicted)
 
 
 def no_device_node(dev: Path = Path("/dev"), env=None) -> bool:
@@ -227,6 +264,12 @@ class CudaShape:
         self.plan.run(self.a, self.b)  # first launches prepare their kernels: outside the timed gate
         torch.cuda.synchronize()
         self.timed_call()
+        progress(f"timing the emulated link's {inp.primitive} at {len(link_sizes(r))} message sizes")
+        from ...partition_tuning import measure_curve
+        self._curve = measure_curve(comm, inp.primitive, link_sizes(r), dtype=inp.dtype)
+
+    def link_curve(self) -> BandwidthCurve:
+        return self._curve
 
     def probe(self) -> np.ndarray:
         import torch
