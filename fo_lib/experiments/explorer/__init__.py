@@ -17,7 +17,7 @@ Everything here is a plain function of its inputs, so the notebook's widgets onl
 * :func:`widget` wires ipywidgets controls to all of these (imported only there).
 
 Link presets (:func:`presets`): every measured curve under ``data/`` (2 H200s over NVLink with NCCL's
-kernels at each recorded CTA budget and with its copy engines, one H200's emulated link), and two
+kernels at each recorded CTA budget and with its copy engines, the emulated link of one H200 and of one H100), and two
 *modelled* links (latency + bandwidth, :data:`MODELLED_LINKS`) for boxes we have not measured.
 Bad input raises one :class:`ExplorerError` (a ``ValueError``) whose message names the field.
 """

@@ -49,7 +49,7 @@ def modelled_profile(inp: ExplorerInput, preset: LinkPreset, grid: TileGrid) -> 
                        sm_count=inp.sm_count, comm_sms=inp.comm_sms, ctas=grid.ctas,
                        wave_ms=(tile_ms,) * grid.num_waves,
                        wave_bytes=tuple(int(b) * elem for b in grid.wave_elements()),
-                       full_ms=tile_ms * full_waves, gpu=preset.gpu.name if preset.gpu else "H200 (modelled)")
+                       full_ms=tile_ms * full_waves, gpu=preset.gpu.name if preset.gpu else f"{preset.measured_gpu} (modelled)")
 
 
 def recorded_profile(inp: ExplorerInput, preset: LinkPreset) -> GemmProfile | None:
@@ -167,7 +167,7 @@ def explore(inp: ExplorerInput | None = None, **changes) -> Explored:
     else:
         profile = modelled_profile(inp, preset, grid)
         source = (f"modelled profile: {tile_tflops(preset, inp.tile):.2f} TFLOP/s per SM x "
-                  f"{grid.ctas} CTAs" + (" (fitted to the recorded H200 waves)" if preset.gpu is None else
+                  f"{grid.ctas} CTAs" + (f" (fitted to the recorded {preset.measured_gpu} waves)" if preset.gpu is None else
                                          f" ({preset.gpu.source})"))
     curve = preset.curve(inp.primitive, inp.world_size)
     try:

@@ -89,7 +89,7 @@ class LinkPreset:
 
     key: str
     label: str
-    gpu: GpuSpec | None                       # None: measured on H200s (rate fitted per preset)
+    gpu: GpuSpec | None                       # None: measured (rate fitted per preset)
     curves: dict = field(default_factory=dict)  # primitive -> BandwidthCurve (measured)
     profiles: tuple = ()                      # recorded GemmProfiles, (primitive, profile)
     comm_sms: dict = field(default_factory=dict)  # primitive -> SMs the collective took
@@ -103,6 +103,11 @@ class LinkPreset:
     @property
     def primitives(self) -> tuple[str, ...]:
         return tuple(self.curves) if self.measured else ("all_reduce", "reduce_scatter", "all_to_all")
+
+    @property
+    def measured_gpu(self) -> str:
+        """The GPU a measured preset's data set was recorded on (``"H100"`` for ``data/h100``)."""
+        return self.key.split()[0].split("/")[0].partition("x")[0].upper()
 
     @property
     def world_size(self) -> int:
@@ -126,17 +131,24 @@ class LinkPreset:
         return self.modelled.curve(primitive, world_size, self.key)
 
 
+def _gpus(data_set: str) -> str:
+    """``"2x H200"`` for the folder ``h200x2`` (``1x`` without a count)."""
+    gpu, _, count = data_set.split("/", 1)[0].partition("x")
+    return f"{count or 1}x {gpu.upper()}"
+
+
 def _measured_label(data_set: str, budget, link: str) -> tuple[str, str]:
     sub = data_set.split("/", 1)[1].replace("_", "-") if "/" in data_set else ""
     where = f"[data/{data_set}" + (f": re-measured in the {sub} run]" if sub and budget != "copy_engine" else "]")
+    gpus = _gpus(data_set)
     if link == "emulated":
-        return f"{data_set} emulated", f"1x H200, emulated link (2 virtual ranks) {where}"
+        return f"{data_set} emulated", f"{gpus}, emulated link (2 virtual ranks) {where}"
     if budget == "copy_engine":
         return (f"{data_set} copy engine",
-                f"2x H200 NVLink, NCCL copy engines (AllGather per group, summed by the post-reorder) {where}")
+                f"{gpus} NVLink, NCCL copy engines (AllGather per group, summed by the post-reorder) {where}")
     if budget == 0:
-        return f"{data_set} nccl", f"2x H200 NVLink, NCCL kernels (default CTAs) {where}"
-    return f"{data_set} nccl {budget} ctas", f"2x H200 NVLink, NCCL kernels (<= {budget} CTAs) {where}"
+        return f"{data_set} nccl", f"{gpus} NVLink, NCCL kernels (default CTAs) {where}"
+    return f"{data_set} nccl {budget} ctas", f"{gpus} NVLink, NCCL kernels (<= {budget} CTAs) {where}"
 
 
 def _load_measured(path) -> list[LinkPreset]:
