@@ -47,3 +47,4 @@ def tuning_cache(tmp_path, monkeypatch):
     config_tuning.forget()
     yield tmp_path / config_tuning.FILE_NAME
     config_tuning.forget()
+

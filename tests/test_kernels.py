@@ -1,11 +1,16 @@
 """The JIT layer: every cataloged kernel source compiles for every target (CPU only, no GPU),
 the cache key covers every header, and compile errors carry the log."""
 
+import os
+from pathlib import Path
+
 import pytest
 
 from fo_lib import jit
 from fo_lib import kernel_catalog as catalog
 from fo_lib.jit import compiler
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SOURCES = list(catalog.compile_check_sources())
 # (label, source, arch): each source for every target it declares (sm_90a-only ones: wgmma, TMA).
@@ -117,6 +122,32 @@ def test_cache_compiles_each_source_once_and_recompiles_a_bad_entry(tmp_path, mo
         again, again_log = jit.cached_compile(src, "sm_80")
         assert again == cubin and "registers" in again_log and path.read_bytes() == cubin
     assert len(calls) == 4
+
+
+def test_processes_compiling_one_source_at_once_compile_it_once(tmp_path, nvrtc):
+    """Two test workers building the same kernels: each entry is compiled by one process, the other
+    waits for it and reads it."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "compiles.txt"
+    code = ("import sys, time\n"
+            "from fo_lib.jit import compiler\n"
+            "real = compiler.compile_with_log\n"
+            "def slow(*a, **k):\n"
+            f"    open({str(log)!r}, 'a').write('compiled\\n')\n"
+            "    time.sleep(1.0)\n"
+            "    return real(*a, **k)\n"
+            "compiler.compile_with_log = slow\n"
+            "cubin, _ = compiler.cached_compile('extern \"C\" __global__ void k(int* x) { x[0] = 2; }\\n', 'sm_80')\n"
+            "print(len(cubin))\n")
+    env = dict(os.environ, FO_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    outs = [proc.communicate(timeout=120) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outs
+    assert outs[0][0] == outs[1][0] and int(outs[0][0]) > 0
+    assert log.read_text() == "compiled\n"
 
 
 def test_parallel_build_reports_a_failing_source_and_builds_the_rest(tmp_path, monkeypatch, nvrtc):

@@ -1,7 +1,7 @@
 """Ranks must agree on a plan before its first collective and on every call, and a stalled or dead
 peer must surface on every other rank as an error that names the plan, within the plan's timeout,
 after which the process exits without an abort (torchrun + gloo, tests/workers/plan_agreement.py;
-spawned gloo ranks, tests/workers/rank_faults.py)."""
+gloo ranks forked from a warm interpreter, tests/workers/rank_faults.py)."""
 import re
 import time
 from pathlib import Path
@@ -83,6 +83,21 @@ def test_a_stalled_or_dead_peer_makes_every_survivor_raise_and_exit_in_time(case
             if proc.poll() is None:
                 proc.kill()
             proc.communicate()
+
+
+@pytest.mark.multiproc
+def test_a_forked_rank_runs_its_script_with_its_environment_and_an_abort_at_exit_shows(tmp_path):
+    """The ranks below are forked from a warm interpreter (tests/gloo_ranks.py): each must still run
+    its own script as __main__ with its own RANK and arguments, and an abort at exit must reach the
+    test as the signal (the bug the twenty runs guard against)."""
+    script = tmp_path / "abort_at_exit.py"
+    script.write_text("import atexit, os, sys\n"
+                      "print(__name__, os.environ['RANK'], os.environ['WORLD_SIZE'], sys.argv[1:], flush=True)\n"
+                      "if os.environ['RANK'] == '1':\n    atexit.register(os.abort)\n")
+    procs = spawn_ranks(2, [str(script), "x"])
+    outs = [proc.communicate(timeout=60)[0] for proc in procs]
+    assert outs == ["__main__ 0 2 ['x']\n", "__main__ 1 2 ['x']\n"]
+    assert [proc.returncode for proc in procs] == [0, -6]
 
 
 @pytest.mark.multiproc

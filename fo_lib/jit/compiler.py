@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
+import tempfile
 import threading
 from collections.abc import Iterable
 from functools import lru_cache
@@ -176,16 +177,37 @@ def cached_compile(source: str, arch: str) -> tuple[bytes, str]:
     of the key alone, the same as :func:`compile_cubin`'s."""
     cubin_path = _cubin_path(source, arch)
     log_path = cubin_path.with_suffix(".log")
+    hit = _read_entry(cubin_path, log_path)
+    if hit is not None:
+        return hit
+    # Processes building the same sources at once (parallel test workers, two notebooks) compile
+    # each entry once: the others wait for it and read it.
+    with _compile_lock(cubin_path.stem):
+        hit = _read_entry(cubin_path, log_path)
+        if hit is not None:
+            return hit
+        cubin, log = compile_with_log(source, arch, extra_options=("--ptxas-options=-v",))
+        atomic_write(log_path, log.encode())  # the log first: a cubin in the cache implies its log
+        atomic_write(cubin_path, cubin)
+    return cubin, log
+
+
+def _read_entry(cubin_path: Path, log_path: Path) -> tuple[bytes, str] | None:
     try:
         cubin, log = cubin_path.read_bytes(), log_path.read_text()
-        if _is_whole_cubin(cubin):
-            return cubin, log
     except OSError:
-        pass
-    cubin, log = compile_with_log(source, arch, extra_options=("--ptxas-options=-v",))
-    atomic_write(log_path, log.encode())  # the log first: a cubin in the cache implies its log
-    atomic_write(cubin_path, cubin)
-    return cubin, log
+        return None
+    return (cubin, log) if _is_whole_cubin(cubin) else None
+
+
+def _compile_lock(key: str):
+    """One of 64 lock files in the temporary folder, by ``key`` (not one per entry beside the cache:
+    filelock may leave its file behind, and a shared stripe only makes an unrelated compile wait)."""
+    from filelock import FileLock
+
+    uid = os.getuid() if hasattr(os, "getuid") else "user"
+    stripe = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % 64
+    return FileLock(str(Path(tempfile.gettempdir()) / f"fo_lib-{uid}-compile-{stripe}.lock"))
 
 
 def _cubin_path(source: str, arch: str) -> Path:
