@@ -7,7 +7,7 @@ import pytest
 
 from fo_lib import provenance
 from fo_lib import store
-from fo_lib.calibration import tuned
+from fo_lib.engine import tuned
 from fo_lib.comm.cpu_loopback import CpuLoopbackCommunicator
 from fo_lib.engine import OverlapPlan, PlanError
 from fo_lib.predictor import OverlapModel

@@ -8,7 +8,7 @@ import contextlib
 
 from .. import gemm
 from .._util import ceil_div
-from ..calibration.tuned import plan_partition
+from .tuned import plan_partition
 from ..postops import PostOps
 from .call_check import CallCheck
 from .errors import CollectiveError, PlanError, check_plans_agree
@@ -44,7 +44,7 @@ class OverlapPlan:
     only start after the GEMM and nothing overlaps). ``sm_count``: the SMs waves are counted over
     (default: the GPU's; 132 on the CPU). ``partition`` groups the GEMM's waves (default: the finest
     partition with at most ``max_groups`` groups; a callable ``(M, N, K, waves) -> partition`` is
-    asked once the wave count is known; ``"tuned"``: :func:`fo_lib.calibration.tuned.plan_partition`).
+    asked once the wave count is known; ``"tuned"``: :func:`fo_lib.engine.tuned.plan_partition`).
     ``timeout_ms`` bounds every wait of a call: on CUDA each counter wait (an expired one makes the
     call raise :class:`fo_lib.counting.WaitError`), on the CPU each collective's wait for its peers
     (:class:`CollectiveError`); at most 10^9 (about 11.6 days).

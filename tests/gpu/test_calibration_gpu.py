@@ -14,7 +14,8 @@ from engine_cases import TOL, expected, inputs  # noqa: E402
 from sm90_cases import NEEDS_SM90  # noqa: E402
 
 from fo_lib import store  # noqa: E402
-from fo_lib.calibration import offline, tuned  # noqa: E402
+from fo_lib.calibration import offline  # noqa: E402
+from fo_lib.engine import tuned  # noqa: E402
 from fo_lib.comm.loopback import LoopbackCommunicator  # noqa: E402
 from fo_lib.engine import OverlapPlan, PlanError  # noqa: E402
 from fo_lib.gemm import config_tuning, tile_table  # noqa: E402

@@ -105,10 +105,10 @@ def plan_partition(plan, T: int) -> tuple[int, ...]:
     the plan's config and CTAs. Rank 0 measures and chooses, every rank runs its choice or raises
     its error (a rank deciding alone could leave the others waiting in a collective). All-to-All is
     tuned as for uniform routing; the emulated link's curves are recorded at 2 virtual ranks."""
-    from ..engine.errors import PlanError
+    from .errors import PlanError
     if plan.device != "cuda":
         raise PlanError("partition='tuned' measures the GEMM's waves on the GPU; on the CPU pass the "
-                        "partition that fo_lib.calibration.tuned.tuned_partition(..., gpu='h200') returns")
+                        "partition that fo_lib.engine.tuned.tuned_partition(..., gpu='h200') returns")
     if plan.reduction != "collective":
         raise PlanError("partition='tuned' reads the curves of the collectives that reduce "
                         "(reduction='collective'), not those of reduction='post_reorder'")
