@@ -89,7 +89,7 @@ class ForkedRank:
         return self.out.read_text(errors="replace"), None
 
     def kill(self) -> None:
-        if self.returncode is None:
+        if self.poll() is None:  # an exit already reported: its pid may belong to another process now
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
 

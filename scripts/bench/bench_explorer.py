@@ -45,11 +45,6 @@ def measure(out: str, repeats: int, figure_dir: str | None = None) -> None:
                          view_predicted_ms=got.view_predicted_ms))
         print(f"measure round trip {i}: {rows[-1]['seconds']:.2f} s ({'reused' if got.reused else 'built'}); "
               + got.summary(), flush=True)
-    if figure_dir:  # the view the measure control draws, checked as every figure is
-        from fo_lib.experiments.common import save
-        from fo_lib.experiments.explorer.draw_measured import draw_measured
-        os.environ["FO_FIGURE_CHECKS"] = "1"
-        print("wrote", *save(draw_measured(got), "09_explorer_measured", figure_dir), flush=True)
     for M, N, K in SPACE_SHAPES:
         t0 = time.perf_counter()
         try:
@@ -61,6 +56,11 @@ def measure(out: str, repeats: int, figure_dir: str | None = None) -> None:
         print(f"{M} x {N} x {K}: {s['partitions']} partitions, rank correlation {s['spearman']:.3f}, chosen "
               f"{s['chosen']} / best {s['best']} = {s['chosen_over_best']:.3f}", flush=True)
     write_result(pd.DataFrame(rows), out, world_size=2, link="emulated (loopback, copy engine)", repeats=repeats)
+    if figure_dir:  # the view the measure control draws (the last round trip), checked as every figure is
+        from fo_lib.experiments.common import save
+        from fo_lib.experiments.explorer.draw_measured import draw_measured
+        os.environ["FO_FIGURE_CHECKS"] = "1"
+        print("wrote", *save(draw_measured(got), "09_explorer_measured", figure_dir), flush=True)
 
 
 def main() -> None:
