@@ -48,17 +48,23 @@ def spawn_ranks(world_size: int, target: list[str]) -> list["ForkedRank"]:
 
 
 def run_ranks(world_size: int, target: list[str], timeout: float) -> tuple[int, str]:
-    """:func:`spawn_ranks` until every rank exits: (the first nonzero exit code or 0, every rank's
-    output in rank order); ranks still running after ``timeout`` seconds are killed."""
+    """:func:`spawn_ranks` until every rank exits, or one fails and the others are killed: (the first
+    nonzero exit code or 0, every rank's output in rank order). Past ``timeout`` seconds every rank
+    is killed and ``subprocess.TimeoutExpired`` raised with their output."""
     procs = spawn_ranks(world_size, target)
     deadline = time.monotonic() + timeout
     try:
-        outs = [proc.communicate(timeout=max(deadline - time.monotonic(), 0.0))[0] for proc in procs]
+        # As torchrun does: the first rank to fail ends the others.
+        while any(proc.poll() is None for proc in procs) and not any(proc.returncode for proc in procs):
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(target, timeout, output="".join(p.out.read_text(errors="replace")
+                                                                             for p in procs))
+            procs[0].server.pump(0.2)
+        failed = next((proc.returncode for proc in procs if proc.returncode), 0)  # before the kills below
     finally:
         for proc in procs:
             proc.kill()
-    codes = [proc.returncode for proc in procs]
-    return next((c for c in codes if c), 0), "".join(outs)
+    return failed, "".join(proc.communicate(timeout=30)[0] for proc in procs)
 
 
 class ForkedRank:
@@ -103,6 +109,7 @@ class ForkServer:
         self.proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "workers" / "fork_server.py")],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=ROOT)
         self.codes: dict[int, int] = {}
+        self.dead = False  # the server's replies ended
         self._pids: list[int] = []
         self._pending, self._count = b"", 0
 
@@ -118,20 +125,25 @@ class ForkServer:
         return ForkedRank(self, self._pids.pop(0), out)
 
     def pump(self, timeout: float) -> None:
-        """Read the replies that arrive within ``timeout`` seconds (at least those already there)."""
+        """Read the replies that arrive within ``timeout`` seconds (at least those already there).
+        Raises once the server is gone (its ranks' exits would never be reported)."""
+        if self.dead:
+            raise RuntimeError(f"the fork server exited ({self.proc.poll()}): its ranks' exits are unknown")
         fd = self.proc.stdout.fileno()
         ready, _, _ = select.select([fd], [], [], max(timeout, 0.0))
         while ready:
             data = os.read(fd, 1 << 16)
             if not data:
-                return
+                self.dead = True
+                break
             self._pending += data
             ready, _, _ = select.select([fd], [], [], 0.0)
         while b"\n" in self._pending:
             line, self._pending = self._pending.split(b"\n", 1)
             reply = json.loads(line)
-            if "pid" in reply:
+            if "pid" in reply:  # a new rank: an earlier one's exit under the same pid is not its own
                 self._pids.append(reply["pid"])
+                self.codes.pop(reply["pid"], None)
             else:
                 self.codes[reply["exit"]] = reply["code"]
 

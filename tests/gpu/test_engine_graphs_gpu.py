@@ -40,17 +40,24 @@ def test_a_dropped_cuda_plan_is_freed_at_once():
 
 
 class _DropsGarbageWhileCaptured(LoopbackCommunicator):
-    """A loopback link that, inside a graph capture, lets go of the last reference to a plan held in
-    a reference cycle and then allocates: only Python's cyclic collector can free that plan, and with
-    a threshold of 1 it runs at the next allocation unless the capture holds it off."""
+    """A loopback link that, inside a graph capture, moves the last reference to a plan into a new
+    reference cycle and then allocates: only Python's cyclic collector can free that plan, and with a
+    threshold of 1 its next young-generation pass (the cycle is young) does, unless the capture holds
+    the collector off. ``collector_on``: whether it was on at that moment."""
 
     def __init__(self, world_size, doomed):
         super().__init__(world_size)
-        self.doomed = doomed
+        self.doomed, self.collector_on = doomed, None
 
     def all_reduce(self, buf, **kw):
+        import gc
+
         if torch.cuda.is_current_stream_capturing() and self.doomed is not None:
+            cycle = [self.doomed]
+            cycle.append(cycle)
             self.doomed = None
+            del cycle
+            self.collector_on = gc.isenabled()
             _ = [[] for _ in range(100)]
         super().all_reduce(buf, **kw)
 
@@ -65,11 +72,9 @@ def test_garbage_freed_during_a_capture_cannot_invalidate_it():
 
     old = OverlapPlan("all_reduce", 512, 640, 64, LoopbackCommunicator(2), config=gemm.CONFIGS["64x64x32"], ctas=8)
     assert old.executor.comm_graphs is not None
-    cycle = [old]
-    cycle.append(cycle)
     alive = weakref.ref(old)
-    comm = _DropsGarbageWhileCaptured(2, cycle)
-    del old, cycle
+    comm = _DropsGarbageWhileCaptured(2, old)
+    del old
     thresholds = gc.get_threshold()
     gc.set_threshold(1, 1, 1)
     try:
@@ -79,7 +84,7 @@ def test_garbage_freed_during_a_capture_cannot_invalidate_it():
     finally:
         gc.set_threshold(*thresholds)
     assert not [w for w in caught if "could not be captured" in str(w.message)], [str(w.message) for w in caught]
-    assert comm.doomed is None and plan.executor.comm_graphs is not None
+    assert comm.doomed is None and comm.collector_on is False and plan.executor.comm_graphs is not None
     gc.collect()
     assert alive() is None
     a, b, C = _inputs(512, 640, 64, seed=5)

@@ -81,6 +81,7 @@ def become(request) -> None:
     argv = list(request["argv"])
     if argv[0] == "-m":
         sys.argv = argv[1:]
+        sys.path[0] = os.getcwd()  # as ``python -m`` sets it
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
         return
     sys.argv = argv

@@ -265,8 +265,12 @@ class CudaShape:
         torch.cuda.synchronize()
         self.timed_call()
         progress(f"timing the emulated link's {inp.primitive} at {len(link_sizes(r))} message sizes")
+        from ...comm.loopback import LoopbackCommunicator
         from ...partition_tuning import measure_curve
-        self._curve = measure_curve(comm, inp.primitive, link_sizes(r), dtype=inp.dtype)
+        # On a link of its own: timing sizes beyond what the plan reserved would reallocate the
+        # staging buffers its captured graphs use.
+        self._curve = measure_curve(LoopbackCommunicator(comm.world_size), inp.primitive, link_sizes(r),
+                                    dtype=inp.dtype)
 
     def link_curve(self) -> BandwidthCurve:
         return self._curve
