@@ -56,6 +56,23 @@ def atomic_write(path: Path, data: bytes) -> None:
         tmp.write_bytes(data)
 
 
+def user_cache() -> Path:
+    """The user's fo_lib cache folder, not created here: ``$FO_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/fo_lib``, else ``~/.cache/fo_lib`` (compiled kernels, autotuning, calibration)."""
+    if os.environ.get("FO_CACHE_DIR"):
+        return Path(os.environ["FO_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fo_lib"
+
+
+def user_lock_path(name: str) -> Path:
+    """A lock file ``name`` of this user in the temporary folder: not beside the file it guards,
+    where filelock may leave it behind on release."""
+    import tempfile
+
+    uid = os.getuid() if hasattr(os, "getuid") else "user"
+    return Path(tempfile.gettempdir()) / f"fo_lib-{uid}-{name}.lock"
+
+
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 

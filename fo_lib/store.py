@@ -11,12 +11,12 @@ Pure (the standard library): the GPU's folder name comes from the caller or from
 """
 from __future__ import annotations
 
-import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import provenance
+from ._util import user_cache
 
 CALIBRATE = "python -m fo_lib calibrate"
 # What calibrate records, by file name (each with its provenance sidecar where it is a CSV).
@@ -31,14 +31,6 @@ NCCL_CURVES = "nccl_curves.csv"
 NCCL_MODEL = "overlap_nccl_calibration.csv"
 
 _warned: set = set()
-
-
-def user_cache() -> Path:
-    """The user's fo_lib cache folder (not created here)."""
-    if os.environ.get("FO_CACHE_DIR"):
-        return Path(os.environ["FO_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "fo_lib"
 
 
 def calibration_dir(gpu: str) -> Path:

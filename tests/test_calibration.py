@@ -204,3 +204,18 @@ def _with_gpu(calibrate):
     def run(*args, **kw):
         return calibrate(*args, gpu="h100", **kw)
     return run
+
+
+def test_kernels_tunings_and_calibrations_share_one_cache_folder(tmp_path, monkeypatch):
+    """One cache root: $FO_CACHE_DIR, else $XDG_CACHE_HOME/fo_lib (the kernel cache once ignored XDG)."""
+    from fo_lib import jit, store
+    from fo_lib.gemm import config_tuning
+
+    monkeypatch.delenv("FO_CACHE_DIR", raising=False)
+    monkeypatch.delenv(config_tuning.FILE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    root = tmp_path / "fo_lib"
+    assert jit.cache_dir() == root and config_tuning.cache_path().parent == root
+    assert store.calibration_dir("h100") == root / "calibration" / "h100"
+    monkeypatch.setenv("FO_CACHE_DIR", str(tmp_path / "elsewhere"))
+    assert jit.cache_dir() == tmp_path / "elsewhere" == store.calibration_dir("h100").parents[1]

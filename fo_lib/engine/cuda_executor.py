@@ -130,7 +130,7 @@ class CudaExecutor:
         warning) if the link cannot be captured."""
         import torch
 
-        graphs = []
+        graphs, broken = [], self.plan._broken
         try:
             for groups in self._comm_segments():
                 graph = torch.cuda.CUDAGraph()
@@ -138,7 +138,7 @@ class CudaExecutor:
                     self._collectives(self.comm_stream, wait=True, groups=groups)
                 graphs.append((graph, groups))
         except Exception as exc:  # noqa: BLE001 - e.g. a communicator that synchronizes the host
-            self.plan._broken = None  # a capture runs nothing: the group by group calls find the link as it was
+            self.plan._broken = broken  # a capture runs nothing: the group by group calls find the link as it was
             warnings.warn(f"the communication side of {self.plan.describe()} could not be captured as a CUDA "
                           f"graph ({type(exc).__name__}: {exc}); launching it group by group", stacklevel=4)
             torch.cuda.synchronize(self.device)

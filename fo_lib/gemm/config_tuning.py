@@ -50,7 +50,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import threading
 import warnings
 from dataclasses import asdict
@@ -59,7 +58,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from .._util import atomic_write
+from .._util import atomic_write, user_lock_path
 
 ENV_VAR = "FO_SM90_AUTOTUNE"
 FILE_NAME = "sm90_autotune.json"
@@ -135,8 +134,7 @@ def lock_path() -> Path:
     """The lock file that writers of every cache file hold, one per user in the temporary folder: one
     beside the cache file would stay in the cache folder (filelock may keep it on release), and a
     write takes milliseconds, so writers of cache files in other folders lose nothing waiting on it."""
-    uid = os.getuid() if hasattr(os, "getuid") else "user"
-    return Path(tempfile.gettempdir()) / f"fo_lib-{uid}-{Path(FILE_NAME).stem}.lock"
+    return user_lock_path(Path(FILE_NAME).stem)
 
 
 def _file_lock() -> FileLock:

@@ -22,13 +22,12 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
-import tempfile
 import threading
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
-from .._util import CudaUnavailableError, atomic_write, require_cupy
+from .._util import CudaUnavailableError, atomic_write, require_cupy, user_cache, user_lock_path
 
 CUDA_DIR = Path(__file__).resolve().parent.parent / "cuda"
 ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90a")
@@ -151,7 +150,7 @@ def compile_with_log(source: str, arch: str, name: str = "fo_kernel.cu",
 
 
 def cache_dir() -> Path:
-    path = Path(os.environ.get("FO_CACHE_DIR", Path.home() / ".cache" / "fo_lib"))
+    path = user_cache()
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -205,9 +204,8 @@ def _compile_lock(key: str):
     filelock may leave its file behind, and a shared stripe only makes an unrelated compile wait)."""
     from filelock import FileLock
 
-    uid = os.getuid() if hasattr(os, "getuid") else "user"
     stripe = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % 64
-    return FileLock(str(Path(tempfile.gettempdir()) / f"fo_lib-{uid}-compile-{stripe}.lock"))
+    return FileLock(str(user_lock_path(f"compile-{stripe}")))
 
 
 def _cubin_path(source: str, arch: str) -> Path:
