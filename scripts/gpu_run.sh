@@ -4,14 +4,19 @@
 # sidecars under $OUT/data/. Run from the repo root:
 #   FO_GIT_SHA=<sha of HEAD> FO_STEPS=build,tests,sanitize,bench_gemm,bench_postops scripts/gpu_run.sh
 # Steps: build sm90_tiles sm90_llm_free calibrate heldout explorer tests sanitize sanitize_sm90 bench_gemm exp_gemm signal_cost stall_sites bench_sm90 sm90_ncu sm90_sass sm90_ab tune_agree sm90_llm bench_postops launch profile record host_path
-# timeline engine engine_host multi_gpu bench_overlap run_all_quick heatmap ablation e2e; arguments through FO_TEST_ARGS, FO_GEMM_ARGS, FO_EXP_OPTIONS/FO_EXP_ARGS, FO_STALL_ARGS, FO_SM90_ARGS, FO_POSTOPS_ARGS,
-# FO_MULTI_ARGS, FO_OVERLAP_ARGS, FO_FIGURES_ARGS (default --quick). (tests runs every file in tests/gpu, the sm90 GEMM's included.)
+# timeline engine engine_host multi_gpu bench_overlap run_all_quick heatmap ablation e2e; arguments through FO_TEST_FILES (default tests/gpu), FO_TEST_LIMIT, FO_TEST_ARGS, FO_GEMM_ARGS, FO_EXP_OPTIONS/FO_EXP_ARGS, FO_STALL_ARGS, FO_SM90_ARGS, FO_POSTOPS_ARGS,
+# FO_MULTI_ARGS, FO_OVERLAP_ARGS, FO_FIGURES_ARGS (default --quick). (tests runs every file in tests/gpu, the sm90 GEMM's included, unless FO_TEST_FILES names some.)
 # (the GPU machine gets a copy without .git: FO_GIT_SHA is what the provenance sidecars record)
 set -uo pipefail
 OUT=${OUT:-/tmp/fo_out}
 mkdir -p "$OUT/data"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" FO_CACHE_DIR=${FO_CACHE_DIR:-/tmp/fo_cache}
 export NCCL_NVLS_ENABLE=0
+# The notebook wheels (../shared/gpu/fetch-wheels.sh fills .whl/; carry it): papermill, ipywidgets, nvtx.
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/fo_site .whl/*.whl \
+    && export PYTHONPATH="$PYTHONPATH:/tmp/fo_site"
+fi
 steps=",${FO_STEPS:-build,tests,sanitize,bench_gemm,bench_postops},"
 log="$OUT/run.log"
 summary=()
@@ -43,7 +48,7 @@ tiles_arg=()
 # runs it (its wall time is the bar's), into the kernel cache's folder: the steps after it read it.
 step sm90_llm_free 240 python3 scripts/bench/bench_gemm_sm90_llm.py --tiles guess ${FO_SM90_LLM_ARGS:-} --out "$OUT/data/gemm_sm90_llm_table_free.csv"
 step calibrate 400 bash -c "time python3 -m fo_lib calibrate ${FO_CALIBRATE_ARGS:-} && cp -r \"\$FO_CACHE_DIR/calibration\" \"$OUT/data/\""
-step tests 420 python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/gpu ${FO_TEST_ARGS:-}
+step tests "${FO_TEST_LIMIT:-420}" python3 -m pytest -q -rs -p no:cacheprovider --timeout 120 ${FO_TEST_FILES:-tests/gpu} ${FO_TEST_ARGS:-}
 step sanitize 150 bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/profile/sanitize_kernels.py && compute-sanitizer --tool racecheck --error-exitcode 9 python3 scripts/profile/sanitize_kernels.py"
 # cuda-bindings probes the driver with cuGetProcAddress calls that fail by design: not kernel errors.
 step sanitize_sm90 300 bash -c "compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python3 scripts/profile/sanitize_kernels.py --sm90 && compute-sanitizer --tool racecheck --report-api-errors no --error-exitcode 9 python3 scripts/profile/sanitize_kernels.py --sm90"
@@ -108,4 +113,4 @@ step e2e 240 python3 scripts/bench/bench_e2e_layer.py --quick --out "$OUT/data/e
 if [ -n "$(ls -A "$OUT/data" 2>/dev/null)" ]; then tar czf "$OUT/data.tgz" -C "$OUT/data" . && rm -rf "$OUT/data"; fi
 echo "--- summary"; printf '%s\n' "${summary[@]}" | tee -a "$log"
 grep -E "passed|failed|error" "$log" | grep -E "^[0-9]+ (passed|failed)|ERROR SUMMARY|sanitize: ok|geomean|signal .*vs plain|worst" | tail -n 20
-grep -E "^cuBLAS / ours|^raster spread|^tile table" "$log" | tail -n 6 || true
+grep -E "^cuBLAS / ours|^raster spread|^tile table|^measure round trip|rank correlation|^seed |mean error" "$log" | tail -n 12 || true
