@@ -74,10 +74,19 @@ for col, mk, label in (("guess", "x", "table-free guess (128/256 wide)"), ("mode
                        ("tuned", "o", "autotuned (what a plain call runs)")):
     geo, med, worst = summary[col]
     ax1.scatter(r[col], y, marker=mk, s=28 if mk != "o" else 40, label=f"{label}: geomean {geo:.3f}, worst {worst:.3f}")
+# The same shapes recorded on other GPUs (data/h100 beside data/h200): what a plain call ran there.
+for ds in ex.other_gpus(gl.NAME, meta, quick):
+    other, other_meta = ex.load(ds, gl.NAME)
+    ro = gl.ratios(other).set_index(["M", "N", "K"]).reindex(order)
+    if ro.tuned.notna().any():
+        ax1.scatter(ro.tuned, y, marker="^", s=30, facecolors="none", edgecolors="0.25",
+                    label=f"autotuned on {ex.gpu_name(other_meta)}: geomean "
+                          f"{np.exp(np.log(ro.tuned.dropna()).mean()):.3f}, worst {ro.tuned.min():.3f}")
 ax1.axvline(1.0, color="0.3", lw=1)
 ax1.axvline(0.97, color="0.6", lw=1, ls="--", label="0.97: 3% slower than cuBLAS")
 ax1.set(yticks=y, yticklabels=[f"{m} x {n} x {k}" for m, n, k in g.index], ylim=ax0.get_ylim(),
-        xlabel="cuBLAS time / ours (> 1: ours faster)", title="Our GEMM against torch.matmul (cuBLAS), bf16")
+        xlabel="cuBLAS time / ours (> 1: ours faster)",
+        title=f"Our GEMM against torch.matmul (cuBLAS), bf16, on {ex.gpu_name(meta)}")
 ax1.tick_params(axis="y", labelsize=7)
 ax1.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=2)
 ex.stamp(fig, meta, f"{len(r)} LLM shapes, {int(df.rounds.iloc[0])} rounds")
@@ -87,9 +96,11 @@ ex.save(fig, "14_gemm_baseline", figures_dir)
 # %% [markdown]
 # **Reading it.** Left: each row a shape (worst for the autotuned pick on top), each column a width;
 # bright cells fill their waves. Right: the same rows, cuBLAS time over ours for the three ways of
-# choosing (right of the solid line: faster than cuBLAS). Where the table-free guess falls far behind,
-# the fill of 128 x 256 is poor and a narrower width fills the waves; the model's pick weighs the fill
-# with the tile table's measured speed per width, and autotuning settles the last percent by timing.
+# choosing (right of the solid line: faster than cuBLAS); triangles, where another GPU's record exists
+# (`data/h100/` beside `data/h200/`), what a plain call ran on that GPU, against its own cuBLAS.
+# Where the table-free guess falls far behind, the fill of 128 x 256 is poor and a narrower width
+# fills the waves; the model's pick weighs the fill with the tile table's measured speed per width,
+# and autotuning settles the last percent by timing.
 # The autotuned configs (`tuned_config` in the table above) ending in `p` run "ping-pong" consumers
 # (each consumer warpgroup computes its own tile, one's epilogue under the other's main loop), as
 # cuBLAS does on few-wave shapes; `pd` ping-pong consumers

@@ -1,5 +1,7 @@
 """Fig. 15's numbers (fo_lib.experiments.prediction_error) on small synthetic frames and on the
 recorded sweeps."""
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -79,10 +81,38 @@ def test_measure_without_a_gpu_is_a_clear_error():
         pe.run("measure", "h200", quick=True)
 
 
-def test_replay_compares_the_recorded_one_and_two_gpu_sweeps():
-    assert pe.run("replay", "h200") == ["h200", "h200x2"]
-    counts = {ds: len(pe.recorded(ds)[0]) for ds in ("h200", "h200x2")}
-    assert counts == {"h200": 192, "h200x2": 644}
+def test_replay_compares_the_recorded_one_gpu_sweeps_of_each_gpu_then_the_two_gpu_sweep():
+    assert pe.run("replay", "h200") == ["h200", "h100", "h200x2"]
+    assert pe.run("replay", "h100") == ["h100", "h200", "h200x2"]
+    counts = {ds: len(pe.recorded(ds)[0]) for ds in ("h200", "h100", "h200x2")}
+    assert counts == {"h200": 192, "h100": 96, "h200x2": 644}
+    # The H100 sweep is the one calibrate ran before fitting: its model error is the defaults'.
+    labels = {ds: pe.label(pe.recorded(ds)[2], pe.recorded(ds)[1]) for ds in ("h200", "h100")}
+    assert labels["h100"].endswith("default model constants") and "default" not in labels["h200"]
+    assert pe.uncalibrated(None) is False
+
+
+def test_other_gpus_are_one_gpu_sets_of_the_same_kind_recorded_on_another_gpu(tmp_path, monkeypatch):
+    from fo_lib.experiments import common
+
+    def put(folder, gpu):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "rec.csv").write_text("a\n1\n")
+        (tmp_path / folder / "rec.meta.json").write_text(json.dumps({"gpu": gpu}))
+
+    put("h200", "NVIDIA H200")
+    put("h100", "NVIDIA H100 80GB HBM3")
+    put("h100-quick", "NVIDIA H100 80GB HBM3")
+    put("h100x2", "NVIDIA H100 80GB HBM3")   # several GPUs: not a one-GPU record
+    put("h200b", "NVIDIA H200")              # the shown GPU under another name
+    (tmp_path / "a100").mkdir()              # no such record
+    monkeypatch.setattr(common, "DATA_DIR", tmp_path)
+    shown = {"gpu": "NVIDIA H200"}
+    assert common.other_gpus("rec", shown) == ["h100"]
+    assert common.other_gpus("rec", shown, quick=True) == ["h100-quick"]
+    assert common.other_gpus("rec", {"gpu": "NVIDIA H100 80GB HBM3"}) == ["h200", "h200b"]
+    assert common.other_gpus("missing", shown) == []
+    assert common.gpu_name({"gpu": "NVIDIA H100 80GB HBM3"}) == "H100 80GB HBM3"
 
 
 @pytest.mark.parametrize("data_set", ["h200", "h200x2"])

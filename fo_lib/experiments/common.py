@@ -75,6 +75,30 @@ def load(data_set: str, name: str) -> tuple[pd.DataFrame, dict]:
     return pd.read_csv(path), meta
 
 
+def other_gpus(name: str, shown: dict, quick: bool = False) -> list[str]:
+    """The one-GPU data sets (``data/h100``, not ``data/h200x2``; ``-quick`` ones only for ``quick``)
+    that hold ``<name>.csv`` recorded on another GPU than ``shown`` (a record's provenance): what a
+    figure whose numbers depend on the GPU draws beside its own data, by name."""
+    import re
+    sets = []
+    for folder in sorted(DATA_DIR.iterdir() if DATA_DIR.is_dir() else []):
+        base = folder.name.removesuffix("-quick")
+        if folder.name.endswith("-quick") != bool(quick) or re.search(r"x\d+$", base):
+            continue
+        try:
+            _, meta = load(folder.name, name)
+        except FileNotFoundError:
+            continue
+        if meta.get("gpu") and meta.get("gpu") != shown.get("gpu"):
+            sets.append(folder.name)
+    return sets
+
+
+def gpu_name(meta: dict) -> str:
+    """A record's GPU as a legend names it (``H100 80GB HBM3``, not ``NVIDIA H100 80GB HBM3``)."""
+    return str(meta.get("gpu", "?")).replace("NVIDIA ", "")
+
+
 def stamp(fig, meta: dict, extra: str = "") -> None:
     """Stamp a figure with the GPU, the link and the date of its data."""
     gpu = meta.get("gpu", "?")

@@ -12,6 +12,7 @@ compared; :func:`run` in measure mode runs the one-GPU sweep again first
 from __future__ import annotations
 
 import ast
+import json
 
 import numpy as np
 import pandas as pd
@@ -33,12 +34,15 @@ CASE_KEYS = ("primitive", "M", "N", "K", "nccl_max_ctas", "copy_engine")
 
 def run(mode: str = "auto", data_set: str = "h200", quick: bool = False) -> list[str]:
     """The data sets to compare: the one-GPU sweep (measured now in measure mode, see
-    :func:`fo_lib.experiments.overlap.run`, else the recorded ``data_set``), then the recorded
-    multi-GPU sweeps, a fresh one of this machine's GPUs first where notebook 08 just measured it."""
-    from .common import measured_set
+    :func:`fo_lib.experiments.overlap.run`, else the recorded ``data_set``), the same sweep recorded on
+    other GPUs, then the recorded multi-GPU sweeps, a fresh one of this machine's GPUs first where
+    notebook 08 just measured it."""
+    from .common import measured_set, other_gpus
     from ..provenance import DATA_DIR
 
     sets = [overlap.run(mode, data_set, quick)]
+    # The same one-GPU sweep recorded on other GPUs: the model's constants are fitted per GPU.
+    sets += other_gpus("overlap_loopback_candidates", overlap.candidates(sets[0])[1], quick)
     multi = multi_gpu.data_sets()
     gpus = multi_gpu.gpu_count()
     if resolve_mode(mode) == "measure" and gpus >= 2:
@@ -120,8 +124,18 @@ def accuracy(df: pd.DataFrame, summary: pd.DataFrame | None = None, measured: st
                 chosen_by_tuner=float((per.chosen_by == "tuner").mean()))
 
 
-def label(meta: dict) -> str:
-    return f"ours: {str(meta.get('gpu', '?')).replace('NVIDIA ', '')}, {meta.get('link', '?')}"
+def uncalibrated(summary: pd.DataFrame | None) -> bool:
+    """Whether a sweep predicted with the model's default constants (no ``comm_slowdown`` fitted for
+    its GPU, as in the sweep ``calibrate`` runs before it fits them): its error is the model's before
+    calibration."""
+    if summary is None or "model_params" not in summary:
+        return False
+    return not summary.model_params.dropna().map(lambda s: "comm_slowdown" in json.loads(s)).any()
+
+
+def label(meta: dict, summary: pd.DataFrame | None = None, prefix: str = "ours: ") -> str:
+    tail = ", default model constants" if uncalibrated(summary) else ""
+    return f"{prefix}{str(meta.get('gpu', '?')).replace('NVIDIA ', '')}, {meta.get('link', '?')}{tail}"
 
 
 def table(data_sets) -> pd.DataFrame:
@@ -131,7 +145,7 @@ def table(data_sets) -> pd.DataFrame:
         df, summary, meta = recorded(ds)
         for measured in TIMINGS:
             if measured in df and df[measured].notna().any():
-                rows.append(dict(data=label(meta), data_set=ds, **accuracy(df, summary, measured)))
+                rows.append(dict(data=label(meta, summary), data_set=ds, **accuracy(df, summary, measured)))
     return pd.concat([PAPER, pd.DataFrame(rows)], ignore_index=True)
 
 
