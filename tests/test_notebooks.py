@@ -34,6 +34,8 @@ def replays(tmp_path_factory):
             return nb.stem, exc
         return nb.stem, (done, figs)
 
+    # The base folder is made on first use: made here, not by two threads at once (FileExistsError).
+    tmp_path_factory.getbasetemp()
     # The kernels papermill starts inherit this process's environment.
     with ThreadPoolExecutor(max_workers=2) as pool:
         with pytest.MonkeyPatch.context() as env:

@@ -92,7 +92,7 @@ def test_replay_compares_the_recorded_one_gpu_sweeps_of_each_gpu_then_the_two_gp
     assert pe.uncalibrated(None) is False
 
 
-def test_other_gpus_are_one_gpu_sets_of_the_same_kind_recorded_on_another_gpu(tmp_path, monkeypatch):
+def test_other_gpus_are_full_one_gpu_sets_recorded_on_another_gpu(tmp_path, monkeypatch):
     from fo_lib.experiments import common
 
     def put(folder, gpu):
@@ -102,14 +102,13 @@ def test_other_gpus_are_one_gpu_sets_of_the_same_kind_recorded_on_another_gpu(tm
 
     put("h200", "NVIDIA H200")
     put("h100", "NVIDIA H100 80GB HBM3")
-    put("h100-quick", "NVIDIA H100 80GB HBM3")
+    put("h100-quick", "NVIDIA H100 80GB HBM3")  # small grids: not drawn beside a figure
     put("h100x2", "NVIDIA H100 80GB HBM3")   # several GPUs: not a one-GPU record
     put("h200b", "NVIDIA H200")              # the shown GPU under another name
     (tmp_path / "a100").mkdir()              # no such record
     monkeypatch.setattr(common, "DATA_DIR", tmp_path)
     shown = {"gpu": "NVIDIA H200"}
     assert common.other_gpus("rec", shown) == ["h100"]
-    assert common.other_gpus("rec", shown, quick=True) == ["h100-quick"]
     assert common.other_gpus("rec", {"gpu": "NVIDIA H100 80GB HBM3"}) == ["h200", "h200b"]
     assert common.other_gpus("missing", shown) == []
     assert common.gpu_name({"gpu": "NVIDIA H100 80GB HBM3"}) == "H100 80GB HBM3"

@@ -75,15 +75,14 @@ def load(data_set: str, name: str) -> tuple[pd.DataFrame, dict]:
     return pd.read_csv(path), meta
 
 
-def other_gpus(name: str, shown: dict, quick: bool = False) -> list[str]:
-    """The one-GPU data sets (``data/h100``, not ``data/h200x2``; ``-quick`` ones only for ``quick``)
-    that hold ``<name>.csv`` recorded on another GPU than ``shown`` (a record's provenance): what a
-    figure whose numbers depend on the GPU draws beside its own data, by name."""
+def other_gpus(name: str, shown: dict) -> list[str]:
+    """The full one-GPU data sets (``data/h100``; not ``data/h200x2`` nor the ``-quick`` sets) that hold
+    ``<name>.csv`` recorded on another GPU than ``shown`` (a record's provenance): what a figure whose
+    numbers depend on the GPU draws beside its own data, quick run or not."""
     import re
     sets = []
     for folder in sorted(DATA_DIR.iterdir() if DATA_DIR.is_dir() else []):
-        base = folder.name.removesuffix("-quick")
-        if folder.name.endswith("-quick") != bool(quick) or re.search(r"x\d+$", base):
+        if folder.name.endswith("-quick") or re.search(r"x\d+$", folder.name):
             continue
         try:
             _, meta = load(folder.name, name)

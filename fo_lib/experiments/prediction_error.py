@@ -42,7 +42,7 @@ def run(mode: str = "auto", data_set: str = "h200", quick: bool = False) -> list
 
     sets = [overlap.run(mode, data_set, quick)]
     # The same one-GPU sweep recorded on other GPUs: the model's constants are fitted per GPU.
-    sets += other_gpus("overlap_loopback_candidates", overlap.candidates(sets[0])[1], quick)
+    sets += other_gpus("overlap_loopback_candidates", overlap.candidates(sets[0])[1])
     multi = multi_gpu.data_sets()
     gpus = multi_gpu.gpu_count()
     if resolve_mode(mode) == "measure" and gpus >= 2:
