@@ -22,6 +22,7 @@ figures_dir = None  # default: <repo>/figures
 # Inline figures in Jupyter (headless under papermill too); ex.save writes figures/.
 # %matplotlib inline
 import matplotlib.pyplot as plt
+import pandas as pd
 from fo_lib import experiments as ex
 figures_dir = ex.notebook_setup(quick, figures_dir)  # checks quick is a bool; default <repo>/figures
 
@@ -32,14 +33,9 @@ waves = wp.detect_waves(df)
 waves
 
 # %%
-fig, axes = plt.subplots(1, df.swizzle.nunique(), figsize=(12, 4.3), sharey=True, squeeze=False, layout="constrained")
-fig.suptitle("When each output tile ends, coloured by the wave the model assigns it")
-for ax, ((cfg, sw), g) in zip(axes[0], df[df.repeat == df.repeat.min()].groupby(["config", "swizzle"])):
-    for w, gw in g.groupby("model_wave"):
-        ax.scatter(gw.schedule_index, gw.end_us, s=3, label=f"wave {w}")
-    ax.set(title=f"{cfg} tiles, row raster, swizzle {sw}", xlabel="schedule index (tile order)",
-           ylabel="tile end (µs after the first tile's start)")
-    ax.legend(markerscale=4, fontsize=7, title="the model's wave", title_fontsize=7)
+# Beside this run, the same record from every other GPU in data/ (the H100's beside the H200's).
+runs = [(df, meta)] + [ex.load(ds, wp.NAME) for ds in ex.other_gpus(wp.NAME, meta)]
+fig = wp.draw(runs)
 ex.stamp(fig, meta, f"M,N,K = {int(df.M.iloc[0])},{int(df.N.iloc[0])},{int(df.K.iloc[0])}")
 ex.save(fig, "01_wave_pattern", figures_dir)
 
@@ -47,4 +43,6 @@ ex.save(fig, "01_wave_pattern", figures_dir)
 # **Paper vs ours.** Paper: 4 waves on 128 SMs, tiles of a wave within 5% of a wave. Ours (below): waves on 132 SMs, agreement of the completion order with the model, and the largest spread of end times inside a wave relative to the wave's duration.
 
 # %%
-waves.groupby(["config", "swizzle"])[["waves", "agreement", "spread_over_wave"]].mean()
+per_gpu = {ex.gpu_name(m): wp.detect_waves(d) for d, m in runs}
+pd.concat(per_gpu, names=["gpu"]).groupby(["gpu", "config", "swizzle"], sort=False)[
+    ["waves", "agreement", "spread_over_wave"]].mean()

@@ -60,7 +60,9 @@ if df is not None:
 # wave, or a model that predicts no gain).
 
 # %%
-fig = ex.heatmap.plot(df, meta)
+# Below, the same grid from every other GPU in data/ (the H100's beside the H200's), where recorded.
+others = [ex.heatmap.load(ds) for ds in ex.other_gpus(ex.heatmap.NAME, meta)]
+fig = ex.heatmap.plot(df, meta, others)
 ex.save(fig, "10_speedup_heatmap", figures_dir)
 
 # %% [markdown]
@@ -68,4 +70,4 @@ ex.save(fig, "10_speedup_heatmap", figures_dir)
 # GEMM's bound is the sequential time itself), split at the median M·N.
 
 # %%
-ex.heatmap.summary(df)
+ex.heatmap.summary(df, meta, others)

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from fo_lib import experiments as ex
+from fo_lib.experiments import figure_checks
 from fo_lib.experiments import heatmap as hm
 from fo_lib.gemm import sm90
 from fo_lib.profiles import BandwidthCurve, GemmProfile
@@ -109,6 +110,25 @@ def test_plot_marks_fallback_cells_and_saves(tmp_path):
     assert any("emulated link" in t.get_text() for t in fig.texts)
     paths = ex.save(fig, "heatmap_test", tmp_path)
     assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_another_gpus_grid_is_drawn_below_on_the_same_scales_and_summarised_by_name():
+    summary, saved = _sweep(overlaps=(True, True))
+    h200 = hm.cell_rows(summary, saved)
+    h100 = h200.assign(speedup=h200.speedup * 0.5, bound_ratio=h200.bound_ratio * 0.5)
+    metas = ({"gpu": "NVIDIA H200", "world_size": 2}, {"gpu": "NVIDIA H100 80GB HBM3"})
+    fig = hm.plot(h200, metas[0], [(h100, metas[1]), (None, {})])
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    assert len(panels) == 4
+    assert " on H200:\n" in panels[0].get_title() and " on H100 80GB HBM3:\n" in panels[2].get_title()
+    # One colour scale for both GPUs: the H100's slower cells are not stretched to the H200's colours.
+    assert panels[0].images[0].get_clim() == panels[2].images[0].get_clim()
+    assert panels[0].images[0].get_clim()[0] <= float(h100.speedup.min())
+    figure_checks.check(fig)
+    s = hm.summary(h200, metas[0], [(h100, metas[1])])
+    assert [i for i in s.index if i.startswith("ours")] == [
+        "ours: all_reduce on H200 (emulated link)", "ours: all_reduce on H100 80GB HBM3 (emulated link)"]
+    assert hm.summary(h200, metas[0]).index[-1] == "ours: all_reduce (emulated link)"
 
 
 def test_replay_without_a_record_draws_the_no_data_figure(tmp_path, capsys):

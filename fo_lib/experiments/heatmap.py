@@ -160,18 +160,24 @@ def load(data_set: str = "h200"):
 
 
 # --- summary and figure (CPU) ----------------------------------------------------------------------
-def summary(df: pd.DataFrame | None) -> pd.DataFrame:
+def summary(df: pd.DataFrame | None, meta: dict | None = None, others=()) -> pd.DataFrame:
     """The paper's statement beside ours, per primitive: the bound ratio over the cells with two or
     more waves (a one-wave GEMM has nothing to overlap: its bound is the sequential time), its
     median and minimum, the share at or above 80%, small against large M·N, and the fallbacks.
-    ``df`` None (nothing recorded yet): the paper's row and one that says so."""
+    ``df`` None (nothing recorded yet): the paper's row and one that says so. ``others``: ``(cells,
+    meta)`` of other GPUs, their rows named by GPU (as :func:`plot` draws them)."""
+    from .common import gpu_name
+
     rows = {f"paper ({PAPER['setting']})": {"bound ratio": PAPER["statement"]}}
     if df is None:
         rows["ours (emulated link)"] = {"bound ratio": NO_DATA}
-    for prim, g in (() if df is None else df.groupby("primitive", sort=False)):
+    runs = [] if df is None else [(df, meta or {})] + [(d, m) for d, m in others if d is not None and not d.empty]
+    groups = [(f" on {gpu_name(m)}" if len(runs) > 1 else "", prim, g)
+              for d, m in runs for prim, g in d.groupby("primitive", sort=False)]
+    for on, prim, g in groups:
         multi = g[g.waves > 1]
         small = multi.MN <= multi.MN.median()
-        rows[f"ours: {prim} (emulated link)"] = {
+        rows[f"ours: {prim}{on} (emulated link)"] = {
             "bound ratio": f"median {multi.bound_ratio.median():.2f}, min {multi.bound_ratio.min():.2f}",
             "cells >= 2 waves": len(multi), "share >= 0.8": round(float((multi.bound_ratio >= RATIO_LINE).mean()), 2),
             "median, small M·N": round(float(multi[small].bound_ratio.median()), 3),
@@ -213,31 +219,36 @@ def _panel(ax, g: pd.DataFrame, col: str, title: str, cmap: str, vmin: float, vm
     return im
 
 
-def plot(df: pd.DataFrame | None, meta: dict):
+def plot(df: pd.DataFrame | None, meta: dict, others=()):
     """Per primitive: the speedup over cuBLAS then the collective, and the ratio to the bound;
-    hatched cells are where the tuner falls back to no overlap. ``df`` None: the no-data figure."""
+    hatched cells are where the tuner falls back to no overlap. ``df`` None: the no-data figure.
+    ``others``: ``(cells, meta)`` recorded on other GPUs, drawn below on the same colour scales, their
+    panels named by GPU."""
     import matplotlib.pyplot as plt
 
-    from .common import PRIMITIVE_TITLES, stamp
+    from .common import PRIMITIVE_TITLES, gpu_name, stamp
 
     if df is None or df.empty:
         fig = no_data_figure("Fig. 13 · speedup heat map (emulated link)",
                              "scripts/record/record_figures.py --only heatmap")
         stamp(fig, {"gpu": "no recorded data", "link": "emulated"} | meta, "emulated link")
         return fig
-    prims = list(dict.fromkeys(df.primitive))
-    fig, axes = plt.subplots(len(prims), 2, figsize=(11, 3.6 * len(prims)), squeeze=False)
-    hi = max(1.05, float(np.nanmax(df.speedup)))
-    lo = min(1.0, float(np.floor(np.nanmin(df.speedup) * 100) / 100))  # a slower cell keeps its own colour
+    runs = [(df, meta)] + [(d, m) for d, m in others if d is not None and not d.empty]
+    rows = [(d, m, prim) for d, m in runs for prim in dict.fromkeys(d.primitive)]
+    every = pd.concat([d for d, _ in runs])
+    fig, axes = plt.subplots(len(rows), 2, figsize=(11, 3.6 * len(rows)), squeeze=False)
+    hi = max(1.05, float(np.nanmax(every.speedup)))
+    lo = min(1.0, float(np.floor(np.nanmin(every.speedup) * 100) / 100))  # a slower cell keeps its own colour
     # The bound is built from parts timed alone, so a call can beat it by a few percent: the scale
     # reaches the largest share instead of stopping at 1, and a line on the colour bar marks 1.
-    top = max(1.0, float(np.ceil(np.nanmax(df.bound_ratio) * 20) / 20))
-    for row, prim in zip(axes, prims):
-        g = df[df.primitive == prim]
-        name = PRIMITIVE_TITLES.get(prim, prim)
-        im = _panel(row[0], g, "speedup", f"{name}: speedup over cuBLAS then the collective", "viridis", lo, hi)
+    top = max(1.0, float(np.ceil(np.nanmax(every.bound_ratio) * 20) / 20))
+    for row, (d, m, prim) in zip(axes, rows):
+        g = d[d.primitive == prim]
+        # Several GPUs: the GPU heads each title, on a line of its own (a title's width is a panel's).
+        name = PRIMITIVE_TITLES.get(prim, prim) + (f" on {gpu_name(m)}:\n" if len(runs) > 1 else ": ")
+        im = _panel(row[0], g, "speedup", f"{name}speedup over cuBLAS then the collective", "viridis", lo, hi)
         fig.colorbar(im, ax=row[0], fraction=0.046, label="speedup")
-        im = _panel(row[1], g, "bound_ratio", f"{name}: share of the theoretical speedup reached", "RdYlGn", 0.5, top)
+        im = _panel(row[1], g, "bound_ratio", f"{name}share of the theoretical speedup reached", "RdYlGn", 0.5, top)
         cbar = fig.colorbar(im, ax=row[1], fraction=0.046, label="share of the bound (> 1: beats it)")
         cbar.ax.axhline(1.0, color="k", lw=1)
     fig.tight_layout()

@@ -67,3 +67,25 @@ def detect_waves(df: pd.DataFrame) -> pd.DataFrame:
                          agreement=float((detected == g.model_wave.to_numpy()).mean()),
                          spread_over_wave=float((spread / wave_ms).iloc[:-1].max()) if len(spread) > 1 else 0.0))
     return pd.DataFrame(rows)
+
+
+def draw(runs):
+    """One row of panels per recorded GPU (``runs``: ``(df, meta)`` pairs, this run's first), one panel
+    per swizzle: when each tile of the first repeat ends, coloured by the wave the model assigns it."""
+    import matplotlib.pyplot as plt
+
+    from .common import gpu_name
+
+    df0 = runs[0][0]
+    fig, axes = plt.subplots(len(runs), df0.swizzle.nunique(), figsize=(12, 4.3 * len(runs)), sharey="row",
+                             squeeze=False, layout="constrained")
+    fig.suptitle("When each output tile ends, coloured by the wave the model assigns it")
+    for row, (df, meta) in zip(axes, runs):
+        on = f" on {gpu_name(meta)}" if len(runs) > 1 else ""
+        for ax, ((cfg, sw), g) in zip(row, df[df.repeat == df.repeat.min()].groupby(["config", "swizzle"])):
+            for w, gw in g.groupby("model_wave"):
+                ax.scatter(gw.schedule_index, gw.end_us, s=3, label=f"wave {w}")
+            ax.set(title=f"{cfg} tiles, row raster, swizzle {sw}{on}", xlabel="schedule index (tile order)",
+                   ylabel="tile end (µs after the first tile's start)")
+            ax.legend(markerscale=4, fontsize=7, title="the model's wave", title_fontsize=7)
+    return fig
