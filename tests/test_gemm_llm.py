@@ -107,6 +107,19 @@ def test_control_variants_are_recorded_and_reported(monkeypatch):
     assert gemm_llm.FULL["control"]  # the record's protocol times them
 
 
+def test_the_signal_is_compared_with_the_pick_in_whole_waves_where_the_pick_has_a_tail():
+    """A signal runs whole waves, so where the pick takes a stream-K tail its overhead is against the
+    pick without it (``no_sk``), not against the tail's faster time."""
+    import pandas as pd
+
+    df = pd.DataFrame(dict(cublas_ms=1.0, ours_ms=[1.0, 0.9, 0.9], no_sk_ms=[1.0, 1.0, 1.0],
+                           stream_k_tiles=[0, 100, 100], signal_ms=[1.01, 1.01, 1.01], guess_ms=1.0, model_ms=1.0,
+                           alt_ms=1.0, config="a", model_config="a", guess_config="a"))
+    assert gemm_llm.summary(df)["signal_pct"] == pytest.approx(1.0)
+    # Against the tails' times two of three shapes would read 12 %: the median too.
+    assert gemm_llm.summary(df.assign(stream_k_tiles=0))["signal_pct"] == pytest.approx(100 * (1.01 / 0.9 - 1))
+
+
 def _bench_csv(ratios, config="128x256x64/row8"):
     """A benchmark CSV's columns ab_compare reads, with cuBLAS / ours = ``ratios`` per shape."""
     import pandas as pd

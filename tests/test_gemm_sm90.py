@@ -33,12 +33,12 @@ def test_compile_check_covers_every_config_dtype_epilogue_with_and_without_a_str
     for cname, cfg in VARIANTS.items():
         paths.setdefault(gemm_sm90.code_path(cfg), cname)
     assert len(paths) == 8
-    # each in the epilogues a call launches it with: every one, but no probe with a stream-K tail
+    # each in the epilogues a call launches it with: every one, and with a stream-K tail the plain store only
     epis = {cname: gemm_sm90.variant_epilogues(cfg) for cname, cfg in VARIANTS.items()}
-    assert all(epis[n] == gemm.EPILOGUES if not n.endswith("+sk") else "probe" not in epis[n] for n in VARIANTS)
+    assert all(epis[n] == (gemm.EPILOGUES if not n.endswith("+sk") else ("plain",)) for n in VARIANTS)
     assert len(labels) == len(SOURCES) == sum(len(epis[n]) for n in VARIANTS) + sum(
         len(epis[n]) for n in paths.values())
-    assert len(labels) == 276  # 26 configs x 6 + 15 stream-K tails x 5 in bf16; 5 x 6 + 3 x 5 in f16
+    assert len(labels) == 204  # 26 configs x 6 + 15 stream-K tails x 1 in bf16; 5 x 6 + 3 x 1 in f16
     for cname in VARIANTS:
         for epi in gemm.EPILOGUES:
             assert (f"gemm_sm90 {cname} bf16 {epi}" in labels) == (epi in epis[cname])
@@ -102,10 +102,12 @@ def test_generate_source_ignores_raster_and_checks_inputs():
         gemm_sm90.generate_source(cfg, "bf16", "nope")
     with pytest.raises(gemm.GemmError, match="Sm90Config"):
         gemm_sm90.generate_source(gemm.CONFIGS["128x256x64"], "bf16", "plain")
-    # The probe times whole waves (gemm_nt_probe runs a config without its tail): no such kernel.
-    with pytest.raises(gemm.GemmError, match="no probe kernel has a stream-K tail"):
-        gemm_sm90.generate_source(replace(cfg, stream_k=True), "bf16", "probe")
-    assert "fo::epi::Probe" in gemm_sm90.generate_source(cfg, "bf16", "probe")[0]
+    # The probe, the signal and the scatter run whole waves (a config without its tail): no such kernels.
+    for epi in gemm.EPILOGUES[1:]:
+        with pytest.raises(gemm.GemmError, match=f"only the plain store has a stream-K tail; the {epi} epilogue"):
+            gemm_sm90.generate_source(replace(cfg, stream_k=True), "bf16", epi)
+        assert gemm.config.EPILOGUE_POLICY[epi] in gemm_sm90.generate_source(cfg, "bf16", epi)[0]
+    assert "fo::epi::Plain" in gemm_sm90.generate_source(replace(cfg, stream_k=True), "bf16", "plain")[0]
 
 
 @pytest.mark.parametrize("kw,match", [

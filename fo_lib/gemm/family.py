@@ -99,10 +99,12 @@ class GemmFamily:
         ``tile_place[t] = (base, sub_stride, shift, 0)`` (``0 <= shift <= 30``), the tile and subtile
         layouts without a row table. Like ``row_offset``, its contents are trusted (dtype, shape and
         alignment are checked, not the addresses it makes): build it with :mod:`fo_lib.reorder`.
-        ``config`` is required: the tables depend on its tile shape.
+        ``config`` is required: the tables depend on its tile shape. Always whole waves (a stream-K
+        config runs without its tail here: the groups a counter counts are whole waves).
         """
         if config is None:
             raise GemmError("gemm_nt_signal needs an explicit config (the tables are built for its tiles)")
+        config = config.whole_waves()
         if tile_place is not None and row_offset is not None:
             raise GemmError("pass a row table (row_offset) or tile places (tile_place), not both")
 
@@ -127,9 +129,11 @@ class GemmFamily:
     def gemm_nt_scatter(self, a, b, comm_buf, row_offset, *, config, ctas: int | None = None,
                         stream=None) -> None:
         """``a @ b.T`` stored through the row table into ``comm_buf`` with no signal: the
-        pre-communication reorder alone (non-overlapped runs; the signal-cost ablation)."""
+        pre-communication reorder alone (non-overlapped runs; the signal-cost ablation). Whole waves,
+        as :meth:`gemm_nt_signal`."""
         if config is None:
             raise GemmError("gemm_nt_scatter needs an explicit config (the table is built for its tiles)")
+        config = config.whole_waves()
         if row_offset is None:
             raise GemmError("gemm_nt_scatter stores through a row table: row_offset is required")
 

@@ -1,6 +1,6 @@
 """The Hopper GEMM's stream-K tail (runs, runs of unequal length, split tails) against float64,
-repeated exactly with its flags back at zero, signalling each tile once, and compiled in only where a
-tail pays."""
+repeated exactly with its flags back at zero, compiled in only where a tail pays, and left out of the
+signal and the probe (whole waves)."""
 import contextlib
 from dataclasses import replace
 
@@ -124,23 +124,30 @@ def _stream_k_flags():
 
 @pytest.mark.parametrize("M,N,K,cname,ctas,split,cost",
                          SK_CASES[:4] + [c for c in SK_CASES if c[3].endswith("d")])
-def test_stream_k_tail_signals_each_tile_once(M, N, K, cname, ctas, split, cost, plan_idle_tiles_at):
+def test_a_stream_k_config_signals_and_probes_in_whole_waves(M, N, K, cname, ctas, split, cost, plan_idle_tiles_at):
+    """Only the plain store has a stream-K tail (docs/decisions.md, "Only the plain store takes a
+    stream-K tail"): a signal launch of a ``+sk`` config stores what the config stores in whole
+    waves, bit for bit, signals each tile once, and builds no stream-K workspace."""
     plan_idle_tiles_at(cost)
     cfg = _stream_k_config(cname, M, N, K, ctas, split)
+    whole_cfg = replace(cfg, stream_k=False)
     groups = 3
     a, b = inputs(M, N, K, "bf16", seed=M * N)
     row_offset, tile_group, grid = signal_tables(M, N, cfg, groups, seed=K)
     comm = torch.full((M * N,), float("nan"), dtype=DTYPES["bf16"], device="cuda")
     counters = torch.zeros(groups, dtype=torch.int32, device="cuda")
     ro, tg = torch.from_numpy(row_offset).cuda(), torch.from_numpy(tile_group).cuda()
+    workspaces = len(_stream_k_flags())
     for epoch in (1, 2):
         gemm_sm90.gemm_nt_signal(a, b, comm, ro, tg, counters, config=cfg, ctas=ctas)
-        plain = gemm_sm90.gemm_nt(a, b, config=cfg, ctas=ctas)
+        whole = gemm_sm90.gemm_nt(a, b, config=whole_cfg, ctas=ctas)
         torch.cuda.synchronize()
         got = comm[torch.from_numpy(gather_index(row_offset, M, N, cfg.BN)).cuda()]
-        assert torch.equal(got, plain), "the signal epilogue stored other values than plain"
+        assert torch.equal(got, whole), "the signal epilogue stored other values than plain whole waves"
         expect = epoch * np.bincount(tile_group, minlength=groups)
         assert counters.cpu().numpy().tolist() == expect.tolist()
+    assert len(_stream_k_flags()) == workspaces, "a signal launch built a stream-K workspace"
+    assert calc_diff(whole, ref(a, b)) < TOL["bf16"]
     # The probe times waves: it runs the config in whole waves (the same result as plain whole waves).
     out, probe = gemm_sm90.gemm_nt_probe(a, b, config=cfg, ctas=ctas)
     whole = gemm_sm90.gemm_nt(a, b, config=replace(cfg, stream_k=False), ctas=ctas)

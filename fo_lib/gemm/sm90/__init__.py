@@ -49,7 +49,8 @@ shared with the portable kernel, so :class:`fo_lib.tiling.TileGrid` predicts the
   for 128 x 256 on 132 CTAs) by the CTA that holds its last k-block, which then runs the tile's
   epilogue as usual (who waits on whom: sm90_scheduler.cuh, sm90_fixup.cuh, docs/design-notes.md). Each
   memoized launch owns its workspace; a launch first built inside a CUDA-graph capture runs whole
-  waves (its flags could not be zeroed before an eager call), and so does the probe (it times waves).
+  waves (its flags could not be zeroed before an eager call), and so do the probe (it times waves),
+  the signal and the scatter (the engine's groups are whole waves): only the plain store has a tail.
   Off in the configs the overlap engine runs (its wave model counts whole waves):
   :func:`fo_lib.gemm.auto_config` picks in whole waves, :func:`default_config` (a plain ``gemm_nt``)
   takes the tail where the tile table predicts it pays.

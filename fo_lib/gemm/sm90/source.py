@@ -19,10 +19,11 @@ def kernel_name(cfg: Sm90Config, dtype: str, epilogue: str) -> str:
 
 
 def variant_epilogues(cfg: Sm90Config) -> tuple[str, ...]:
-    """The epilogues a call can launch ``cfg``'s kernel with: every one of :data:`EPILOGUES`, but
-    with a stream-K tail compiled in not the probe (``gemm_nt_probe`` times waves: it runs a config
-    without its tail)."""
-    return tuple(e for e in EPILOGUES if not (cfg.stream_k and e == "probe"))
+    """The epilogues a call can launch ``cfg``'s kernel with: every one of :data:`EPILOGUES`, and with
+    a stream-K tail compiled in only the plain store (the probe, the signal and the scatter run a
+    config in whole waves: the wave model's groups are whole waves; docs/decisions.md, "Only the
+    plain store takes a stream-K tail")."""
+    return ("plain",) if cfg.stream_k else EPILOGUES
 
 
 def generate_source(cfg: Sm90Config, dtype: str, epilogue: str) -> tuple[str, str]:
@@ -35,8 +36,8 @@ def generate_source(cfg: Sm90Config, dtype: str, epilogue: str) -> tuple[str, st
     if epilogue not in EPILOGUES:
         raise GemmError(f"epilogue must be one of {EPILOGUES}, got {epilogue!r}")
     if epilogue not in variant_epilogues(cfg):
-        raise GemmError(f"{cfg.kernel_id}: the probe times whole waves, so no probe kernel has a stream-K tail "
-                        "(run the config's whole_waves())")
+        raise GemmError(f"{cfg.kernel_id}: only the plain store has a stream-K tail; the {epilogue} epilogue "
+                        "runs whole waves (run the config's whole_waves())")
     name = kernel_name(cfg, dtype, epilogue)
     targs = (f"{cfg.BN}, {cfg.stages}, {cfg.cluster}, {str(cfg.pingpong).lower()}, {DTYPE_TAG[dtype]}, "
              f"{EPILOGUE_POLICY[epilogue]}, {str(cfg.direct_c).lower()}, {str(cfg.stream_k).lower()}")
