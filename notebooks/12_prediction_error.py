@@ -115,5 +115,5 @@ pe.side_by_side(table)
 # percent of the best on average. Eager NCCL calls add host time the model was not fitted to; the
 # error doubles again and the picks suffer most (the worst in All-to-All cases). The H100's sweep is
 # the one `python -m fo_lib calibrate` runs before it fits the constants, so it shows the model with
-# the defaults (fitted on an H200) on another GPU: 6 % and always under the measurement; fitted there,
+# its default constants (no slowdowns fitted): 6 % and always under the measurement; fitted there,
 # the same model errs by 1.7 % on shapes it never saw (`data/h100/predictor_heldout.csv`).

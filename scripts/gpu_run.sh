@@ -12,13 +12,17 @@ OUT=${OUT:-/tmp/fo_out}
 mkdir -p "$OUT/data"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" FO_CACHE_DIR=${FO_CACHE_DIR:-/tmp/fo_cache}
 export NCCL_NVLS_ENABLE=0
-# The notebook wheels (../shared/gpu/fetch-wheels.sh fills .whl/; carry it): papermill, ipywidgets, nvtx.
-if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/fo_site .whl/*.whl \
-    && export PYTHONPATH="$PYTHONPATH:/tmp/fo_site"
-fi
 steps=",${FO_STEPS:-build,tests,sanitize,bench_gemm,bench_postops},"
 log="$OUT/run.log"
+# The notebook wheels (../shared/gpu/fetch-wheels.sh fills .whl/; carry it): papermill, ipywidgets, nvtx.
+if compgen -G ".whl/*.whl" >/dev/null; then
+  if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/fo_site \
+      .whl/*.whl >>"$log" 2>&1; then
+    export PYTHONPATH="$PYTHONPATH:/tmp/fo_site"
+  else
+    echo "gpu_run: the wheels in .whl/ did not install (see $log): tests that need them skip" | tee -a "$log"
+  fi
+fi
 summary=()
 step() {  # step NAME LIMIT_S CMD...
   local name=$1 limit=$2; shift 2

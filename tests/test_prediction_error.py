@@ -90,6 +90,8 @@ def test_replay_compares_the_recorded_one_gpu_sweeps_of_each_gpu_then_the_two_gp
     labels = {ds: pe.label(pe.recorded(ds)[2], pe.recorded(ds)[1]) for ds in ("h200", "h100")}
     assert labels["h100"].endswith("default model constants") and "default" not in labels["h200"]
     assert pe.uncalibrated(None) is False
+    assert pe.uncalibrated(pd.DataFrame({"model_params": [None, None]})) is False  # unknown, not default
+    assert pe.uncalibrated(pd.DataFrame({"model_params": ['{"launch_ms": 0.01}']})) is True
 
 
 def test_other_gpus_are_full_one_gpu_sets_recorded_on_another_gpu(tmp_path, monkeypatch):
@@ -105,12 +107,16 @@ def test_other_gpus_are_full_one_gpu_sets_recorded_on_another_gpu(tmp_path, monk
     put("h100-quick", "NVIDIA H100 80GB HBM3")  # small grids: not drawn beside a figure
     put("h100x2", "NVIDIA H100 80GB HBM3")   # several GPUs: not a one-GPU record
     put("h200b", "NVIDIA H200")              # the shown GPU under another name
+    put("h100b", "NVIDIA H100 80GB HBM3")    # a second record of the H100: one set per GPU
     (tmp_path / "a100").mkdir()              # no such record
     monkeypatch.setattr(common, "DATA_DIR", tmp_path)
     shown = {"gpu": "NVIDIA H200"}
     assert common.other_gpus("rec", shown) == ["h100"]
-    assert common.other_gpus("rec", {"gpu": "NVIDIA H100 80GB HBM3"}) == ["h200", "h200b"]
+    assert common.other_gpus("rec", {"gpu": "NVIDIA H100 80GB HBM3"}) == ["h200"]
     assert common.other_gpus("missing", shown) == []
+    assert common.other_gpus("rec", {}) == []  # a record that names no GPU: nothing to set beside it
+    (tmp_path / "h100" / "rec.csv").unlink()  # a sidecar without its record
+    assert common.other_gpus("rec", shown) == ["h100b"]
     assert common.gpu_name({"gpu": "NVIDIA H100 80GB HBM3"}) == "H100 80GB HBM3"
 
 

@@ -45,7 +45,20 @@ def test_two_gpus_draw_one_row_each_named_by_gpu_and_pass_the_figure_checks():
     axes = fig.get_axes()
     assert len(axes) == 4
     titles = [ax.get_title() for ax in axes]
-    assert titles[0].endswith("swizzle 1 on H200") and titles[3].endswith("swizzle 8 on H100 80GB HBM3")
+    assert titles[0].endswith("swizzle 1\non H200") and titles[3].endswith("swizzle 8\non H100 80GB HBM3")
     figure_checks.check(fig)
     one = wp.draw(runs[:1])
     assert len(one.get_axes()) == 2 and not one.get_axes()[0].get_title().endswith("H200")
+
+
+def test_a_gpu_that_recorded_other_swizzles_gets_every_column_and_says_what_it_lacks():
+    runs = [(_stamps(swizzles=(1, 8)), {"gpu": "NVIDIA H200"}),
+            (_stamps(swizzles=(1, 4, 8)), {"gpu": "NVIDIA H100 80GB HBM3"})]
+    fig = wp.draw(runs)
+    axes = fig.get_axes()
+    assert len(axes) == 6
+    titles = [ax.get_title() for ax in axes]
+    assert titles[:3] == [f"256x128x64 tiles, row raster, swizzle {s}\non H200" for s in (1, 4, 8)]
+    assert [t.get_text() for t in axes[1].texts] == ["not recorded on this GPU"]
+    assert titles[4].endswith("swizzle 4\non H100 80GB HBM3") and axes[4].collections  # its points drawn
+    figure_checks.check(fig)

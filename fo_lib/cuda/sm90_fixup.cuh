@@ -9,7 +9,8 @@
 //     kSplitLast: a split tail's last k range) waits for the flag (a tail: CTA b - 1's head; the
 //     split tail: sk_split - 1 parts), resets it for the next launch, adds the others' sums to its
 //     registers (tail + head; the split tail latest k range first: deterministic) and runs the
-//     tile's epilogue as usual, signal included, once.
+//     tile's epilogue as usual, once (only the plain store has a tail: signalled GEMMs run whole
+//     waves).
 //
 // A slot holds a part's accumulators as [half][i / 4][consumer thread][4] floats: each thread's
 // float4s, coalesced across the warpgroup; every thread reads back only what it (or its twin in

@@ -77,20 +77,23 @@ def load(data_set: str, name: str) -> tuple[pd.DataFrame, dict]:
 
 def other_gpus(name: str, shown: dict) -> list[str]:
     """The full one-GPU data sets (``data/h100``; not ``data/h200x2`` nor the ``-quick`` sets) that hold
-    ``<name>.csv`` recorded on another GPU than ``shown`` (a record's provenance): what a figure whose
-    numbers depend on the GPU draws beside its own data, quick run or not."""
+    ``<name>.csv`` recorded on another GPU than ``shown`` (a record's provenance), one per GPU (the
+    first by folder name): what a figure whose numbers depend on the GPU draws beside its own data,
+    quick run or not. None where ``shown`` names no GPU."""
     import re
-    sets = []
+    if not shown.get("gpu"):
+        return []
+    found: dict[str, str] = {}
     for folder in sorted(DATA_DIR.iterdir() if DATA_DIR.is_dir() else []):
         if folder.name.endswith("-quick") or re.search(r"x\d+$", folder.name):
             continue
-        try:
-            _, meta = load(folder.name, name)
-        except FileNotFoundError:
+        meta_path = folder / f"{name}.meta.json"
+        if not ((folder / f"{name}.csv").is_file() and meta_path.is_file()):
             continue
-        if meta.get("gpu") and meta.get("gpu") != shown.get("gpu"):
-            sets.append(folder.name)
-    return sets
+        gpu = json.loads(meta_path.read_text()).get("gpu")
+        if gpu and gpu != shown["gpu"]:
+            found.setdefault(gpu, folder.name)
+    return list(found.values())
 
 
 def gpu_name(meta: dict) -> str:

@@ -128,9 +128,8 @@ def uncalibrated(summary: pd.DataFrame | None) -> bool:
     """Whether a sweep predicted with the model's default constants (no ``comm_slowdown`` fitted for
     its GPU, as in the sweep ``calibrate`` runs before it fits them): its error is the model's before
     calibration."""
-    if summary is None or "model_params" not in summary:
-        return False
-    return not summary.model_params.dropna().map(lambda s: "comm_slowdown" in json.loads(s)).any()
+    params = summary.model_params.dropna() if summary is not None and "model_params" in summary else ()
+    return len(params) > 0 and not params.map(lambda s: "comm_slowdown" in json.loads(s)).any()
 
 
 def label(meta: dict, summary: pd.DataFrame | None = None, prefix: str = "ours: ") -> str:

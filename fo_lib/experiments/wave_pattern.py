@@ -70,22 +70,29 @@ def detect_waves(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def draw(runs):
-    """One row of panels per recorded GPU (``runs``: ``(df, meta)`` pairs, this run's first), one panel
-    per swizzle: when each tile of the first repeat ends, coloured by the wave the model assigns it."""
+    """One row of panels per recorded GPU (``runs``: ``(df, meta)`` pairs, this run's first), one column
+    per (config, swizzle) any of them recorded: when each tile of the first repeat ends, coloured by
+    the wave the model assigns it."""
     import matplotlib.pyplot as plt
 
     from .common import gpu_name
 
-    df0 = runs[0][0]
-    fig, axes = plt.subplots(len(runs), df0.swizzle.nunique(), figsize=(12, 4.3 * len(runs)), sharey="row",
+    firsts = [df[df.repeat == df.repeat.min()] for df, _ in runs]
+    keys = sorted({k for f in firsts for k in f.groupby(["config", "swizzle"]).groups})
+    fig, axes = plt.subplots(len(runs), len(keys), figsize=(6 * len(keys), 4.3 * len(runs)), sharey="row",
                              squeeze=False, layout="constrained")
     fig.suptitle("When each output tile ends, coloured by the wave the model assigns it")
-    for row, (df, meta) in zip(axes, runs):
-        on = f" on {gpu_name(meta)}" if len(runs) > 1 else ""
-        for ax, ((cfg, sw), g) in zip(row, df[df.repeat == df.repeat.min()].groupby(["config", "swizzle"])):
-            for w, gw in g.groupby("model_wave"):
+    for row, first, (_, meta) in zip(axes, firsts, runs):
+        on = f"\non {gpu_name(meta)}" if len(runs) > 1 else ""  # a line of its own: a title is a panel wide
+        groups = dict(list(first.groupby(["config", "swizzle"])))
+        for ax, (cfg, sw) in zip(row, keys):
+            ax.set_title(f"{cfg} tiles, row raster, swizzle {sw}{on}")
+            if (cfg, sw) not in groups:
+                ax.set_axis_off()
+                ax.text(0.5, 0.5, "not recorded on this GPU", ha="center", va="center", transform=ax.transAxes)
+                continue
+            for w, gw in groups[(cfg, sw)].groupby("model_wave"):
                 ax.scatter(gw.schedule_index, gw.end_us, s=3, label=f"wave {w}")
-            ax.set(title=f"{cfg} tiles, row raster, swizzle {sw}{on}", xlabel="schedule index (tile order)",
-                   ylabel="tile end (µs after the first tile's start)")
+            ax.set(xlabel="schedule index (tile order)", ylabel="tile end (µs after the first tile's start)")
             ax.legend(markerscale=4, fontsize=7, title="the model's wave", title_fontsize=7)
     return fig

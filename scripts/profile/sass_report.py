@@ -104,7 +104,7 @@ def sm90_report(names, epilogues, dtype, disasm, dump) -> int:
     for name in names:
         for epi in epilogues:
             if epi not in sm90.variant_epilogues(variants[name]):
-                continue  # not compiled: a stream-K tail's kernel has no probe
+                continue  # not compiled: with a stream-K tail only the plain store is
             n = sm90_counts(variants[name], epi, dtype, disasm, dump)
             row = f"{name:16s} {epi:13s} {n['regs']:5d} {n['spill']:8d}"
             if disasm:

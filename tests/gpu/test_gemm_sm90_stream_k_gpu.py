@@ -124,10 +124,12 @@ def _stream_k_flags():
 
 @pytest.mark.parametrize("M,N,K,cname,ctas,split,cost",
                          SK_CASES[:4] + [c for c in SK_CASES if c[3].endswith("d")])
-def test_a_stream_k_config_signals_and_probes_in_whole_waves(M, N, K, cname, ctas, split, cost, plan_idle_tiles_at):
+def test_a_stream_k_config_signals_and_probes_in_whole_waves(M, N, K, cname, ctas, split, cost,
+                                                             plan_idle_tiles_at):
     """Only the plain store has a stream-K tail (docs/decisions.md, "Only the plain store takes a
     stream-K tail"): a signal launch of a ``+sk`` config stores what the config stores in whole
-    waves, bit for bit, signals each tile once, and builds no stream-K workspace."""
+    waves, bit for bit, signals each tile once, and builds no stream-K workspace; so does the
+    scatter."""
     plan_idle_tiles_at(cost)
     cfg = _stream_k_config(cname, M, N, K, ctas, split)
     whole_cfg = replace(cfg, stream_k=False)
@@ -147,6 +149,10 @@ def test_a_stream_k_config_signals_and_probes_in_whole_waves(M, N, K, cname, cta
         assert torch.equal(got, whole), "the signal epilogue stored other values than plain whole waves"
         expect = epoch * np.bincount(tile_group, minlength=groups)
         assert counters.cpu().numpy().tolist() == expect.tolist()
+    scattered = torch.full_like(comm, float("nan"))  # the scatter (no signal) runs whole waves too
+    gemm_sm90.gemm_nt_scatter(a, b, scattered, ro, config=cfg, ctas=ctas)
+    torch.cuda.synchronize()
+    assert torch.equal(scattered[torch.from_numpy(gather_index(row_offset, M, N, cfg.BN)).cuda()], whole)
     # (the memo is bounded: look at the launches added here, not at a count that eviction can change)
     added = [memo[k] for k in set(memo) - before]
     assert not any(launch._keep for launch in added), "a signal launch built a stream-K workspace"
