@@ -34,7 +34,7 @@ waves
 
 # %%
 # Beside this run, the same record from every other GPU in data/ (the H100's beside the H200's).
-runs = [(df, meta)] + [ex.load(ds, wp.NAME) for ds in ex.other_gpus(wp.NAME, meta)]
+runs = [(df, meta)] + ex.other_records(wp.NAME, meta)
 fig = wp.draw(runs)
 ex.stamp(fig, meta, f"M,N,K = {int(df.M.iloc[0])},{int(df.N.iloc[0])},{int(df.K.iloc[0])}")
 ex.save(fig, "01_wave_pattern", figures_dir)

@@ -61,7 +61,7 @@ if df is not None:
 
 # %%
 # Below, the same grid from every other GPU in data/ (the H100's beside the H200's), where recorded.
-others = [ex.heatmap.load(ds) for ds in ex.other_gpus(ex.heatmap.NAME, meta)]
+others = ex.other_records(ex.heatmap.NAME, meta)
 fig = ex.heatmap.plot(df, meta, others)
 ex.save(fig, "10_speedup_heatmap", figures_dir)
 

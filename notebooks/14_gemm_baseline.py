@@ -75,8 +75,7 @@ for col, mk, label in (("guess", "x", "table-free guess (128/256 wide)"), ("mode
     geo, med, worst = summary[col]
     ax1.scatter(r[col], y, marker=mk, s=28 if mk != "o" else 40, label=f"{label}: geomean {geo:.3f}, worst {worst:.3f}")
 # The same shapes recorded on other GPUs (data/h100 beside data/h200): what a plain call ran there.
-for ds in ex.other_gpus(gl.NAME, meta):
-    other, other_meta = ex.load(ds, gl.NAME)
+for other, other_meta in ex.other_records(gl.NAME, meta):
     ro = gl.ratios(other).set_index(["M", "N", "K"]).reindex(order)
     if ro.tuned.notna().any():
         ax1.scatter(ro.tuned, y, marker="^", s=30, facecolors="none", edgecolors="0.25",

@@ -117,6 +117,8 @@ def test_other_gpus_are_full_one_gpu_sets_recorded_on_another_gpu(tmp_path, monk
     assert common.other_gpus("rec", {}) == []  # a record that names no GPU: nothing to set beside it
     (tmp_path / "h100" / "rec.csv").unlink()  # a sidecar without its record
     assert common.other_gpus("rec", shown) == ["h100b"]
+    (df, meta), = common.other_records("rec", shown)  # the same sets, loaded
+    assert meta == {"gpu": "NVIDIA H100 80GB HBM3"} and df.a.tolist() == [1]
     assert common.gpu_name({"gpu": "NVIDIA H100 80GB HBM3"}) == "H100 80GB HBM3"
 
 

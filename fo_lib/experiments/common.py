@@ -96,6 +96,12 @@ def other_gpus(name: str, shown: dict) -> list[str]:
     return list(found.values())
 
 
+def other_records(name: str, shown: dict) -> list[tuple[pd.DataFrame, dict]]:
+    """``(df, meta)`` of ``<name>`` from each data set :func:`other_gpus` finds: what a figure draws
+    beside its own record."""
+    return [load(ds, name) for ds in other_gpus(name, shown)]
+
+
 def gpu_name(meta: dict) -> str:
     """A record's GPU as a legend names it (``H100 80GB HBM3``, not ``NVIDIA H100 80GB HBM3``)."""
     return str(meta.get("gpu", "?")).replace("NVIDIA ", "")
